@@ -1,0 +1,300 @@
+//! The catalog: code-defined agents and stored definitions merged into one view, name
+//! resolution for the compiler, and the compiled-agent cache.
+//!
+//! **Code wins.** A code agent shadows a stored definition of the same name, and the
+//! management API refuses to store under a code agent's name. The cache is an
+//! optimisation only — keyed by tenant, name, version, a fingerprint of the dependencies
+//! (the shared block's version) and the resolved culture — so any instance compiles the
+//! same agent from the store; parameterised runs are never cached.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::compiler::{self, CompileFailure, CompiledAgent, ParameterError, Resolution};
+use crate::definition::AgentDefinition;
+use crate::model::ProviderRegistry;
+use crate::names::{AgentName, TenantId};
+use crate::report::{Problem, ValidationReport};
+use crate::store::{DefinitionStore, StoreError};
+use crate::tools::ToolRegistry;
+
+const CACHE_CAPACITY: usize = 512;
+/// How far the callable-agent cycle check walks.
+const MAX_CALLABLE_WALK: usize = 256;
+
+/// Where an agent comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+pub enum AgentSource {
+    /// Registered in code: read-only, no version history.
+    Code,
+    /// Written through the API: editable and versioned.
+    Stored,
+}
+
+/// An agent the catalog knows.
+#[derive(Debug, Clone)]
+pub struct CatalogEntry {
+    pub definition: Arc<AgentDefinition>,
+    pub source: AgentSource,
+    pub version: Option<u32>,
+    pub created_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub updated_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// Why an agent could not be made ready to run.
+#[derive(Debug, Clone)]
+pub enum CatalogError {
+    NotFound,
+    Invalid(Vec<Problem>),
+    Parameters(ParameterError),
+    Store(StoreError),
+}
+
+impl From<StoreError> for CatalogError {
+    fn from(e: StoreError) -> Self {
+        Self::Store(e)
+    }
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct CacheKey {
+    tenant: TenantId,
+    name: String,
+    version: Option<u32>,
+    fingerprint: Option<u32>,
+    culture: Option<String>,
+}
+
+pub struct Catalog {
+    code: BTreeMap<String, Arc<AgentDefinition>>,
+    store: Arc<dyn DefinitionStore>,
+    providers: ProviderRegistry,
+    tools: ToolRegistry,
+    cache: Mutex<HashMap<CacheKey, Arc<CompiledAgent>>>,
+}
+
+impl Catalog {
+    pub fn new(
+        code: BTreeMap<String, Arc<AgentDefinition>>,
+        store: Arc<dyn DefinitionStore>,
+        providers: ProviderRegistry,
+        tools: ToolRegistry,
+    ) -> Self {
+        Self { code, store, providers, tools, cache: Mutex::new(HashMap::new()) }
+    }
+
+    pub fn providers(&self) -> &ProviderRegistry {
+        &self.providers
+    }
+
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.tools
+    }
+
+    pub fn is_code_agent(&self, name: &str) -> bool {
+        self.code.contains_key(name)
+    }
+
+    /// Looks a name up: code first, then the tenant's stored definitions.
+    pub async fn get(&self, tenant: &TenantId, name: &AgentName) -> Result<Option<CatalogEntry>, StoreError> {
+        if let Some(def) = self.code.get(name.as_str()) {
+            return Ok(Some(CatalogEntry {
+                definition: def.clone(),
+                source: AgentSource::Code,
+                version: None,
+                created_at: None,
+                updated_at: None,
+            }));
+        }
+        Ok(self.store.get(tenant, name).await?.map(|s| CatalogEntry {
+            definition: Arc::new(s.definition),
+            source: AgentSource::Stored,
+            version: Some(s.version),
+            created_at: Some(s.created_at),
+            updated_at: Some(s.updated_at),
+        }))
+    }
+
+    /// Code agents first (by name), then stored definitions (by name) that no code agent
+    /// shadows.
+    pub async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<CatalogEntry>, StoreError> {
+        let mut out: Vec<CatalogEntry> = self
+            .code
+            .values()
+            .skip(skip)
+            .take(take)
+            .map(|d| CatalogEntry {
+                definition: d.clone(),
+                source: AgentSource::Code,
+                version: None,
+                created_at: None,
+                updated_at: None,
+            })
+            .collect();
+        let remaining = take - out.len();
+        if remaining > 0 {
+            let stored_skip = skip.saturating_sub(self.code.len());
+            for s in self.store.list(tenant, stored_skip, remaining).await? {
+                if self.code.contains_key(&s.definition.name) {
+                    continue;
+                }
+                out.push(CatalogEntry {
+                    definition: Arc::new(s.definition),
+                    source: AgentSource::Stored,
+                    version: Some(s.version),
+                    created_at: Some(s.created_at),
+                    updated_at: Some(s.updated_at),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Resolves a definition's outward names in `tenant`. `walk_callables` also follows the
+    /// callable-agent graph to find cycles (the save path does; a run only needs existence).
+    pub async fn resolve(
+        &self,
+        tenant: &TenantId,
+        def: &AgentDefinition,
+        walk_callables: bool,
+    ) -> Result<(Resolution, Option<u32>), StoreError> {
+        let mut resolution = Resolution::default();
+        let mut fingerprint = None;
+        if let Some(shared) = def.shared_instructions_name.as_deref()
+            && shared != def.name
+            && let Ok(name) = AgentName::parse(shared)
+            && let Some(entry) = self.get(tenant, &name).await?
+        {
+            fingerprint = entry.version;
+            resolution.shared_block = Some(entry.definition);
+        }
+        let mut frontier: Vec<(String, Vec<String>)> = Vec::new();
+        for name in &def.callable_agent_names {
+            let Ok(parsed) = AgentName::parse(name) else { continue };
+            if name == &def.name {
+                continue;
+            }
+            match self.get(tenant, &parsed).await? {
+                None => resolution.missing_callable_agents.push(name.clone()),
+                Some(entry) if walk_callables => {
+                    frontier.push((name.clone(), entry.definition.callable_agent_names.clone()))
+                }
+                Some(_) => {}
+            }
+        }
+        // Breadth-first walk from the direct callees; reaching `def.name` again is a cycle.
+        let mut seen: BTreeSet<String> = frontier.iter().map(|(n, _)| n.clone()).collect();
+        let mut paths: BTreeMap<String, Vec<String>> =
+            frontier.iter().map(|(n, _)| (n.clone(), vec![def.name.clone(), n.clone()])).collect();
+        let mut steps = 0;
+        while let Some((name, callees)) = (!frontier.is_empty()).then(|| frontier.remove(0)) {
+            for callee in callees {
+                steps += 1;
+                if steps > MAX_CALLABLE_WALK {
+                    break;
+                }
+                let mut path = paths.get(&name).cloned().unwrap_or_default();
+                path.push(callee.clone());
+                if callee == def.name {
+                    resolution.callable_cycle = Some(path);
+                    return Ok((resolution, fingerprint));
+                }
+                if !seen.insert(callee.clone()) {
+                    continue;
+                }
+                if let Ok(parsed) = AgentName::parse(&callee)
+                    && let Some(entry) = self.get(tenant, &parsed).await?
+                {
+                    paths.insert(callee.clone(), path);
+                    frontier.push((callee, entry.definition.callable_agent_names.clone()));
+                }
+            }
+        }
+        Ok((resolution, fingerprint))
+    }
+
+    /// What `POST /api/agents/validate` and the save path run. Calls no model.
+    pub async fn validate(&self, tenant: &TenantId, def: &AgentDefinition) -> Result<ValidationReport, StoreError> {
+        let (resolution, _) = self.resolve(tenant, def, true).await?;
+        Ok(ValidationReport::from_problems(compiler::check(def, &resolution, &self.providers, &self.tools)))
+    }
+
+    /// Checks a code definition against the registries at start-up (stored definitions are
+    /// not reachable then, so only code agents count as existing).
+    pub fn validate_code_agent(&self, def: &AgentDefinition) -> Vec<Problem> {
+        let mut resolution = Resolution::default();
+        if let Some(shared) = &def.shared_instructions_name {
+            resolution.shared_block = self.code.get(shared).cloned();
+        }
+        let mut problems = compiler::check(def, &resolution, &self.providers, &self.tools);
+        // A code agent may name a block or callee that tenants store later; only the
+        // registry-backed names are start-up errors.
+        problems.retain(|p| {
+            !matches!(
+                p.code,
+                crate::report::ProblemCode::UnknownSharedInstructions
+                    | crate::report::ProblemCode::UnknownCallableAgent
+            )
+        });
+        problems
+    }
+
+    /// Makes an agent ready for one run in `tenant`.
+    pub async fn compile(
+        &self,
+        tenant: &TenantId,
+        name: &AgentName,
+        culture: Option<&str>,
+        parameters: &BTreeMap<String, String>,
+    ) -> Result<Arc<CompiledAgent>, CatalogError> {
+        let entry = self.get(tenant, name).await?.ok_or(CatalogError::NotFound)?;
+        let (resolution, fingerprint) = self.resolve(tenant, &entry.definition, false).await?;
+        let cacheable = parameters.is_empty() && entry.definition.parameters.is_empty();
+        // Two cultures share a compiled instance only if they resolve to the same texts,
+        // for the agent and for its shared block alike.
+        let block_culture = resolution.shared_block.as_ref().and_then(|b| compiler::resolve_culture(b, culture).1);
+        let culture_key = match (compiler::resolve_culture(&entry.definition, culture).1, block_culture) {
+            (None, None) => None,
+            (a, b) => Some(format!("{}|{}", a.unwrap_or_default(), b.unwrap_or_default())),
+        };
+        let key = CacheKey {
+            tenant: tenant.clone(),
+            name: name.as_str().to_owned(),
+            version: entry.version,
+            fingerprint,
+            culture: culture_key,
+        };
+        if cacheable && let Some(hit) = self.cache_lock().get(&key) {
+            return Ok(hit.clone());
+        }
+        let compiled = compiler::compile(
+            entry.definition,
+            entry.version,
+            &resolution,
+            culture,
+            parameters,
+            &self.providers,
+            &self.tools,
+        )
+        .map_err(|e| match e {
+            CompileFailure::Invalid(p) => CatalogError::Invalid(p),
+            CompileFailure::Parameters(p) => CatalogError::Parameters(p),
+        })?;
+        let compiled = Arc::new(compiled);
+        if cacheable {
+            let mut cache = self.cache_lock();
+            if cache.len() >= CACHE_CAPACITY {
+                cache.clear();
+            }
+            cache.insert(key, compiled.clone());
+        }
+        Ok(compiled)
+    }
+
+    fn cache_lock(&self) -> std::sync::MutexGuard<'_, HashMap<CacheKey, Arc<CompiledAgent>>> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

@@ -1,0 +1,498 @@
+//! Agent definitions as data: the JSON shape the management API reads and writes.
+//!
+//! An [`AgentDefinition`] names everything an agent uses (provider, tools, callable agents,
+//! a shared instructions block) but holds no code and no credential. Whether those names
+//! resolve is the compiler's question ([`crate::compiler`]); this module only checks the
+//! shape rules that need nothing but the definition itself ([`AgentDefinition::check_shape`]).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::names::{AgentName, ToolName};
+use crate::report::{Problem, ProblemCode};
+
+/// Default bound of the inner tool-calling loop (model calls per request).
+pub const DEFAULT_MAX_ITERATIONS: u32 = 40;
+/// Highest accepted `harness.maximumIterationsPerRequest`.
+pub const MAX_ITERATIONS_LIMIT: u32 = 1000;
+
+pub const MAX_DISPLAY_NAME_LEN: usize = 200;
+pub const MAX_DESCRIPTION_LEN: usize = 4_000;
+pub const MAX_INSTRUCTIONS_LEN: usize = 200_000;
+pub const MAX_TOOLS: usize = 128;
+pub const MAX_CALLABLE_AGENTS: usize = 32;
+pub const MAX_PARAMETERS: usize = 32;
+pub const MAX_METADATA_ENTRIES: usize = 64;
+pub const MAX_METADATA_KEY_LEN: usize = 64;
+pub const MAX_METADATA_VALUE_LEN: usize = 1_024;
+pub const MAX_CULTURES: usize = 64;
+pub const MAX_PARAMETER_VALUE_LEN: usize = 16_384;
+
+/// An agent: model binding, instructions and the names of what it may use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentDefinition {
+    /// Unique within a tenant; lowercase letters, digits, `.`, `_`, `-`; at most 64 characters.
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The default instructions, used when no culture-specific text matches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// Culture tag (`en`, `tr`, `pt-BR`) → instructions.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub instructions_by_culture: BTreeMap<String, String>,
+    /// Named `{{name}}` placeholders the instructions may reference.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parameters: Vec<AgentParameter>,
+    /// Another definition whose instructions are prepended to this one's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_instructions_name: Option<String>,
+    pub model: ModelBinding,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_names: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub callable_agent_names: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harness: Option<HarnessSettings>,
+}
+
+/// Which model answers, and how.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelBinding {
+    /// A registered provider name (`openai`, `anthropic`, `scripted`, a compatible endpoint's name).
+    pub provider: String,
+    /// The provider's model identifier; required.
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<ReasoningEffort>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<ResponseFormat>,
+    /// Vendor-only settings (`anthropic.promptCaching`, …); unknown keys fail compilation.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schema(value_type = Object)]
+    pub provider_settings: BTreeMap<String, serde_json::Value>,
+    /// Run one turn's independent tool calls at the same time. Off by default.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub allow_concurrent_tool_calls: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum ReasoningEffort {
+    Minimal,
+    Low,
+    Medium,
+    High,
+}
+
+impl ReasoningEffort {
+    pub fn as_wire(self) -> &'static str {
+        match self {
+            Self::Minimal => "minimal",
+            Self::Low => "low",
+            Self::Medium => "medium",
+            Self::High => "high",
+        }
+    }
+}
+
+/// Explicit text, JSON, or JSON Schema responses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "camelCase", deny_unknown_fields)]
+pub enum ResponseFormat {
+    Text,
+    Json,
+    #[serde(rename_all = "camelCase")]
+    JsonSchema {
+        name: String,
+        #[schema(value_type = Object)]
+        schema: serde_json::Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        strict: Option<bool>,
+    },
+}
+
+/// A named placeholder the instructions may reference as `{{name}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentParameter {
+    pub name: String,
+    /// Labels the expected shape for input forms; every value travels as a string.
+    #[serde(default)]
+    pub kind: ParameterKind,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub required: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_value: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub enum ParameterKind {
+    #[default]
+    Text,
+    Number,
+    Boolean,
+}
+
+/// Harness limits.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HarnessSettings {
+    /// Bound of the inner tool-calling loop: model calls per request (default 40).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maximum_iterations_per_request: Option<u32>,
+}
+
+impl AgentDefinition {
+    /// A minimal definition, for code registrations and tests.
+    pub fn new(name: &str, provider: &str, model: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            display_name: None,
+            description: None,
+            instructions: None,
+            instructions_by_culture: BTreeMap::new(),
+            parameters: Vec::new(),
+            shared_instructions_name: None,
+            model: ModelBinding { provider: provider.to_owned(), model: model.to_owned(), ..ModelBinding::default() },
+            tool_names: Vec::new(),
+            callable_agent_names: Vec::new(),
+            metadata: BTreeMap::new(),
+            harness: None,
+        }
+    }
+
+    pub fn with_instructions(mut self, text: &str) -> Self {
+        self.instructions = Some(text.to_owned());
+        self
+    }
+
+    pub fn with_tools(mut self, tools: &[&str]) -> Self {
+        self.tool_names = tools.iter().map(|t| (*t).to_owned()).collect();
+        self
+    }
+
+    pub fn max_iterations(&self) -> u32 {
+        self.harness.as_ref().and_then(|h| h.maximum_iterations_per_request).unwrap_or(DEFAULT_MAX_ITERATIONS)
+    }
+
+    /// Every rule that needs only the definition itself: name patterns, lengths, numeric
+    /// ranges, duplicate names. Name *resolution* is the compiler's job.
+    pub fn check_shape(&self) -> Vec<Problem> {
+        let mut p = Vec::new();
+        if let Err(e) = AgentName::parse(&self.name) {
+            p.push(Problem::new(ProblemCode::InvalidName, "name", e.0));
+        }
+        check_len(&mut p, "displayName", self.display_name.as_deref(), MAX_DISPLAY_NAME_LEN);
+        check_len(&mut p, "description", self.description.as_deref(), MAX_DESCRIPTION_LEN);
+        check_len(&mut p, "instructions", self.instructions.as_deref(), MAX_INSTRUCTIONS_LEN);
+
+        if self.instructions_by_culture.len() > MAX_CULTURES {
+            p.push(Problem::new(
+                ProblemCode::LimitExceeded,
+                "instructionsByCulture",
+                format!("At most {MAX_CULTURES} cultures are allowed."),
+            ));
+        }
+        for (tag, text) in &self.instructions_by_culture {
+            if !is_culture_tag(tag) {
+                p.push(Problem::new(
+                    ProblemCode::InvalidCulture,
+                    format!("instructionsByCulture.{tag}"),
+                    "A culture tag is a language subtag optionally followed by '-' subtags, such as 'en', 'tr' or 'pt-BR'.",
+                ));
+            }
+            check_len(&mut p, &format!("instructionsByCulture.{tag}"), Some(text), MAX_INSTRUCTIONS_LEN);
+        }
+
+        if self.parameters.len() > MAX_PARAMETERS {
+            p.push(Problem::new(
+                ProblemCode::LimitExceeded,
+                "parameters",
+                format!("At most {MAX_PARAMETERS} parameters are allowed."),
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, param) in self.parameters.iter().enumerate() {
+            let field = format!("parameters[{i}].name");
+            if !is_parameter_name(&param.name) {
+                p.push(Problem::new(
+                    ProblemCode::InvalidParameter,
+                    field,
+                    format!(
+                        "'{}' is not a valid parameter name: use letters, digits and '_', starting with a letter or '_', at most 64 characters.",
+                        crate::names::truncate_for_message(&param.name)
+                    ),
+                ));
+            } else if !seen.insert(param.name.as_str()) {
+                p.push(Problem::new(
+                    ProblemCode::InvalidParameter,
+                    field,
+                    format!("Parameter '{}' is declared more than once.", param.name),
+                ));
+            }
+            check_len(
+                &mut p,
+                &format!("parameters[{i}].defaultValue"),
+                param.default_value.as_deref(),
+                MAX_PARAMETER_VALUE_LEN,
+            );
+        }
+
+        if let Some(shared) = &self.shared_instructions_name {
+            if let Err(e) = AgentName::parse(shared) {
+                p.push(Problem::new(ProblemCode::InvalidName, "sharedInstructionsName", e.0));
+            } else if shared == &self.name {
+                p.push(Problem::new(
+                    ProblemCode::NestedSharedInstructions,
+                    "sharedInstructionsName",
+                    "A definition cannot use itself as its shared instructions block.",
+                ));
+            }
+        }
+
+        let m = &self.model;
+        if m.provider.trim().is_empty() {
+            p.push(Problem::new(ProblemCode::Required, "model.provider", "A model provider is required."));
+        }
+        if m.model.trim().is_empty() {
+            p.push(Problem::new(ProblemCode::Required, "model.model", "A model name is required."));
+        } else if m.model.len() > 200 {
+            p.push(Problem::new(ProblemCode::LimitExceeded, "model.model", "A model name is at most 200 characters."));
+        }
+        if let Some(t) = m.temperature
+            && !(0.0..=2.0).contains(&t)
+        {
+            p.push(Problem::new(ProblemCode::OutOfRange, "model.temperature", "temperature must be between 0 and 2."));
+        }
+        if let Some(t) = m.top_p
+            && !(t > 0.0 && t <= 1.0)
+        {
+            p.push(Problem::new(ProblemCode::OutOfRange, "model.topP", "topP must be greater than 0 and at most 1."));
+        }
+        if m.max_output_tokens == Some(0) {
+            p.push(Problem::new(
+                ProblemCode::OutOfRange,
+                "model.maxOutputTokens",
+                "maxOutputTokens must be at least 1.",
+            ));
+        }
+        if let Some(ResponseFormat::JsonSchema { name, schema, .. }) = &m.response_format {
+            if name.is_empty()
+                || name.len() > 64
+                || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                p.push(Problem::new(
+                    ProblemCode::InvalidResponseFormat,
+                    "model.responseFormat.name",
+                    "A JSON schema response format needs a name of 1 to 64 letters, digits, '_' or '-'.",
+                ));
+            }
+            if !schema.is_object() {
+                p.push(Problem::new(
+                    ProblemCode::InvalidResponseFormat,
+                    "model.responseFormat.schema",
+                    "The response schema must be a JSON object.",
+                ));
+            } else if jsonschema::meta::validate(schema).is_err() {
+                p.push(Problem::new(
+                    ProblemCode::InvalidResponseFormat,
+                    "model.responseFormat.schema",
+                    "The response schema is not a valid JSON Schema.",
+                ));
+            }
+        }
+
+        if self.tool_names.len() > MAX_TOOLS {
+            p.push(Problem::new(
+                ProblemCode::LimitExceeded,
+                "toolNames",
+                format!("At most {MAX_TOOLS} tools are allowed."),
+            ));
+        }
+        let mut seen_tools = std::collections::BTreeSet::new();
+        for (i, t) in self.tool_names.iter().enumerate() {
+            if let Err(e) = ToolName::parse(t) {
+                p.push(Problem::new(ProblemCode::InvalidName, format!("toolNames[{i}]"), e.0));
+            } else if !seen_tools.insert(t.as_str()) {
+                p.push(Problem::new(
+                    ProblemCode::Duplicate,
+                    format!("toolNames[{i}]"),
+                    format!("Tool '{t}' is listed more than once."),
+                ));
+            }
+        }
+        if self.callable_agent_names.len() > MAX_CALLABLE_AGENTS {
+            p.push(Problem::new(
+                ProblemCode::LimitExceeded,
+                "callableAgentNames",
+                format!("At most {MAX_CALLABLE_AGENTS} callable agents are allowed."),
+            ));
+        }
+        let mut seen_agents = std::collections::BTreeSet::new();
+        for (i, a) in self.callable_agent_names.iter().enumerate() {
+            if let Err(e) = AgentName::parse(a) {
+                p.push(Problem::new(ProblemCode::InvalidName, format!("callableAgentNames[{i}]"), e.0));
+            } else if a == &self.name {
+                p.push(Problem::new(
+                    ProblemCode::CallableAgentCycle,
+                    format!("callableAgentNames[{i}]"),
+                    "An agent cannot call itself.",
+                ));
+            } else if !seen_agents.insert(a.as_str()) {
+                p.push(Problem::new(
+                    ProblemCode::Duplicate,
+                    format!("callableAgentNames[{i}]"),
+                    format!("Agent '{a}' is listed more than once."),
+                ));
+            }
+        }
+
+        if self.metadata.len() > MAX_METADATA_ENTRIES {
+            p.push(Problem::new(
+                ProblemCode::LimitExceeded,
+                "metadata",
+                format!("At most {MAX_METADATA_ENTRIES} metadata entries are allowed."),
+            ));
+        }
+        for (k, v) in &self.metadata {
+            if k.is_empty() || k.chars().count() > MAX_METADATA_KEY_LEN {
+                p.push(Problem::new(
+                    ProblemCode::LimitExceeded,
+                    "metadata",
+                    format!("A metadata key is 1 to {MAX_METADATA_KEY_LEN} characters."),
+                ));
+            }
+            if v.chars().count() > MAX_METADATA_VALUE_LEN {
+                p.push(Problem::new(
+                    ProblemCode::LimitExceeded,
+                    format!("metadata.{k}"),
+                    format!("A metadata value is at most {MAX_METADATA_VALUE_LEN} characters."),
+                ));
+            }
+        }
+
+        if let Some(h) = &self.harness
+            && let Some(n) = h.maximum_iterations_per_request
+            && !(1..=MAX_ITERATIONS_LIMIT).contains(&n)
+        {
+            p.push(Problem::new(
+                ProblemCode::OutOfRange,
+                "harness.maximumIterationsPerRequest",
+                format!("maximumIterationsPerRequest must be between 1 and {MAX_ITERATIONS_LIMIT}."),
+            ));
+        }
+        p
+    }
+}
+
+fn check_len(p: &mut Vec<Problem>, field: &str, value: Option<&str>, max: usize) {
+    if let Some(v) = value
+        && v.chars().count() > max
+    {
+        p.push(Problem::new(ProblemCode::LimitExceeded, field, format!("{field} is at most {max} characters.")));
+    }
+}
+
+/// `en`, `tr-TR`, `zh-Hant-TW`: a 2–8 letter language subtag, then `-` subtags of 1–8
+/// letters or digits.
+pub fn is_culture_tag(tag: &str) -> bool {
+    let mut parts = tag.split('-');
+    let lang_ok =
+        parts.next().is_some_and(|l| (2..=8).contains(&l.len()) && l.chars().all(|c| c.is_ascii_alphabetic()));
+    lang_ok
+        && tag.len() <= 35
+        && parts.all(|s| (1..=8).contains(&s.len()) && s.chars().all(|c| c.is_ascii_alphanumeric()))
+}
+
+/// Parameter names: `[A-Za-z_][A-Za-z0-9_]{0,63}`.
+pub fn is_parameter_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 64
+        && chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn definition_round_trips_in_camel_case() {
+        let json = serde_json::json!({
+            "name": "support",
+            "displayName": "Support",
+            "instructions": "Help {{customer}}.",
+            "instructionsByCulture": {"tr": "Yardım et."},
+            "parameters": [{"name": "customer", "kind": "Text", "required": true}],
+            "model": {"provider": "openai", "model": "m", "topP": 0.5, "maxOutputTokens": 100,
+                      "reasoningEffort": "Low", "responseFormat": {"type": "json"},
+                      "providerSettings": {"x": 1}, "allowConcurrentToolCalls": true},
+            "toolNames": ["a"],
+            "callableAgentNames": ["billing"],
+            "metadata": {"team": "x"},
+            "harness": {"maximumIterationsPerRequest": 5}
+        });
+        let def: AgentDefinition = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(def.max_iterations(), 5);
+        assert!(def.model.allow_concurrent_tool_calls);
+        assert_eq!(serde_json::to_value(&def).unwrap(), json);
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_not_dropped() {
+        let json = serde_json::json!({"name": "a", "model": {"provider": "p", "model": "m"}, "skillz": []});
+        assert!(serde_json::from_value::<AgentDefinition>(json).is_err());
+    }
+
+    #[test]
+    fn shape_problems_are_reported_with_their_field() {
+        let mut d = AgentDefinition::new(&"x".repeat(65), "", "");
+        d.model.temperature = Some(3.0);
+        d.tool_names = vec!["ok".into(), "ok".into(), "1bad".into()];
+        d.instructions_by_culture.insert("not a tag".into(), "x".into());
+        let fields: Vec<String> = d.check_shape().into_iter().map(|p| p.field).collect();
+        for f in [
+            "name",
+            "model.provider",
+            "model.model",
+            "model.temperature",
+            "toolNames[1]",
+            "toolNames[2]",
+            "instructionsByCulture.not a tag",
+        ] {
+            assert!(fields.iter().any(|x| x == f), "missing {f} in {fields:?}");
+        }
+    }
+
+    #[test]
+    fn culture_tags() {
+        for ok in ["en", "tr-TR", "zh-Hant-TW", "pt-BR"] {
+            assert!(is_culture_tag(ok), "{ok}");
+        }
+        for bad in ["", "e", "en_US", "en-", "-en", "toolonglanguage"] {
+            assert!(!is_culture_tag(bad), "{bad}");
+        }
+    }
+}

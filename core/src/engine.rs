@@ -1,0 +1,556 @@
+//! The turn engine: model call → tool calls through the pipeline → model call …, bounded by
+//! `maximumIterationsPerRequest`.
+//!
+//! One call of [`execute`] is one run. It is the run's single writer: it emits every
+//! [`RunEvent`] in order (to the caller's channel, when there is one) and writes the run
+//! row and tool-call records. A failing store write is logged and the run goes on.
+//!
+//! Ending rules:
+//! - the caller going away (its event channel closes) or the run's cancel token firing ends
+//!   the run `Canceled`;
+//! - a model call that produces no first byte, or no next chunk, within
+//!   `model_timeout` ends it `Failed` with the `Timeout` class — a timeout is an outage,
+//!   not a cancellation;
+//! - on the last allowed iteration no tools are offered, so the model has to answer.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::future::join_all;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::compiler::CompiledAgent;
+use crate::events::RunEvent;
+use crate::failure::RunFailure;
+use crate::identity::Caller;
+use crate::model::{
+    FinishReason, Message, ModelEvent, ModelRequest, ModelStream, ProviderError, ProviderErrorKind, ReasoningBlock,
+    ToolCall, Usage,
+};
+use crate::names::{RunId, TenantId};
+use crate::ports::millis_between;
+use crate::pricing::CostSnapshot;
+use crate::runtime::Runtime;
+use crate::store::{RunEnd, RunRecord, RunStatus, ToolCallRecord};
+use crate::tools::pipeline::{self, ApprovalRequest, CallEnv, CallOutcome, Gate, ToolCallStatus};
+
+/// What a run is asked to do.
+pub struct RunInput {
+    pub tenant: TenantId,
+    pub run_id: RunId,
+    pub caller: Caller,
+    pub session_id: Option<String>,
+    /// Earlier conversation (empty for a sessionless run).
+    pub history: Vec<Message>,
+    pub message: String,
+    pub cancel: CancellationToken,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    pub run_id: RunId,
+    pub status: RunStatus,
+    /// The final answer's text (the last model turn's).
+    pub text: String,
+    pub usage: Option<Usage>,
+    pub cost: Option<CostSnapshot>,
+    pub failure: Option<RunFailure>,
+    pub approvals: Vec<ApprovalRequest>,
+    pub model_provider: Option<String>,
+    pub model: Option<String>,
+    pub finish_reason: Option<FinishReason>,
+}
+
+/// Sends events to the caller; a closed channel means the caller went away.
+struct Emitter {
+    tx: Option<mpsc::Sender<RunEvent>>,
+    cancel: CancellationToken,
+}
+
+impl Emitter {
+    async fn emit(&mut self, event: RunEvent) {
+        if let Some(tx) = &self.tx
+            && tx.send(event).await.is_err()
+        {
+            self.tx = None;
+            self.cancel.cancel();
+        }
+    }
+}
+
+enum Stop {
+    Canceled,
+    Failed(RunFailure),
+}
+
+/// Runs one turn of `agent` to its end.
+pub async fn execute(
+    runtime: &Runtime,
+    agent: Arc<CompiledAgent>,
+    input: RunInput,
+    events: Option<mpsc::Sender<RunEvent>>,
+) -> RunOutcome {
+    let clock = runtime.platform.clock.clone();
+    let started_at = clock.now();
+    let RunInput { tenant, run_id, caller, session_id, history, message, cancel } = input;
+    let mut emitter = Emitter { tx: events, cancel: cancel.clone() };
+    let store = runtime.stores.runs.clone();
+
+    let row = RunRecord {
+        id: run_id,
+        tenant: None,
+        agent_name: agent.name.clone(),
+        agent_version: agent.version,
+        status: RunStatus::Running,
+        started_at,
+        ended_at: None,
+        duration_ms: None,
+        usage: None,
+        cost: None,
+        model_provider: None,
+        model: None,
+        error: None,
+        session_id: session_id.clone(),
+        parent_run_id: None,
+        root_run_id: None,
+        depth: 0,
+        user_id: caller.user_id.clone(),
+        labels: Default::default(),
+        heartbeat_at: Some(started_at),
+    };
+    if let Err(e) = store.create_run(&tenant, &row).await {
+        tracing::warn!(run_id = %run_id, error = ?e, "could not record the run; it goes on");
+    }
+    emitter
+        .emit(RunEvent::RunStarted { run_id, agent_name: agent.name.clone(), agent_version: agent.version, started_at })
+        .await;
+
+    let env = CallEnv {
+        tenant: tenant.clone(),
+        run_id,
+        agent: agent.name.clone(),
+        caller,
+        cancel: cancel.clone(),
+        platform: runtime.platform.clone(),
+        authorizer: runtime.tool_authorizer.clone(),
+        validator: runtime.tool_validator.clone(),
+        default_timeout: runtime.settings.default_tool_timeout,
+        default_max_output_bytes: runtime.settings.default_max_output_bytes,
+        approved_call_ids: Default::default(),
+    };
+
+    let mut messages = history;
+    messages.push(Message::user(message));
+    let provider_name = agent.provider.name().to_owned();
+    let mut state = TurnState::default();
+    let result = run_loop(runtime, &agent, &env, &mut messages, &mut emitter, &mut state).await;
+
+    let ended_at = clock.now();
+    let model = state.model.clone().or_else(|| Some(agent.definition.model.model.clone()));
+    let cost = runtime.pricing.cost(&provider_name, model.as_deref().unwrap_or_default(), state.usage.as_ref());
+    let mut outcome = RunOutcome {
+        run_id,
+        status: RunStatus::Completed,
+        text: state.last_text.clone(),
+        usage: state.usage,
+        cost: cost.clone(),
+        failure: None,
+        approvals: Vec::new(),
+        model_provider: state.called.then(|| provider_name.clone()),
+        model: if state.called { model } else { None },
+        finish_reason: state.finish,
+    };
+    match result {
+        Ok(LoopEnd::Answered) => {
+            emitter
+                .emit(RunEvent::RunCompleted {
+                    text: outcome.text.clone(),
+                    usage: outcome.usage,
+                    cost,
+                    finish_reason: outcome.finish_reason,
+                })
+                .await;
+        }
+        Ok(LoopEnd::AwaitingApproval(requests)) => {
+            outcome.status = RunStatus::AwaitingApproval;
+            outcome.approvals = requests.clone();
+            emitter.emit(RunEvent::RunAwaitingApproval { requests }).await;
+        }
+        Err(Stop::Canceled) => {
+            outcome.status = RunStatus::Canceled;
+            let failure = RunFailure::canceled();
+            outcome.failure = Some(failure.clone());
+            emitter.emit(RunEvent::RunCanceled { error: failure }).await;
+        }
+        Err(Stop::Failed(failure)) => {
+            outcome.status = RunStatus::Failed;
+            outcome.failure = Some(failure.clone());
+            emitter.emit(RunEvent::RunFailed { error: failure }).await;
+        }
+    }
+    let end = RunEnd {
+        status: outcome.status,
+        ended_at,
+        duration_ms: millis_between(started_at, ended_at),
+        usage: outcome.usage,
+        cost: outcome.cost.clone(),
+        model_provider: outcome.model_provider.clone(),
+        model: outcome.model.clone(),
+        error: outcome.failure.clone(),
+    };
+    if let Err(e) = store.finish_run(&tenant, run_id, &end).await {
+        tracing::warn!(run_id = %run_id, error = ?e, "could not record the end of the run");
+    }
+    tracing::info!(
+        run_id = %run_id,
+        agent = %agent.name,
+        status = ?outcome.status,
+        duration_ms = end.duration_ms,
+        error_class = ?outcome.failure.as_ref().map(|f| f.error_class),
+        "run ended"
+    );
+    outcome
+}
+
+#[derive(Default)]
+struct TurnState {
+    usage: Option<Usage>,
+    model: Option<String>,
+    last_text: String,
+    finish: Option<FinishReason>,
+    /// Whether any model call got as far as a response.
+    called: bool,
+}
+
+enum LoopEnd {
+    Answered,
+    AwaitingApproval(Vec<ApprovalRequest>),
+}
+
+async fn run_loop(
+    runtime: &Runtime,
+    agent: &CompiledAgent,
+    env: &CallEnv,
+    messages: &mut Vec<Message>,
+    emitter: &mut Emitter,
+    state: &mut TurnState,
+) -> Result<LoopEnd, Stop> {
+    let max = agent.max_iterations.max(1);
+    for iteration in 1..=max {
+        let offer_tools = iteration < max && !agent.tool_specs.is_empty();
+        let mut request = ModelRequest::from_binding(&agent.definition.model);
+        request.system = agent.instructions.clone();
+        request.messages = messages.clone();
+        if offer_tools {
+            request.tools = agent.tool_specs.clone();
+        }
+
+        let turn = model_turn(runtime, agent, request, env, emitter, state).await?;
+        state.last_text = turn.text.clone();
+        if !turn.text.is_empty() {
+            emitter.emit(RunEvent::MessageCompleted { text: turn.text.clone() }).await;
+        }
+        if turn.finish == Some(FinishReason::ContentFilter) {
+            let e = ProviderError::content_filtered();
+            return Err(Stop::Failed(RunFailure::from_provider(
+                agent.provider.name(),
+                &e,
+                runtime.platform.clock.as_ref(),
+            )));
+        }
+        if turn.calls.is_empty() || !offer_tools {
+            return Ok(LoopEnd::Answered);
+        }
+        messages.push(Message::Assistant {
+            text: (!turn.text.is_empty()).then(|| turn.text.clone()),
+            tool_calls: turn.calls.clone(),
+            reasoning: turn.reasoning,
+        });
+        let results = run_tools(runtime, agent, env, &turn.calls, emitter).await?;
+        match results {
+            ToolsEnd::Results(outcomes) => {
+                for o in outcomes {
+                    messages.push(Message::Tool {
+                        call_id: o.call_id,
+                        name: o.tool_name,
+                        content: o.result,
+                        is_error: o.status.is_failure(),
+                    });
+                }
+            }
+            ToolsEnd::Approvals(requests) => return Ok(LoopEnd::AwaitingApproval(requests)),
+        }
+        if env.cancel.is_cancelled() {
+            return Err(Stop::Canceled);
+        }
+    }
+    Ok(LoopEnd::Answered)
+}
+
+struct Turn {
+    text: String,
+    calls: Vec<ToolCall>,
+    reasoning: Vec<ReasoningBlock>,
+    finish: Option<FinishReason>,
+}
+
+/// One streamed model call, under the run's cancellation and the model timeout.
+async fn model_turn(
+    runtime: &Runtime,
+    agent: &CompiledAgent,
+    request: ModelRequest,
+    env: &CallEnv,
+    emitter: &mut Emitter,
+    state: &mut TurnState,
+) -> Result<Turn, Stop> {
+    let clock = runtime.platform.clock.clone();
+    let timeout = runtime.settings.model_timeout;
+    let provider = agent.provider.clone();
+    let fail = |e: ProviderError| Stop::Failed(RunFailure::from_provider(provider.name(), &e, clock.as_ref()));
+
+    let span = tracing::info_span!("model.call", provider = provider.name(), model = %request.model);
+    let mut stream: ModelStream = tokio::select! {
+        biased;
+        _ = env.cancel.cancelled() => return Err(Stop::Canceled),
+        r = provider.stream(request).instrument(span) => r.map_err(|e| if e.kind == ProviderErrorKind::Canceled { Stop::Canceled } else { fail(e) })?,
+        _ = clock.sleep(timeout) => return Err(fail(ProviderError::timeout("no response before the model timeout"))),
+    };
+    state.called = true;
+
+    let mut turn = Turn { text: String::new(), calls: Vec::new(), reasoning: Vec::new(), finish: None };
+    let mut last_activity = clock.now();
+    let mut timer = clock.sleep(timeout);
+    let mut turn_usage: Option<Usage> = None;
+    loop {
+        let next = tokio::select! {
+            biased;
+            _ = env.cancel.cancelled() => return Err(Stop::Canceled),
+            next = stream.next() => next,
+            _ = &mut timer => {
+                // One timer per stream, re-armed only when it fires: no allocation per chunk.
+                let idle = std::time::Duration::from_millis(millis_between(last_activity, clock.now()));
+                if idle >= timeout {
+                    return Err(fail(ProviderError::timeout("the model stream stalled")));
+                }
+                timer = clock.sleep(timeout - idle);
+                continue;
+            }
+        };
+        last_activity = clock.now();
+        match next {
+            None => break,
+            Some(Err(e)) if e.kind == ProviderErrorKind::Canceled => return Err(Stop::Canceled),
+            Some(Err(e)) => return Err(fail(e)),
+            Some(Ok(event)) => match event {
+                ModelEvent::TextDelta(t) => {
+                    turn.text.push_str(&t);
+                    emitter.emit(RunEvent::MessageDelta { text: t }).await;
+                }
+                ModelEvent::ReasoningDelta(t) => emitter.emit(RunEvent::ReasoningDelta { text: t }).await,
+                ModelEvent::ReasoningBlock(b) => turn.reasoning.push(b),
+                ModelEvent::ToolCall(c) => turn.calls.push(c),
+                ModelEvent::Usage(u) => turn_usage = Some(u),
+                ModelEvent::Model(m) => state.model = Some(m),
+                ModelEvent::Finish(f) => turn.finish = Some(f),
+            },
+        }
+        if env.cancel.is_cancelled() {
+            return Err(Stop::Canceled);
+        }
+    }
+    if let Some(u) = turn_usage {
+        state.usage.get_or_insert_with(Usage::default).add(&u);
+    }
+    state.finish = turn.finish;
+    // Ids are what ties a result to its call; a provider that omits one gets a stable one.
+    for (i, c) in turn.calls.iter_mut().enumerate() {
+        if c.id.is_empty() {
+            c.id = format!("call_{i}");
+        }
+    }
+    Ok(turn)
+}
+
+enum ToolsEnd {
+    Results(Vec<CallOutcome>),
+    Approvals(Vec<ApprovalRequest>),
+}
+
+/// Admits every call of the turn first (authorization, validation, approval), so that one
+/// approval stops the turn before any body runs; then executes the admitted calls, one
+/// after another or concurrently when the binding allows it.
+async fn run_tools(
+    runtime: &Runtime,
+    agent: &CompiledAgent,
+    env: &CallEnv,
+    calls: &[ToolCall],
+    emitter: &mut Emitter,
+) -> Result<ToolsEnd, Stop> {
+    let mut gates = Vec::with_capacity(calls.len());
+    for call in calls {
+        emitter
+            .emit(RunEvent::ToolInvoking {
+                call_id: call.id.clone(),
+                tool_name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            })
+            .await;
+        gates.push(pipeline::admit(call, agent.tool(&call.name), env).await);
+    }
+    let approvals: Vec<ApprovalRequest> = gates
+        .iter()
+        .filter_map(|g| match g {
+            Gate::AwaitApproval(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect();
+
+    let mut settled: Vec<Option<CallOutcome>> = Vec::with_capacity(gates.len());
+    let mut admitted = Vec::new();
+    for (i, gate) in gates.into_iter().enumerate() {
+        match gate {
+            Gate::Done(outcome) => settled.push(Some(outcome)),
+            Gate::Run(a) if approvals.is_empty() => {
+                settled.push(None);
+                admitted.push((i, a));
+            }
+            // With an approval pending nothing runs; the calls are asked again on resume.
+            Gate::Run(_) | Gate::AwaitApproval(_) => settled.push(None),
+        }
+    }
+
+    if !approvals.is_empty() {
+        for outcome in settled.into_iter().flatten() {
+            finish_call(runtime, env, emitter, outcome, None).await;
+        }
+        for request in &approvals {
+            let record = ToolCallRecord {
+                run_id: env.run_id,
+                call_id: request.call_id.clone(),
+                tool_name: request.tool_name.clone(),
+                arguments: calls
+                    .iter()
+                    .find(|c| c.id == request.call_id)
+                    .map(|c| c.arguments.clone())
+                    .unwrap_or_default(),
+                effect: Some(request.effect),
+                status: ToolCallStatus::AwaitingApproval,
+                result: None,
+                error: None,
+                omitted_bytes: None,
+                started_at: runtime.platform.clock.now(),
+                duration_ms: 0,
+                timed_out: false,
+                late_completed_at: None,
+                late_duration_ms: None,
+                late_result: None,
+                late_error: None,
+            };
+            if let Err(e) = runtime.stores.runs.record_tool_call(&env.tenant, &record).await {
+                tracing::warn!(run_id = %env.run_id, error = ?e, "could not record a tool call");
+            }
+        }
+        return Ok(ToolsEnd::Approvals(approvals));
+    }
+
+    let executed = if agent.definition.model.allow_concurrent_tool_calls {
+        join_all(admitted.into_iter().map(|(i, a)| async move { (i, pipeline::execute(a, env).await) })).await
+    } else {
+        let mut out = Vec::with_capacity(admitted.len());
+        for (i, a) in admitted {
+            out.push((i, pipeline::execute(a, env).await));
+        }
+        out
+    };
+    let mut lates = Vec::new();
+    for (i, ex) in executed {
+        if let Some(slot) = settled.get_mut(i) {
+            *slot = Some(ex.outcome);
+        }
+        if let Some(late) = ex.late {
+            lates.push((i, late));
+        }
+    }
+    let mut results = Vec::with_capacity(settled.len());
+    for (i, outcome) in settled.into_iter().enumerate() {
+        let Some(outcome) = outcome else { continue };
+        let late = lates.iter().position(|(j, _)| *j == i).map(|p| lates.swap_remove(p).1);
+        results.push(finish_call(runtime, env, emitter, outcome, late).await);
+    }
+    if env.cancel.is_cancelled() {
+        return Err(Stop::Canceled);
+    }
+    Ok(ToolsEnd::Results(results))
+}
+
+/// Emits the call's result event and writes its record; then, for a call that timed out,
+/// hands the still-running body to the spawner so a late result lands on that record.
+async fn finish_call(
+    runtime: &Runtime,
+    env: &CallEnv,
+    emitter: &mut Emitter,
+    outcome: CallOutcome,
+    late: Option<futures::future::BoxFuture<'static, pipeline::LateCompletion>>,
+) -> CallOutcome {
+    let event = if outcome.status.is_failure() {
+        RunEvent::ToolFailed {
+            call_id: outcome.call_id.clone(),
+            tool_name: outcome.tool_name.clone(),
+            status: outcome.status,
+            error: outcome.error.clone().unwrap_or_else(|| outcome.result.clone()),
+            duration_ms: outcome.duration_ms,
+        }
+    } else {
+        RunEvent::ToolInvoked {
+            call_id: outcome.call_id.clone(),
+            tool_name: outcome.tool_name.clone(),
+            status: outcome.status,
+            result: outcome.result.clone(),
+            duration_ms: outcome.duration_ms,
+            omitted_bytes: outcome.omitted_bytes,
+        }
+    };
+    tracing::info!(
+        run_id = %env.run_id,
+        tool = %outcome.tool_name,
+        status = ?outcome.status,
+        duration_ms = outcome.duration_ms,
+        "tools.invoke"
+    );
+    emitter.emit(event).await;
+    let record = ToolCallRecord {
+        run_id: env.run_id,
+        call_id: outcome.call_id.clone(),
+        tool_name: outcome.tool_name.clone(),
+        arguments: outcome.arguments.clone(),
+        effect: outcome.effect,
+        status: outcome.status,
+        result: (!outcome.status.is_failure()).then(|| outcome.result.clone()),
+        error: outcome.error.clone(),
+        omitted_bytes: outcome.omitted_bytes,
+        started_at: outcome.started_at,
+        duration_ms: outcome.duration_ms,
+        timed_out: outcome.status == ToolCallStatus::TimedOut,
+        late_completed_at: None,
+        late_duration_ms: None,
+        late_result: None,
+        late_error: None,
+    };
+    let store = runtime.stores.runs.clone();
+    if let Err(e) = store.record_tool_call(&env.tenant, &record).await {
+        tracing::warn!(run_id = %env.run_id, error = ?e, "could not record a tool call");
+    }
+    if let Some(late) = late {
+        runtime.platform.spawner.spawn(Box::pin(async move {
+            let done = late.await;
+            tracing::info!(run_id = %done.run_id, call_id = %done.call_id, duration_ms = done.duration_ms, "a timed-out tool call finished late");
+            if let Err(e) = store.complete_tool_call_late(&done.tenant, &done).await {
+                tracing::warn!(run_id = %done.run_id, error = ?e, "could not record a late tool completion");
+            }
+        }));
+    }
+    outcome
+}

@@ -1,0 +1,135 @@
+//! How a failed run is classified and described.
+//!
+//! A failed run carries an [`ErrorClass`] (for statistics and alerting) and a display-safe
+//! message. Tracon's own failures get a stable sentence; a foreign failure's text never
+//! reaches a response or a stored row — it becomes `"{Type} failed. (ref: {id})"` and the
+//! detail goes to the log under the same ref.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::model::{ProviderError, ProviderErrorKind};
+use crate::ports::Clock;
+
+/// The class of a failed (or canceled) run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+pub enum ErrorClass {
+    /// The provider failed: 5xx, a transport failure, a malformed response.
+    ProviderUnavailable,
+    /// The provider answered 429.
+    RateLimited,
+    /// The provider refused the credential (401/403): a configuration mistake.
+    ProviderAuthentication,
+    /// The provider refused the request (other 4xx).
+    ProviderRejected,
+    /// A model call never came back. Not a cancellation.
+    Timeout,
+    /// The provider's own safety filter cut the response.
+    ContentFiltered,
+    /// Our guard refused the content.
+    ContentBlocked,
+    QuotaExceeded,
+    StructuredResponseRejected,
+    ToolFailure,
+    /// Somebody asked the run to stop.
+    Canceled,
+    /// The agent could not be compiled.
+    Configuration,
+    Internal,
+}
+
+impl ErrorClass {
+    /// The stable `errorType` used in problem documents and `error` frames.
+    pub fn error_type(self) -> &'static str {
+        match self {
+            Self::ProviderUnavailable => "provider_unavailable",
+            Self::RateLimited => "provider_rate_limited",
+            Self::ProviderAuthentication => "provider_authentication_failed",
+            Self::ProviderRejected => "provider_rejected",
+            Self::Timeout => "timeout",
+            Self::ContentFiltered => "content_filtered",
+            Self::ContentBlocked => "content_blocked",
+            Self::QuotaExceeded => "quota_exceeded",
+            Self::StructuredResponseRejected => "structured_response_rejected",
+            Self::ToolFailure => "tool_failed",
+            Self::Canceled => "canceled",
+            Self::Configuration => "configuration_error",
+            Self::Internal => "internal_error",
+        }
+    }
+}
+
+/// A run's failure, safe to show and to store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunFailure {
+    pub error_class: ErrorClass,
+    pub error_type: String,
+    pub message: String,
+}
+
+impl RunFailure {
+    pub fn new(class: ErrorClass, message: impl Into<String>) -> Self {
+        Self { error_class: class, error_type: class.error_type().to_owned(), message: message.into() }
+    }
+
+    /// Classifies a provider failure. The message names what happened in our words plus a
+    /// ref; the upstream detail is logged under that ref.
+    pub fn from_provider(provider: &str, error: &ProviderError, clock: &dyn Clock) -> Self {
+        let reference = new_ref(clock);
+        tracing::warn!(
+            provider,
+            r#ref = %reference,
+            kind = ?error.kind,
+            status = ?error.status,
+            detail = %error.detail,
+            "model call failed"
+        );
+        let (class, what) = match error.kind {
+            ProviderErrorKind::Timeout => {
+                (ErrorClass::Timeout, "The model provider did not answer in time.".to_owned())
+            }
+            ProviderErrorKind::Canceled => (ErrorClass::Canceled, "The run was canceled.".to_owned()),
+            ProviderErrorKind::Unauthorized => (
+                ErrorClass::ProviderAuthentication,
+                format!("The model provider refused the configured credential (HTTP {}).", error.status.unwrap_or(401)),
+            ),
+            ProviderErrorKind::RateLimited => {
+                (ErrorClass::RateLimited, "The model provider rate-limited the request (HTTP 429).".to_owned())
+            }
+            ProviderErrorKind::ServerError => (
+                ErrorClass::ProviderUnavailable,
+                format!("The model provider failed (HTTP {}).", error.status.unwrap_or(500)),
+            ),
+            ProviderErrorKind::Transport => (ErrorClass::ProviderUnavailable, format!("{} failed.", error.type_name)),
+            ProviderErrorKind::Protocol => (ErrorClass::ProviderUnavailable, format!("{} failed.", error.type_name)),
+            ProviderErrorKind::Rejected => (
+                ErrorClass::ProviderRejected,
+                format!("The model provider rejected the request (HTTP {}).", error.status.unwrap_or(400)),
+            ),
+            ProviderErrorKind::ContentFiltered => {
+                (ErrorClass::ContentFiltered, "The model provider's content filter stopped the response.".to_owned())
+            }
+        };
+        Self::new(class, format!("{what} (ref: {reference})"))
+    }
+
+    /// A foreign failure of our own code path: only the type name and a ref are kept.
+    pub fn foreign(type_name: &str, detail: &str, clock: &dyn Clock) -> Self {
+        let reference = new_ref(clock);
+        tracing::error!(r#ref = %reference, error_type = type_name, detail, "run failed");
+        Self::new(ErrorClass::Internal, format!("{type_name} failed. (ref: {reference})"))
+    }
+
+    pub fn canceled() -> Self {
+        Self::new(ErrorClass::Canceled, "The run was canceled.")
+    }
+}
+
+/// A short correlation id for log lines (8 hex characters).
+pub fn new_ref(clock: &dyn Clock) -> String {
+    let id = crate::ports::new_id(clock);
+    let bytes = id.as_bytes();
+    // The random tail of a UUIDv7, not its timestamp.
+    format!("{:02x}{:02x}{:02x}{:02x}", bytes[12], bytes[13], bytes[14], bytes[15])
+}

@@ -1,0 +1,31 @@
+//! Tracon core: the platform-agnostic heart of the control plane.
+//!
+//! - [`definition`] — agent definitions as data; [`compiler`] and [`catalog`] turn them into
+//!   runnable [`compiler::CompiledAgent`]s.
+//! - [`tools`] — the `Tool` trait, registrations, and the call [`tools::pipeline`].
+//! - [`model`] — the provider port and the OpenAI, Anthropic and scripted providers.
+//! - [`engine`] — the streaming tool-call loop; [`events`] its event vocabulary.
+//! - [`store`] — store ports (tenant-first) and the in-memory implementations.
+//! - [`ports`] — clock and spawner, supplied by the adapter.
+//! - [`runtime`] — the builder an adapter calls at start-up.
+//!
+//! Core names no web framework, database driver or platform, and builds for
+//! `wasm32-unknown-unknown`.
+
+pub mod catalog;
+pub mod compiler;
+pub mod config;
+pub mod definition;
+pub mod engine;
+pub mod events;
+pub mod failure;
+pub mod identity;
+pub mod model;
+pub mod names;
+pub mod platform;
+pub mod ports;
+pub mod pricing;
+pub mod report;
+pub mod runtime;
+pub mod store;
+pub mod tools;

@@ -1,0 +1,147 @@
+//! Provider failures, classified the way the spec's model-provider page says.
+//!
+//! | failure | kind | next fallback link tried |
+//! |---|---|---|
+//! | timeout (connect, first byte, idle stream) | `Timeout` | yes |
+//! | the caller went away | `Canceled` | no |
+//! | HTTP 401 / 403 | `Unauthorized` | no — it is a configuration mistake |
+//! | HTTP 429 | `RateLimited` | yes |
+//! | HTTP 5xx | `ServerError` | yes |
+//! | transport failure without a status | `Transport` | yes |
+//! | other HTTP 4xx | `Rejected` | no |
+//! | a malformed response | `Protocol` | no |
+//! | the provider's safety filter | `ContentFiltered` | no |
+//!
+//! The upstream's own text (an error body, a socket error) is kept in `detail` for the log
+//! and never reaches a response or a stored row.
+
+use std::fmt;
+
+/// What kind of failure a provider call ended in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderErrorKind {
+    Timeout,
+    Canceled,
+    Unauthorized,
+    RateLimited,
+    ServerError,
+    Transport,
+    Rejected,
+    Protocol,
+    ContentFiltered,
+}
+
+/// A failed model call.
+#[derive(Debug, Clone)]
+pub struct ProviderError {
+    pub kind: ProviderErrorKind,
+    /// The upstream HTTP status, when there was one.
+    pub status: Option<u16>,
+    /// A short, secret-free type name shown in display messages (`HttpStatusError`).
+    pub type_name: &'static str,
+    /// Upstream detail. Log it; never show or store it.
+    pub detail: String,
+}
+
+impl ProviderError {
+    pub fn new(kind: ProviderErrorKind, type_name: &'static str, detail: impl Into<String>) -> Self {
+        Self { kind, status: None, type_name, detail: detail.into() }
+    }
+
+    pub fn timeout(detail: impl Into<String>) -> Self {
+        Self::new(ProviderErrorKind::Timeout, "TimeoutError", detail)
+    }
+
+    pub fn canceled() -> Self {
+        Self::new(ProviderErrorKind::Canceled, "Canceled", "the caller canceled the model call")
+    }
+
+    pub fn protocol(detail: impl Into<String>) -> Self {
+        Self::new(ProviderErrorKind::Protocol, "ProtocolError", detail)
+    }
+
+    pub fn content_filtered() -> Self {
+        Self::new(
+            ProviderErrorKind::ContentFiltered,
+            "ContentFiltered",
+            "the provider's content filter stopped the response",
+        )
+    }
+
+    /// Classifies a non-success HTTP status. `body` is kept for the log only.
+    pub fn from_status(status: u16, body: &str) -> Self {
+        let kind = match status {
+            401 | 403 => ProviderErrorKind::Unauthorized,
+            408 => ProviderErrorKind::Timeout,
+            429 => ProviderErrorKind::RateLimited,
+            500..=599 => ProviderErrorKind::ServerError,
+            _ => ProviderErrorKind::Rejected,
+        };
+        let snippet: String = body.chars().take(2_000).collect();
+        Self { kind, status: Some(status), type_name: "HttpStatusError", detail: format!("HTTP {status}: {snippet}") }
+    }
+
+    /// Classifies a transport error. A timeout is a timeout, never a cancellation.
+    pub fn from_reqwest(err: &reqwest::Error) -> Self {
+        if err.is_timeout() {
+            return Self::timeout(err.to_string());
+        }
+        if let Some(status) = err.status() {
+            return Self::from_status(status.as_u16(), &err.to_string());
+        }
+        if err.is_decode() || err.is_body() {
+            return Self::new(ProviderErrorKind::Transport, "HttpBodyError", err.to_string());
+        }
+        Self::new(ProviderErrorKind::Transport, "HttpRequestError", err.to_string())
+    }
+
+    /// Whether moving to the next fallback link could help.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.kind,
+            ProviderErrorKind::Timeout
+                | ProviderErrorKind::RateLimited
+                | ProviderErrorKind::ServerError
+                | ProviderErrorKind::Transport
+        )
+    }
+}
+
+impl fmt::Display for ProviderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Deliberately without `detail`: Display is what ends up in messages.
+        match self.status {
+            Some(s) => write!(f, "{} (HTTP {s})", self.type_name),
+            None => f.write_str(self.type_name),
+        }
+    }
+}
+
+impl std::error::Error for ProviderError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_classify_as_the_spec_says() {
+        assert_eq!(ProviderError::from_status(401, "").kind, ProviderErrorKind::Unauthorized);
+        assert_eq!(ProviderError::from_status(403, "").kind, ProviderErrorKind::Unauthorized);
+        assert_eq!(ProviderError::from_status(429, "").kind, ProviderErrorKind::RateLimited);
+        assert_eq!(ProviderError::from_status(500, "").kind, ProviderErrorKind::ServerError);
+        assert_eq!(ProviderError::from_status(503, "").kind, ProviderErrorKind::ServerError);
+        assert_eq!(ProviderError::from_status(400, "").kind, ProviderErrorKind::Rejected);
+        assert!(!ProviderError::from_status(401, "").is_retryable());
+        assert!(ProviderError::from_status(429, "").is_retryable());
+        assert!(ProviderError::from_status(502, "").is_retryable());
+        assert!(ProviderError::timeout("x").is_retryable());
+        assert!(!ProviderError::canceled().is_retryable());
+    }
+
+    #[test]
+    fn display_never_carries_the_upstream_text() {
+        let e = ProviderError::from_status(500, "db password=hunter2");
+        assert!(!e.to_string().contains("hunter2"));
+        assert!(e.detail.contains("hunter2"));
+    }
+}

@@ -1,0 +1,206 @@
+//! Model providers: the wire-neutral request, the streamed events, and the provider port.
+//!
+//! A [`ModelProvider`] turns a [`ModelRequest`] into a stream of [`ModelEvent`]s. Providers
+//! assemble tool-call deltas themselves and emit whole [`ToolCall`]s; they report usage only
+//! when the upstream measured it (absent usage stays `None`, never invented) and classify
+//! every failure into a [`ProviderError`]. The turn engine owns everything around the call:
+//! timeouts, cancellation, the tool loop.
+//!
+//! Built in: [`openai::OpenAiProvider`] (OpenAI and compatible Chat Completions),
+//! [`anthropic::AnthropicProvider`] (Messages API) and [`scripted::ScriptedProvider`]
+//! (deterministic, for tests and the keyless demo).
+
+pub mod anthropic;
+pub mod error;
+pub mod openai;
+pub mod registry;
+pub mod scripted;
+mod sse;
+
+use std::collections::BTreeMap;
+
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::definition::{ModelBinding, ReasoningEffort, ResponseFormat};
+pub use error::{ProviderError, ProviderErrorKind};
+pub use registry::ProviderRegistry;
+
+/// A message of the conversation sent to the model. The system prompt travels separately
+/// on [`ModelRequest::system`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "camelCase")]
+pub enum Message {
+    User {
+        text: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    Assistant {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+        /// Reasoning blocks a provider needs echoed back (Anthropic thinking with tools).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reasoning: Vec<ReasoningBlock>,
+    },
+    #[serde(rename_all = "camelCase")]
+    Tool {
+        call_id: String,
+        name: String,
+        content: String,
+        #[serde(default)]
+        is_error: bool,
+    },
+}
+
+impl Message {
+    pub fn user(text: impl Into<String>) -> Self {
+        Self::User { text: text.into() }
+    }
+}
+
+/// A complete tool call the model asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// The arguments exactly as the model produced them (JSON text, possibly invalid).
+    pub arguments: String,
+}
+
+/// A reasoning block, kept so it can be sent back to a provider that requires it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReasoningBlock {
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+}
+
+/// A tool offered to the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: serde_json::Value,
+}
+
+/// One model call, provider-neutral.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelRequest {
+    pub model: String,
+    pub system: Option<String>,
+    pub messages: Vec<Message>,
+    pub tools: Vec<ToolSpec>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub max_output_tokens: Option<u32>,
+    pub reasoning_effort: Option<ReasoningEffort>,
+    pub response_format: Option<ResponseFormat>,
+    pub provider_settings: BTreeMap<String, serde_json::Value>,
+    pub parallel_tool_calls: bool,
+}
+
+impl ModelRequest {
+    pub fn from_binding(binding: &ModelBinding) -> Self {
+        Self {
+            model: binding.model.clone(),
+            system: None,
+            messages: Vec::new(),
+            tools: Vec::new(),
+            temperature: binding.temperature,
+            top_p: binding.top_p,
+            max_output_tokens: binding.max_output_tokens,
+            reasoning_effort: binding.reasoning_effort,
+            response_format: binding.response_format.clone(),
+            provider_settings: binding.provider_settings.clone(),
+            parallel_tool_calls: binding.allow_concurrent_tool_calls,
+        }
+    }
+
+    /// A provider setting by case-insensitive key.
+    pub fn setting(&self, key: &str) -> Option<&serde_json::Value> {
+        self.provider_settings.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v)
+    }
+}
+
+/// Token usage as the provider measured it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub total_tokens: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.total_tokens += other.total_tokens;
+        self.cached_input_tokens = add_opt(self.cached_input_tokens, other.cached_input_tokens);
+        self.reasoning_tokens = add_opt(self.reasoning_tokens, other.reasoning_tokens);
+    }
+}
+
+fn add_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (None, None) => None,
+        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+    }
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum FinishReason {
+    Stop,
+    Length,
+    ToolCalls,
+    ContentFilter,
+    Other,
+}
+
+/// What a provider stream yields.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelEvent {
+    TextDelta(String),
+    ReasoningDelta(String),
+    /// A reasoning block is complete (with its signature, when the provider signs it).
+    ReasoningBlock(ReasoningBlock),
+    ToolCall(ToolCall),
+    Usage(Usage),
+    /// The model that actually answered, when the provider reports it.
+    Model(String),
+    Finish(FinishReason),
+}
+
+pub type ModelStream = BoxStream<'static, Result<ModelEvent, ProviderError>>;
+
+/// A named model route. Providers are shared by every run and must be thread-safe;
+/// credentials come from configuration when the provider is built, never from a definition.
+#[async_trait::async_trait]
+pub trait ModelProvider: Send + Sync {
+    /// The stable name definitions select it by (matched case-insensitively).
+    fn name(&self) -> &str;
+
+    /// The `providerSettings` keys this provider understands. Any other key fails compilation.
+    fn known_settings(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Checks a binding's provider-specific values; `(field, message)` per problem.
+    fn check_binding(&self, _binding: &ModelBinding) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    /// Starts one streamed model call.
+    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ProviderError>;
+}

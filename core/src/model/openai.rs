@@ -1,0 +1,521 @@
+//! OpenAI Chat Completions, for `openai` and for named OpenAI-compatible endpoints.
+//!
+//! Every call streams (`stream: true` with `stream_options.include_usage`), so a compatible
+//! server that omits usage leaves it `None`. [`ChatStreamParser`] is the pure part: it takes
+//! the `data:` payloads of the stream and yields [`ModelEvent`]s, assembling tool-call
+//! deltas (by `index`) into whole calls. It is tested against recorded wire transcripts.
+
+use std::collections::BTreeMap;
+
+use futures::{StreamExt, stream};
+use serde_json::{Value, json};
+
+use super::sse;
+use super::{
+    FinishReason, Message, ModelEvent, ModelProvider, ModelRequest, ModelStream, ProviderError, ToolCall, Usage,
+};
+use crate::definition::{ModelBinding, ResponseFormat};
+use crate::platform::send_future;
+
+pub const OPENAI: &str = "openai";
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// Which flavour of the Chat Completions API an endpoint speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// api.openai.com: `max_completion_tokens`, `reasoning_effort`.
+    OpenAi,
+    /// A compatible server (Ollama, vLLM, LM Studio, OpenRouter, …): the older
+    /// `max_tokens`, which every compatible server accepts.
+    Compatible,
+}
+
+/// A Chat Completions endpoint.
+pub struct OpenAiProvider {
+    name: String,
+    base_url: String,
+    api_key: Option<String>,
+    flavor: Flavor,
+    client: reqwest::Client,
+}
+
+impl OpenAiProvider {
+    /// The official OpenAI endpoint (`base_url` overridable for proxies and tests).
+    pub fn openai(client: reqwest::Client, api_key: String, base_url: Option<String>) -> Self {
+        Self {
+            name: OPENAI.to_owned(),
+            base_url: trim_base(base_url.as_deref().unwrap_or(DEFAULT_BASE_URL)),
+            api_key: Some(api_key),
+            flavor: Flavor::OpenAi,
+            client,
+        }
+    }
+
+    /// A named compatible endpoint. The name must match `[a-z0-9][a-z0-9-]{0,31}` and not
+    /// be `openai` or `openai-responses`; the endpoint must be an absolute http(s) URL. A
+    /// keyless server is valid.
+    pub fn compatible(
+        client: reqwest::Client,
+        name: &str,
+        endpoint: &str,
+        api_key: Option<String>,
+    ) -> Result<Self, String> {
+        if !is_compatible_name(name) {
+            return Err(format!(
+                "'{name}' is not a valid compatible provider name: it must match [a-z0-9][a-z0-9-]{{0,31}}."
+            ));
+        }
+        if name == "openai" || name == "openai-responses" {
+            return Err(format!("The provider name '{name}' is reserved."));
+        }
+        let ok_scheme = endpoint.starts_with("http://") || endpoint.starts_with("https://");
+        if !ok_scheme || reqwest::Url::parse(endpoint).is_err() {
+            return Err(format!("The endpoint of compatible provider '{name}' must be an absolute http(s) URL."));
+        }
+        Ok(Self { name: name.to_owned(), base_url: trim_base(endpoint), api_key, flavor: Flavor::Compatible, client })
+    }
+
+    fn body(&self, request: &ModelRequest) -> Value {
+        build_body(request, self.flavor)
+    }
+}
+
+fn trim_base(url: &str) -> String {
+    url.trim_end_matches('/').to_owned()
+}
+
+/// `[a-z0-9][a-z0-9-]{0,31}`.
+pub fn is_compatible_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 32
+        && chars.next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+#[async_trait::async_trait]
+impl ModelProvider for OpenAiProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn check_binding(&self, binding: &ModelBinding) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        if self.flavor == Flavor::Compatible && binding.reasoning_effort.is_some() {
+            // Compatible servers differ; sending it anyway is the caller's explicit choice,
+            // so this is allowed. Nothing to check.
+        }
+        if let Some(ResponseFormat::JsonSchema { schema, .. }) = &binding.response_format
+            && schema.get("type").and_then(Value::as_str) != Some("object")
+        {
+            out.push((
+                "model.responseFormat.schema".to_owned(),
+                "OpenAI structured output needs a schema whose top-level type is \"object\".".to_owned(),
+            ));
+        }
+        out
+    }
+
+    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ProviderError> {
+        // reqwest's wasm32 futures are !Send; see crate::platform.
+        crate::platform::send_future(self.start(request)).await
+    }
+}
+
+impl OpenAiProvider {
+    async fn start(&self, request: ModelRequest) -> Result<ModelStream, ProviderError> {
+        let url = format!("{}/chat/completions", self.base_url);
+        let mut builder = self.client.post(url).json(&self.body(&request));
+        if let Some(key) = &self.api_key {
+            builder = builder.bearer_auth(key);
+        }
+        let response = sse::send(builder).await?;
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        if content_type.starts_with("application/json") {
+            // A server that ignored `stream: true` answered with a whole completion.
+            let body = sse::json_body(response).await?;
+            let events = parse_completion(&body)?;
+            return Ok(stream::iter(events.into_iter().map(Ok)).boxed());
+        }
+        let events = sse::events(response);
+        let parser = ChatStreamParser::default();
+        let out = stream::unfold((events, parser, false), |(mut events, mut parser, done)| async move {
+            if done {
+                return None;
+            }
+            loop {
+                match send_future(events.next()).await {
+                    Some(Ok(ev)) => match parser.push(&ev.data) {
+                        Ok(items) if items.is_empty() => continue,
+                        Ok(items) => return Some((Ok(items), (events, parser, false))),
+                        Err(e) => return Some((Err(e), (events, parser, true))),
+                    },
+                    Some(Err(e)) => return Some((Err(e), (events, parser, true))),
+                    None => {
+                        let tail = parser.finish();
+                        return Some((tail, (events, ChatStreamParser::default(), true)));
+                    }
+                }
+            }
+        })
+        .flat_map(|batch: Result<Vec<ModelEvent>, ProviderError>| match batch {
+            Ok(items) => stream::iter(items.into_iter().map(Ok).collect::<Vec<_>>()),
+            Err(e) => stream::iter(vec![Err(e)]),
+        });
+        Ok(out.boxed())
+    }
+}
+
+/// The Chat Completions request body.
+pub fn build_body(request: &ModelRequest, flavor: Flavor) -> Value {
+    let mut messages = Vec::with_capacity(request.messages.len() + 1);
+    if let Some(system) = &request.system {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    for m in &request.messages {
+        messages.push(match m {
+            Message::User { text } => json!({"role": "user", "content": text}),
+            Message::Assistant { text, tool_calls, .. } => {
+                let mut msg = json!({"role": "assistant", "content": text});
+                if !tool_calls.is_empty() {
+                    msg["tool_calls"] = tool_calls
+                        .iter()
+                        .map(|c| {
+                            json!({"id": c.id, "type": "function",
+                                   "function": {"name": c.name, "arguments": c.arguments}})
+                        })
+                        .collect();
+                }
+                msg
+            }
+            Message::Tool { call_id, content, .. } => {
+                json!({"role": "tool", "tool_call_id": call_id, "content": content})
+            }
+        });
+    }
+    let mut body = json!({
+        "model": request.model,
+        "messages": messages,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function",
+                       "function": {"name": t.name, "description": t.description, "parameters": t.parameters}})
+            })
+            .collect();
+        body["parallel_tool_calls"] = json!(request.parallel_tool_calls);
+    }
+    if let Some(t) = request.temperature {
+        body["temperature"] = json!(t);
+    }
+    if let Some(t) = request.top_p {
+        body["top_p"] = json!(t);
+    }
+    if let Some(n) = request.max_output_tokens {
+        let key = match flavor {
+            Flavor::OpenAi => "max_completion_tokens",
+            Flavor::Compatible => "max_tokens",
+        };
+        body[key] = json!(n);
+    }
+    if let Some(effort) = request.reasoning_effort {
+        body["reasoning_effort"] = json!(effort.as_wire());
+    }
+    match &request.response_format {
+        None | Some(ResponseFormat::Text) => {}
+        Some(ResponseFormat::Json) => body["response_format"] = json!({"type": "json_object"}),
+        Some(ResponseFormat::JsonSchema { name, schema, description, strict }) => {
+            let mut js = json!({"name": name, "schema": schema});
+            if let Some(d) = description {
+                js["description"] = json!(d);
+            }
+            if let Some(s) = strict {
+                js["strict"] = json!(s);
+            }
+            body["response_format"] = json!({"type": "json_schema", "json_schema": js});
+        }
+    }
+    body
+}
+
+#[derive(Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Turns Chat Completions stream chunks into [`ModelEvent`]s.
+#[derive(Default)]
+pub struct ChatStreamParser {
+    calls: BTreeMap<u64, PartialCall>,
+    model_reported: bool,
+    finish: Option<FinishReason>,
+    calls_emitted: bool,
+    done: bool,
+}
+
+impl ChatStreamParser {
+    /// Feeds one `data:` payload.
+    pub fn push(&mut self, data: &str) -> Result<Vec<ModelEvent>, ProviderError> {
+        let data = data.trim();
+        if data.is_empty() {
+            return Ok(Vec::new());
+        }
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(Vec::new());
+        }
+        let chunk: Value =
+            serde_json::from_str(data).map_err(|e| ProviderError::protocol(format!("invalid stream chunk: {e}")))?;
+        if let Some(err) = chunk.get("error") {
+            return Err(stream_error(err));
+        }
+        let mut out = Vec::new();
+        if !self.model_reported
+            && let Some(m) = chunk.get("model").and_then(Value::as_str)
+            && !m.is_empty()
+        {
+            self.model_reported = true;
+            out.push(ModelEvent::Model(m.to_owned()));
+        }
+        if let Some(choices) = chunk.get("choices").and_then(Value::as_array) {
+            for choice in choices {
+                if choice.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
+                    continue;
+                }
+                if let Some(delta) = choice.get("delta") {
+                    for key in ["reasoning_content", "reasoning"] {
+                        if let Some(r) = delta.get(key).and_then(Value::as_str)
+                            && !r.is_empty()
+                        {
+                            out.push(ModelEvent::ReasoningDelta(r.to_owned()));
+                        }
+                    }
+                    if let Some(text) = delta.get("content").and_then(Value::as_str)
+                        && !text.is_empty()
+                    {
+                        out.push(ModelEvent::TextDelta(text.to_owned()));
+                    }
+                    if let Some(refusal) = delta.get("refusal").and_then(Value::as_str)
+                        && !refusal.is_empty()
+                    {
+                        out.push(ModelEvent::TextDelta(refusal.to_owned()));
+                    }
+                    if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+                        for (pos, call) in calls.iter().enumerate() {
+                            let index = call.get("index").and_then(Value::as_u64).unwrap_or(pos as u64);
+                            let entry = self.calls.entry(index).or_default();
+                            if let Some(id) = call.get("id").and_then(Value::as_str)
+                                && !id.is_empty()
+                            {
+                                entry.id = id.to_owned();
+                            }
+                            if let Some(f) = call.get("function") {
+                                if let Some(n) = f.get("name").and_then(Value::as_str) {
+                                    entry.name.push_str(n);
+                                }
+                                if let Some(a) = f.get("arguments").and_then(Value::as_str) {
+                                    entry.arguments.push_str(a);
+                                }
+                            }
+                        }
+                    }
+                }
+                if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+                    self.finish = Some(map_finish(reason));
+                    out.extend(self.take_calls());
+                }
+            }
+        }
+        if let Some(usage) = chunk.get("usage").filter(|u| !u.is_null()) {
+            out.push(ModelEvent::Usage(parse_usage(usage)));
+        }
+        Ok(out)
+    }
+
+    /// The stream ended. A stream that stopped before any finish reason or `[DONE]`
+    /// was cut off, which is a transport failure, not an answer.
+    pub fn finish(mut self) -> Result<Vec<ModelEvent>, ProviderError> {
+        if self.finish.is_none() && !self.done {
+            return Err(ProviderError::new(
+                super::ProviderErrorKind::Transport,
+                "StreamInterrupted",
+                "the stream ended before a finish reason",
+            ));
+        }
+        let mut out = self.take_calls();
+        let reason = match self.finish {
+            Some(r) => r,
+            None if self.calls_emitted => FinishReason::ToolCalls,
+            None => FinishReason::Stop,
+        };
+        out.push(ModelEvent::Finish(reason));
+        Ok(out)
+    }
+
+    fn take_calls(&mut self) -> Vec<ModelEvent> {
+        let calls = std::mem::take(&mut self.calls);
+        if !calls.is_empty() {
+            self.calls_emitted = true;
+        }
+        calls
+            .into_values()
+            .map(|c| {
+                ModelEvent::ToolCall(ToolCall {
+                    id: c.id,
+                    name: c.name,
+                    arguments: if c.arguments.trim().is_empty() { "{}".to_owned() } else { c.arguments },
+                })
+            })
+            .collect()
+    }
+}
+
+fn map_finish(reason: &str) -> FinishReason {
+    match reason {
+        "stop" => FinishReason::Stop,
+        "length" => FinishReason::Length,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        "content_filter" => FinishReason::ContentFilter,
+        _ => FinishReason::Other,
+    }
+}
+
+fn parse_usage(u: &Value) -> Usage {
+    let get = |k: &str| u.get(k).and_then(Value::as_u64);
+    let input = get("prompt_tokens").unwrap_or(0);
+    let output = get("completion_tokens").unwrap_or(0);
+    Usage {
+        input_tokens: input,
+        output_tokens: output,
+        total_tokens: get("total_tokens").unwrap_or(input + output),
+        cached_input_tokens: u.pointer("/prompt_tokens_details/cached_tokens").and_then(Value::as_u64),
+        reasoning_tokens: u.pointer("/completion_tokens_details/reasoning_tokens").and_then(Value::as_u64),
+    }
+}
+
+fn stream_error(err: &Value) -> ProviderError {
+    let detail = err.to_string();
+    let code = err.get("code").and_then(Value::as_str).unwrap_or_default();
+    let kind_text = err.get("type").and_then(Value::as_str).unwrap_or_default();
+    let mut e = if code == "rate_limit_exceeded" || kind_text.contains("rate_limit") {
+        ProviderError::from_status(429, &detail)
+    } else if kind_text.contains("server_error") || kind_text.is_empty() {
+        ProviderError::from_status(500, &detail)
+    } else {
+        ProviderError::from_status(400, &detail)
+    };
+    e.type_name = "StreamError";
+    e
+}
+
+/// A whole (non-streamed) completion, from a server that ignored `stream: true`.
+pub fn parse_completion(body: &Value) -> Result<Vec<ModelEvent>, ProviderError> {
+    let mut out = Vec::new();
+    if let Some(m) = body.get("model").and_then(Value::as_str) {
+        out.push(ModelEvent::Model(m.to_owned()));
+    }
+    let choice = body.pointer("/choices/0").ok_or_else(|| ProviderError::protocol("completion without choices"))?;
+    let message = choice.get("message").cloned().unwrap_or(Value::Null);
+    if let Some(text) = message.get("content").and_then(Value::as_str)
+        && !text.is_empty()
+    {
+        out.push(ModelEvent::TextDelta(text.to_owned()));
+    }
+    if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
+        for c in calls {
+            out.push(ModelEvent::ToolCall(ToolCall {
+                id: c.get("id").and_then(Value::as_str).unwrap_or_default().to_owned(),
+                name: c.pointer("/function/name").and_then(Value::as_str).unwrap_or_default().to_owned(),
+                arguments: c.pointer("/function/arguments").and_then(Value::as_str).unwrap_or("{}").to_owned(),
+            }));
+        }
+    }
+    if let Some(u) = body.get("usage").filter(|u| !u.is_null()) {
+        out.push(ModelEvent::Usage(parse_usage(u)));
+    }
+    let reason = choice.get("finish_reason").and_then(Value::as_str).map(map_finish).unwrap_or(FinishReason::Stop);
+    out.push(ModelEvent::Finish(reason));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::definition::ReasoningEffort;
+    use crate::model::ToolSpec;
+
+    #[test]
+    fn body_maps_messages_tools_and_options() {
+        let mut r = ModelRequest::from_binding(&ModelBinding {
+            provider: "openai".into(),
+            model: "m".into(),
+            max_output_tokens: Some(50),
+            reasoning_effort: Some(ReasoningEffort::Low),
+            response_format: Some(ResponseFormat::Json),
+            ..Default::default()
+        });
+        r.system = Some("sys".into());
+        r.messages = vec![
+            Message::user("hi"),
+            Message::Assistant {
+                text: None,
+                tool_calls: vec![ToolCall { id: "c1".into(), name: "t".into(), arguments: "{}".into() }],
+                reasoning: vec![],
+            },
+            Message::Tool { call_id: "c1".into(), name: "t".into(), content: "ok".into(), is_error: false },
+        ];
+        r.tools = vec![ToolSpec { name: "t".into(), description: "d".into(), parameters: json!({"type": "object"}) }];
+        let b = build_body(&r, Flavor::OpenAi);
+        assert_eq!(b["messages"][0], json!({"role": "system", "content": "sys"}));
+        assert_eq!(b["messages"][2]["tool_calls"][0]["function"]["name"], "t");
+        assert_eq!(b["messages"][3], json!({"role": "tool", "tool_call_id": "c1", "content": "ok"}));
+        assert_eq!(b["max_completion_tokens"], 50);
+        assert_eq!(b["reasoning_effort"], "low");
+        assert_eq!(b["response_format"], json!({"type": "json_object"}));
+        assert_eq!(b["parallel_tool_calls"], false);
+        assert_eq!(b["stream_options"]["include_usage"], true);
+        let c = build_body(&r, Flavor::Compatible);
+        assert_eq!(c["max_tokens"], 50);
+        assert!(c.get("max_completion_tokens").is_none());
+    }
+
+    #[test]
+    fn compatible_names_follow_the_spec_pattern() {
+        assert!(is_compatible_name("ollama"));
+        assert!(is_compatible_name("lm-studio2"));
+        assert!(!is_compatible_name("-x"));
+        assert!(!is_compatible_name("Ollama"));
+        assert!(!is_compatible_name(&"a".repeat(33)));
+        let c = reqwest::Client::new();
+        assert!(OpenAiProvider::compatible(c.clone(), "openai", "http://x", None).is_err());
+        assert!(OpenAiProvider::compatible(c.clone(), "local", "localhost:1", None).is_err());
+        assert!(OpenAiProvider::compatible(c, "local", "http://localhost:11434/v1", None).is_ok());
+    }
+
+    #[test]
+    fn a_stream_cut_off_before_finish_is_a_transport_failure() {
+        let mut p = ChatStreamParser::default();
+        p.push(r#"{"model":"m","choices":[{"index":0,"delta":{"content":"Hel"}}]}"#).unwrap();
+        let err = p.finish().unwrap_err();
+        assert_eq!(err.kind, crate::model::ProviderErrorKind::Transport);
+    }
+
+    #[test]
+    fn an_error_chunk_is_classified() {
+        let mut p = ChatStreamParser::default();
+        let e =
+            p.push(r#"{"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}"#).unwrap_err();
+        assert_eq!(e.kind, crate::model::ProviderErrorKind::RateLimited);
+    }
+}

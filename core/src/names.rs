@@ -1,0 +1,202 @@
+//! Names and identifiers that cross a trust boundary, parsed once.
+//!
+//! Use [`AgentName`] for anything that addresses an agent (URL path segments, definition
+//! names, callable-agent and shared-instructions references), [`ToolName`] for tool
+//! registrations and references, [`TenantId`] for the tenant every store call carries, and
+//! [`RunId`] for runs. Constructing one validates it; holding one proves it is valid.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Longest agent name accepted anywhere (definitions, paths, references).
+pub const MAX_AGENT_NAME_LEN: usize = 64;
+/// Longest tool name; the OpenAI and Anthropic function-name limit.
+pub const MAX_TOOL_NAME_LEN: usize = 64;
+
+/// Why a name was refused. The message is ours and safe to show.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidName(pub String);
+
+/// An agent name: 1–64 characters, lowercase ASCII letters, digits, `.`, `_` or `-`,
+/// starting with a letter or digit. Lowercase only, so two names never differ by case
+/// alone and the name is safe in a URL path and as an OpenAI `model` value.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct AgentName(String);
+
+impl AgentName {
+    pub fn parse(value: &str) -> Result<Self, InvalidName> {
+        if value.is_empty() {
+            return Err(InvalidName("An agent name must not be empty.".into()));
+        }
+        if value.len() > MAX_AGENT_NAME_LEN {
+            return Err(InvalidName(format!(
+                "An agent name is at most {MAX_AGENT_NAME_LEN} characters; this one has {}.",
+                value.chars().count()
+            )));
+        }
+        let mut chars = value.chars();
+        let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+        let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_' || c == '.');
+        if !first_ok || !rest_ok {
+            return Err(InvalidName(format!(
+                "'{}' is not a valid agent name: use lowercase letters, digits, '.', '_' or '-', starting with a letter or digit.",
+                truncate_for_message(value)
+            )));
+        }
+        Ok(Self(value.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for AgentName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        AgentName::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for AgentName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for AgentName {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A tool name: 1–64 characters of ASCII letters, digits, `_` or `-`, starting with a
+/// letter — the intersection of what the OpenAI and Anthropic APIs accept.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct ToolName(String);
+
+impl ToolName {
+    pub fn parse(value: &str) -> Result<Self, InvalidName> {
+        if value.is_empty() || value.len() > MAX_TOOL_NAME_LEN {
+            return Err(InvalidName(format!("A tool name is 1 to {MAX_TOOL_NAME_LEN} characters long.")));
+        }
+        let mut chars = value.chars();
+        let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
+        let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !first_ok || !rest_ok {
+            return Err(InvalidName(format!(
+                "'{}' is not a valid tool name: use ASCII letters, digits, '_' or '-', starting with a letter.",
+                truncate_for_message(value)
+            )));
+        }
+        Ok(Self(value.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ToolName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The tenant a request acts for. Every store method takes one first, so no store call
+/// can read across tenants by accident. Until tenancy is configured every request acts
+/// for [`TenantId::default_tenant`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TenantId(String);
+
+impl TenantId {
+    pub const DEFAULT: &'static str = "default";
+
+    pub fn default_tenant() -> Self {
+        Self(Self::DEFAULT.to_owned())
+    }
+
+    /// 1–64 characters of ASCII letters, digits, `-`, `_` or `.`.
+    pub fn parse(value: &str) -> Result<Self, InvalidName> {
+        let ok = !value.is_empty()
+            && value.len() <= 64
+            && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
+        if ok {
+            Ok(Self(value.to_owned()))
+        } else {
+            Err(InvalidName("A tenant id is 1 to 64 ASCII letters, digits, '-', '_' or '.'.".into()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TenantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A run identifier (UUIDv7, so ids sort by creation time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(transparent)]
+#[schema(value_type = String, format = Uuid)]
+pub struct RunId(pub uuid::Uuid);
+
+impl RunId {
+    pub fn parse(value: &str) -> Option<Self> {
+        uuid::Uuid::parse_str(value).ok().map(Self)
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Keeps user-supplied text in our own messages short (and on a char boundary).
+pub(crate) fn truncate_for_message(value: &str) -> String {
+    const MAX: usize = 80;
+    if value.chars().count() <= MAX {
+        value.to_owned()
+    } else {
+        let cut: String = value.chars().take(MAX).collect();
+        format!("{cut}…")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_names_follow_the_pattern() {
+        for ok in ["support", "a", "house-rules", "gpt-4o.mini", "a_b", "9lives"] {
+            assert!(AgentName::parse(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "Support", "-x", ".x", "a b", "a/b", "ä", "a:b"] {
+            assert!(AgentName::parse(bad).is_err(), "{bad}");
+        }
+        assert!(AgentName::parse(&"a".repeat(64)).is_ok());
+        let err = AgentName::parse(&"a".repeat(65)).unwrap_err();
+        assert!(err.0.contains("at most 64"));
+    }
+
+    #[test]
+    fn tool_names_follow_the_pattern() {
+        for ok in ["get_order_status", "A", "x-1"] {
+            assert!(ToolName::parse(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "1x", "_x", "a.b", "a b", &"a".repeat(65)] {
+            assert!(ToolName::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! Per-model prices and the cost snapshot a run keeps.
+//!
+//! Prices come from configuration only — Tracon never invents one:
+//!
+//! ```text
+//! Tracon__Pricing__Currency=USD
+//! Tracon__Pricing__Models__0__Provider=openai
+//! Tracon__Pricing__Models__0__Model=gpt-4o-mini
+//! Tracon__Pricing__Models__0__InputPerMillion=0.15
+//! Tracon__Pricing__Models__0__OutputPerMillion=0.60
+//! Tracon__Pricing__Models__0__CachedInputPerMillion=0.075
+//! ```
+//!
+//! A run's cost is a snapshot: it carries the unit prices applied, computed once when the
+//! run ends, and is `null` when usage was not measured or no price is known.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::config::{Config, ConfigError};
+use crate::model::Usage;
+
+/// Unit prices per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelPrice {
+    pub input_per_million: f64,
+    pub output_per_million: f64,
+    pub cached_input_per_million: Option<f64>,
+}
+
+/// What a run cost, with the prices that were applied.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CostSnapshot {
+    pub currency: String,
+    pub input_cost: f64,
+    pub output_cost: f64,
+    pub total_cost: f64,
+    pub input_per_million: f64,
+    pub output_per_million: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input_per_million: Option<f64>,
+}
+
+/// The configured price list.
+#[derive(Debug, Clone, Default)]
+pub struct Pricing {
+    pub currency: String,
+    prices: BTreeMap<(String, String), ModelPrice>,
+}
+
+impl Pricing {
+    pub fn new(currency: &str) -> Self {
+        Self { currency: currency.to_owned(), prices: BTreeMap::new() }
+    }
+
+    pub fn with_price(mut self, provider: &str, model: &str, price: ModelPrice) -> Self {
+        self.prices.insert((provider.to_ascii_lowercase(), model.to_owned()), price);
+        self
+    }
+
+    pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
+        let currency = config.get("Tracon:Pricing:Currency").unwrap_or("USD").to_owned();
+        let mut pricing = Self::new(&currency);
+        for index in config.child_sections("Tracon:Pricing:Models") {
+            let key = |k: &str| format!("Tracon:Pricing:Models:{index}:{k}");
+            let (Some(provider), Some(model)) = (config.get(&key("Provider")), config.get(&key("Model"))) else {
+                return Err(ConfigError::Message(format!(
+                    "Tracon:Pricing:Models:{index} needs both Provider and Model."
+                )));
+            };
+            let input = config.parse::<f64>(&key("InputPerMillion"))?;
+            let output = config.parse::<f64>(&key("OutputPerMillion"))?;
+            let (Some(input), Some(output)) = (input, output) else {
+                return Err(ConfigError::Message(format!(
+                    "Tracon:Pricing:Models:{index} needs InputPerMillion and OutputPerMillion."
+                )));
+            };
+            let cached = config.parse::<f64>(&key("CachedInputPerMillion"))?;
+            if [Some(input), Some(output), cached].into_iter().flatten().any(|p| !p.is_finite() || p < 0.0) {
+                return Err(ConfigError::Message(format!("Tracon:Pricing:Models:{index} has a negative price.")));
+            }
+            let (provider, model) = (provider.to_owned(), model.to_owned());
+            pricing = pricing.with_price(
+                &provider,
+                &model,
+                ModelPrice { input_per_million: input, output_per_million: output, cached_input_per_million: cached },
+            );
+        }
+        Ok(pricing)
+    }
+
+    /// The cost of `usage` on `provider`/`model`, or `None` when either is unknown.
+    pub fn cost(&self, provider: &str, model: &str, usage: Option<&Usage>) -> Option<CostSnapshot> {
+        let usage = usage?;
+        let price = self.prices.get(&(provider.to_ascii_lowercase(), model.to_owned()))?;
+        let cached = usage.cached_input_tokens.unwrap_or(0).min(usage.input_tokens);
+        let (uncached, cached_price) = match price.cached_input_per_million {
+            Some(p) => (usage.input_tokens - cached, Some(p)),
+            None => (usage.input_tokens, None),
+        };
+        let input_cost =
+            (uncached as f64 * price.input_per_million + cached_price.map_or(0.0, |p| cached as f64 * p)) / 1_000_000.0;
+        let output_cost = usage.output_tokens as f64 * price.output_per_million / 1_000_000.0;
+        Some(CostSnapshot {
+            currency: self.currency.clone(),
+            input_cost,
+            output_cost,
+            total_cost: input_cost + output_cost,
+            input_per_million: price.input_per_million,
+            output_per_million: price.output_per_million,
+            cached_input_per_million: price.cached_input_per_million,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cost_uses_configured_prices_and_is_null_when_unknown() {
+        let c = Config::from_pairs([
+            ("Tracon__Pricing__Models__0__Provider", "openai"),
+            ("Tracon__Pricing__Models__0__Model", "m"),
+            ("Tracon__Pricing__Models__0__InputPerMillion", "2"),
+            ("Tracon__Pricing__Models__0__OutputPerMillion", "8"),
+            ("Tracon__Pricing__Models__0__CachedInputPerMillion", "1"),
+        ]);
+        let p = Pricing::from_config(&c).unwrap();
+        let usage = Usage {
+            input_tokens: 1_000_000,
+            output_tokens: 500_000,
+            total_tokens: 1_500_000,
+            cached_input_tokens: Some(200_000),
+            reasoning_tokens: None,
+        };
+        let cost = p.cost("OpenAI", "m", Some(&usage)).unwrap();
+        assert!((cost.input_cost - (0.8 * 2.0 + 0.2)).abs() < 1e-9);
+        assert!((cost.output_cost - 4.0).abs() < 1e-9);
+        assert_eq!(cost.currency, "USD");
+        assert!(p.cost("openai", "other", Some(&usage)).is_none());
+        assert!(p.cost("openai", "m", None).is_none());
+    }
+
+    #[test]
+    fn incomplete_price_entries_are_configuration_errors() {
+        let c = Config::from_pairs([("Tracon__Pricing__Models__0__Provider", "openai")]);
+        assert!(Pricing::from_config(&c).is_err());
+    }
+}

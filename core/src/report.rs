@@ -1,0 +1,59 @@
+//! The validation report: every problem a definition has, each naming its field.
+//!
+//! `POST /api/agents/validate` returns a [`ValidationReport`] with `200`; the save path runs
+//! the same checks and answers `400` carrying the same problems.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// A stable, machine-matchable problem kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProblemCode {
+    InvalidName,
+    Required,
+    LimitExceeded,
+    OutOfRange,
+    Duplicate,
+    InvalidCulture,
+    InvalidParameter,
+    InvalidResponseFormat,
+    UnknownProvider,
+    UnknownTool,
+    UnknownCallableAgent,
+    CallableAgentCycle,
+    UnknownSharedInstructions,
+    NestedSharedInstructions,
+    UnknownProviderSetting,
+    InvalidProviderSetting,
+}
+
+/// One thing wrong with a definition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Problem {
+    pub code: ProblemCode,
+    /// The JSON path of the offending field (`model.provider`, `toolNames[2]`).
+    pub field: String,
+    pub message: String,
+}
+
+impl Problem {
+    pub fn new(code: ProblemCode, field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { code, field: field.into(), message: message.into() }
+    }
+}
+
+/// The answer of a validation: valid, or the list of problems.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ValidationReport {
+    pub valid: bool,
+    pub problems: Vec<Problem>,
+}
+
+impl ValidationReport {
+    pub fn from_problems(problems: Vec<Problem>) -> Self {
+        Self { valid: problems.is_empty(), problems }
+    }
+}

@@ -1,0 +1,182 @@
+//! The runtime an adapter builds once at start-up: registries, catalog, stores, platform
+//! ports and settings. [`RuntimeBuilder`] is the Rust face of the spec's `AddTracon()` /
+//! `Use…()` registrations; replaceable ports (tool authorization, argument validation,
+//! stores) keep a built-in default unless the host sets its own.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::catalog::Catalog;
+use crate::config::{Config, ConfigError};
+use crate::definition::AgentDefinition;
+use crate::model::{ModelProvider, ProviderRegistry};
+use crate::names::AgentName;
+use crate::ports::Platform;
+use crate::pricing::Pricing;
+use crate::store::Stores;
+use crate::tools::pipeline::{AllowAllTools, DEFAULT_TOOL_TIMEOUT, ToolArgumentsValidator, ToolAuthorizer};
+use crate::tools::{ToolRegistration, ToolRegistry};
+
+/// Installation-wide run settings.
+#[derive(Debug, Clone)]
+pub struct RuntimeSettings {
+    /// Longest wait for a model's first byte, and between two streamed chunks.
+    pub model_timeout: Duration,
+    /// Timeout of a tool without its own (`Tracon:Tools:DefaultTimeoutSeconds`).
+    pub default_tool_timeout: Duration,
+    /// Output limit of a tool without its own; unlimited by default.
+    pub default_max_output_bytes: Option<usize>,
+}
+
+impl Default for RuntimeSettings {
+    fn default() -> Self {
+        Self {
+            model_timeout: Duration::from_secs(100),
+            default_tool_timeout: DEFAULT_TOOL_TIMEOUT,
+            default_max_output_bytes: None,
+        }
+    }
+}
+
+impl RuntimeSettings {
+    pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
+        let d = Self::default();
+        Ok(Self {
+            model_timeout: config.seconds("Tracon:Providers:RequestTimeoutSeconds")?.unwrap_or(d.model_timeout),
+            default_tool_timeout: config
+                .seconds("Tracon:Tools:DefaultTimeoutSeconds")?
+                .unwrap_or(d.default_tool_timeout),
+            default_max_output_bytes: config.parse::<usize>("Tracon:Tools:DefaultMaxOutputBytes")?,
+        })
+    }
+}
+
+/// Everything a run needs, shared by every request.
+pub struct Runtime {
+    pub catalog: Catalog,
+    pub stores: Stores,
+    pub platform: Platform,
+    pub pricing: Pricing,
+    pub settings: RuntimeSettings,
+    pub tool_authorizer: Arc<dyn ToolAuthorizer>,
+    pub tool_validator: Option<Arc<dyn ToolArgumentsValidator>>,
+}
+
+/// Start-up registrations. Problems are collected and reported together by [`build`](Self::build).
+pub struct RuntimeBuilder {
+    agents: Vec<AgentDefinition>,
+    tools: ToolRegistry,
+    providers: ProviderRegistry,
+    stores: Option<Stores>,
+    platform: Platform,
+    pricing: Pricing,
+    settings: RuntimeSettings,
+    tool_authorizer: Arc<dyn ToolAuthorizer>,
+    tool_validator: Option<Arc<dyn ToolArgumentsValidator>>,
+    errors: Vec<String>,
+}
+
+/// Start-up failed; every problem is listed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("Tracon could not start:\n  - {}", .0.join("\n  - "))]
+pub struct BuildError(pub Vec<String>);
+
+impl RuntimeBuilder {
+    pub fn new(platform: Platform) -> Self {
+        Self {
+            agents: Vec::new(),
+            tools: ToolRegistry::default(),
+            providers: ProviderRegistry::default(),
+            stores: None,
+            platform,
+            pricing: Pricing::new("USD"),
+            settings: RuntimeSettings::default(),
+            tool_authorizer: Arc::new(AllowAllTools),
+            tool_validator: None,
+            errors: Vec::new(),
+        }
+    }
+
+    /// Registers a code-defined agent. It wins a name clash with any stored definition.
+    pub fn add_agent(mut self, definition: AgentDefinition) -> Self {
+        self.agents.push(definition);
+        self
+    }
+
+    pub fn add_tool(mut self, registration: Result<ToolRegistration, crate::tools::RegistrationError>) -> Self {
+        match registration.and_then(|r| self.tools.insert(r)) {
+            Ok(()) => {}
+            Err(e) => self.errors.push(e.0),
+        }
+        self
+    }
+
+    pub fn add_provider(mut self, provider: Arc<dyn ModelProvider>) -> Self {
+        if let Err(e) = self.providers.insert(provider) {
+            self.errors.push(e);
+        }
+        self
+    }
+
+    pub fn stores(mut self, stores: Stores) -> Self {
+        self.stores = Some(stores);
+        self
+    }
+
+    pub fn pricing(mut self, pricing: Pricing) -> Self {
+        self.pricing = pricing;
+        self
+    }
+
+    pub fn settings(mut self, settings: RuntimeSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    pub fn tool_authorizer(mut self, authorizer: Arc<dyn ToolAuthorizer>) -> Self {
+        self.tool_authorizer = authorizer;
+        self
+    }
+
+    pub fn tool_arguments_validator(mut self, validator: Arc<dyn ToolArgumentsValidator>) -> Self {
+        self.tool_validator = Some(validator);
+        self
+    }
+
+    /// Checks every registration and every code agent; fails with the full list.
+    pub fn build(self) -> Result<Runtime, BuildError> {
+        let mut errors = self.errors;
+        let mut code = BTreeMap::new();
+        for def in self.agents {
+            if let Err(e) = AgentName::parse(&def.name) {
+                errors.push(format!("Code agent '{}': {}", def.name, e.0));
+                continue;
+            }
+            if code.contains_key(&def.name) {
+                errors.push(format!("Two code agents are named '{}'.", def.name));
+                continue;
+            }
+            code.insert(def.name.clone(), Arc::new(def));
+        }
+        let stores = self.stores.unwrap_or_else(Stores::in_memory);
+        let catalog = Catalog::new(code.clone(), stores.definitions.clone(), self.providers, self.tools);
+        for def in code.values() {
+            for p in catalog.validate_code_agent(def) {
+                errors.push(format!("Code agent '{}': {} ({})", def.name, p.message, p.field));
+            }
+        }
+        if !errors.is_empty() {
+            return Err(BuildError(errors));
+        }
+        Ok(Runtime {
+            catalog,
+            stores,
+            platform: self.platform,
+            pricing: self.pricing,
+            settings: self.settings,
+            tool_authorizer: self.tool_authorizer,
+            tool_validator: self.tool_validator,
+        })
+    }
+}
