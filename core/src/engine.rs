@@ -255,11 +255,7 @@ async fn run_loop(
         }
         if turn.finish == Some(FinishReason::ContentFilter) {
             let e = ProviderError::content_filtered();
-            return Err(Stop::Failed(RunFailure::from_provider(
-                agent.provider.name(),
-                &e,
-                runtime.platform.clock.as_ref(),
-            )));
+            return Err(Stop::Failed(RunFailure::from_provider(agent.provider.name(), &e)));
         }
         if turn.calls.is_empty() || !offer_tools {
             return Ok(LoopEnd::Answered);
@@ -309,7 +305,7 @@ async fn model_turn(
     let clock = runtime.platform.clock.clone();
     let timeout = runtime.settings.model_timeout;
     let provider = agent.provider.clone();
-    let fail = |e: ProviderError| Stop::Failed(RunFailure::from_provider(provider.name(), &e, clock.as_ref()));
+    let fail = |e: ProviderError| Stop::Failed(RunFailure::from_provider(provider.name(), &e));
 
     let span = tracing::info_span!("model.call", provider = provider.name(), model = %request.model);
     let mut stream: ModelStream = tokio::select! {
@@ -456,12 +452,16 @@ async fn run_tools(
         return Ok(ToolsEnd::Approvals(approvals));
     }
 
+    let invoke = |i: usize, a: pipeline::Admitted| {
+        let span = tracing::info_span!("tools.invoke", tool = %a.call.name, call_id = %a.call.id);
+        async move { (i, pipeline::execute(a, env).await) }.instrument(span)
+    };
     let executed = if agent.definition.model.allow_concurrent_tool_calls {
-        join_all(admitted.into_iter().map(|(i, a)| async move { (i, pipeline::execute(a, env).await) })).await
+        join_all(admitted.into_iter().map(|(i, a)| invoke(i, a))).await
     } else {
         let mut out = Vec::with_capacity(admitted.len());
         for (i, a) in admitted {
-            out.push((i, pipeline::execute(a, env).await));
+            out.push(invoke(i, a).await);
         }
         out
     };
@@ -518,7 +518,7 @@ async fn finish_call(
         tool = %outcome.tool_name,
         status = ?outcome.status,
         duration_ms = outcome.duration_ms,
-        "tools.invoke"
+        "tool call settled"
     );
     emitter.emit(event).await;
     let record = ToolCallRecord {

@@ -9,7 +9,6 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::model::{ProviderError, ProviderErrorKind};
-use crate::ports::Clock;
 
 /// The class of a failed (or canceled) run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
@@ -75,8 +74,8 @@ impl RunFailure {
 
     /// Classifies a provider failure. The message names what happened in our words plus a
     /// ref; the upstream detail is logged under that ref.
-    pub fn from_provider(provider: &str, error: &ProviderError, clock: &dyn Clock) -> Self {
-        let reference = new_ref(clock);
+    pub fn from_provider(provider: &str, error: &ProviderError) -> Self {
+        let reference = new_ref();
         tracing::warn!(
             provider,
             r#ref = %reference,
@@ -115,8 +114,8 @@ impl RunFailure {
     }
 
     /// A foreign failure of our own code path: only the type name and a ref are kept.
-    pub fn foreign(type_name: &str, detail: &str, clock: &dyn Clock) -> Self {
-        let reference = new_ref(clock);
+    pub fn foreign(type_name: &str, detail: &str) -> Self {
+        let reference = new_ref();
         tracing::error!(r#ref = %reference, error_type = type_name, detail, "run failed");
         Self::new(ErrorClass::Internal, format!("{type_name} failed. (ref: {reference})"))
     }
@@ -126,10 +125,9 @@ impl RunFailure {
     }
 }
 
-/// A short correlation id for log lines (8 hex characters).
-pub fn new_ref(clock: &dyn Clock) -> String {
-    let id = crate::ports::new_id(clock);
-    let bytes = id.as_bytes();
-    // The random tail of a UUIDv7, not its timestamp.
-    format!("{:02x}{:02x}{:02x}{:02x}", bytes[12], bytes[13], bytes[14], bytes[15])
+/// A short random correlation id for log lines (8 hex characters).
+pub fn new_ref() -> String {
+    let id = uuid::Uuid::new_v4();
+    let b = id.as_bytes();
+    format!("{:02x}{:02x}{:02x}{:02x}", b[12], b[13], b[14], b[15])
 }

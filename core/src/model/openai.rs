@@ -312,16 +312,32 @@ impl ChatStreamParser {
                         out.push(ModelEvent::TextDelta(refusal.to_owned()));
                     }
                     if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
-                        for (pos, call) in calls.iter().enumerate() {
-                            let index = call.get("index").and_then(Value::as_u64).unwrap_or(pos as u64);
+                        for call in calls {
+                            let id = call.get("id").and_then(Value::as_str).filter(|id| !id.is_empty());
+                            let index = match call.get("index").and_then(Value::as_u64) {
+                                Some(i) => i,
+                                // Some compatible servers (Gemini's, several proxies) omit
+                                // `index`: a new id starts a new call, a fragment without one
+                                // continues the latest call.
+                                None => match (self.calls.last_key_value(), id) {
+                                    (Some((&last, entry)), Some(id)) if !entry.id.is_empty() && entry.id != id => {
+                                        last + 1
+                                    }
+                                    (Some((&last, _)), _) => last,
+                                    (None, _) => 0,
+                                },
+                            };
                             let entry = self.calls.entry(index).or_default();
-                            if let Some(id) = call.get("id").and_then(Value::as_str)
-                                && !id.is_empty()
-                            {
+                            if let Some(id) = id {
                                 entry.id = id.to_owned();
                             }
                             if let Some(f) = call.get("function") {
-                                if let Some(n) = f.get("name").and_then(Value::as_str) {
+                                // A server that repeats the full name in every fragment must
+                                // not produce "globglob".
+                                if let Some(n) = f.get("name").and_then(Value::as_str)
+                                    && !n.is_empty()
+                                    && entry.name != n
+                                {
                                     entry.name.push_str(n);
                                 }
                                 if let Some(a) = f.get("arguments").and_then(Value::as_str) {
@@ -501,6 +517,27 @@ mod tests {
         assert!(OpenAiProvider::compatible(c.clone(), "openai", "http://x", None).is_err());
         assert!(OpenAiProvider::compatible(c.clone(), "local", "localhost:1", None).is_err());
         assert!(OpenAiProvider::compatible(c, "local", "http://localhost:11434/v1", None).is_ok());
+    }
+
+    #[test]
+    fn tool_calls_without_index_are_told_apart_by_id() {
+        let mut p = ChatStreamParser::default();
+        p.push(r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"a","function":{"name":"glob","arguments":"{\"p\":1}"}}]}}]}"#).unwrap();
+        p.push(r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"id":"b","function":{"name":"glob","arguments":"{\"p\":"}}]}}]}"#).unwrap();
+        p.push(r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"function":{"name":"glob","arguments":"2}"}}]}}]}"#)
+            .unwrap();
+        let out = p.push(r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#).unwrap();
+        let calls: Vec<(String, String, String)> = out
+            .into_iter()
+            .filter_map(|e| match e {
+                ModelEvent::ToolCall(c) => Some((c.id, c.name, c.arguments)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            calls,
+            vec![("a".into(), "glob".into(), r#"{"p":1}"#.into()), ("b".into(), "glob".into(), r#"{"p":2}"#.into())]
+        );
     }
 
     #[test]

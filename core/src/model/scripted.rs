@@ -171,11 +171,11 @@ fn demo_turn(request: &ModelRequest) -> ScriptedTurn {
         })
         .collect();
     if !results.is_empty() {
-        let mut text = String::from("Here is what I found. ");
+        let mut text = String::from("Here is what I found.");
         for (name, content) in results.iter().rev() {
-            text.push_str(&format!("{name} returned {content}. "));
+            text.push_str(&format!(" {name}: {}.", describe(content)));
         }
-        text.push_str("Anything else?");
+        text.push_str(" Anything else?");
         return ScriptedTurn::text(&text);
     }
     if let Some(tool) = request.tools.first() {
@@ -184,6 +184,21 @@ fn demo_turn(request: &ModelRequest) -> ScriptedTurn {
     ScriptedTurn::text(&format!(
         "This is the scripted demo model (set OPENAI_API_KEY or ANTHROPIC_API_KEY for a real one). You said: {user_text}"
     ))
+}
+
+/// A JSON object result reads as `key value, key value`; anything else as it is.
+fn describe(content: &str) -> String {
+    match serde_json::from_str::<Value>(content) {
+        Ok(Value::Object(map)) => map
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => format!("{k} {s}"),
+                other => format!("{k} {other}"),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => content.to_owned(),
+    }
 }
 
 /// Fills a tool's declared properties from the user's text: a string gets the first run of
@@ -260,7 +275,7 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert!(text.contains("get_order_status returned shipped"));
+        assert!(text.contains("get_order_status: shipped."), "{text}");
         assert_eq!(ev.last(), Some(&ModelEvent::Finish(FinishReason::Stop)));
     }
 

@@ -230,7 +230,7 @@ pub async fn admit(call: &ToolCall, tool: Option<&Arc<ToolRegistration>>, env: &
             return settled(ToolCallStatus::Denied, reason, None, effect);
         }
         Err(detail) => {
-            let reference = short_ref(env);
+            let reference = crate::failure::new_ref();
             tracing::warn!(tool = tool.name(), r#ref = %reference, detail = %detail, "tool authorization handler failed; denying the call");
             return settled(
                 ToolCallStatus::Denied,
@@ -257,7 +257,7 @@ pub async fn admit(call: &ToolCall, tool: Option<&Arc<ToolRegistration>>, env: &
             Ok(None) => None,
             Ok(Some(reason)) => Some(reason),
             Err(detail) => {
-                let reference = short_ref(env);
+                let reference = crate::failure::new_ref();
                 tracing::warn!(tool = tool.name(), r#ref = %reference, detail = %detail, "tool arguments validator failed; rejecting the call");
                 Some(format!("The arguments could not be validated. (ref: {reference})"))
             }
@@ -371,8 +371,4 @@ fn settle(
             Err(format!("Tool failed with {type_name}."))
         }
     }
-}
-
-fn short_ref(env: &CallEnv) -> String {
-    crate::failure::new_ref(env.platform.clock.as_ref())
 }

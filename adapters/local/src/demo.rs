@@ -1,0 +1,79 @@
+//! The demo agent shipped with the local server, and its two harmless tools.
+//!
+//! `support` answers order questions. With `OPENAI_API_KEY` (or `ANTHROPIC_API_KEY`) it
+//! uses that provider; otherwise the `scripted` provider streams a deterministic answer
+//! that calls `get_order_status`, so the first `curl` works with no key and no network.
+
+use serde_json::{Value, json};
+use tracon_core::definition::AgentDefinition;
+use tracon_core::tools::{RegistrationError, ToolError, ToolOutput, ToolRegistration, tool_fn};
+
+pub const AGENT: &str = "support";
+
+pub fn agent(provider: &str, model: &str) -> AgentDefinition {
+    let mut def = AgentDefinition::new(AGENT, provider, model)
+        .with_instructions(
+            "You are a support assistant for an online shop. Answer briefly and clearly. \
+             Use get_order_status to look up an order and get_store_hours for opening hours.",
+        )
+        .with_tools(&["get_order_status", "get_store_hours"]);
+    def.display_name = Some("Support Assistant".into());
+    def.description = Some("Answers order and store-hours questions (demo).".into());
+    def
+}
+
+/// A stable pseudo-random number from a string, so the same order always has the same state.
+fn stable_hash(s: &str) -> u32 {
+    s.bytes().fold(2_166_136_261u32, |h, b| (h ^ u32::from(b)).wrapping_mul(16_777_619))
+}
+
+pub fn order_status_tool() -> Result<ToolRegistration, RegistrationError> {
+    ToolRegistration::new(
+        "get_order_status",
+        "Looks up the shipping status of an order by its number.",
+        json!({
+            "type": "object",
+            "properties": {"orderId": {"type": "string", "description": "The order number, e.g. 4182", "minLength": 1, "maxLength": 32}},
+            "required": ["orderId"],
+            "additionalProperties": false
+        }),
+        tool_fn(|args: Value, _ctx| async move {
+            let order_id = args.get("orderId").and_then(Value::as_str).unwrap_or_default().to_owned();
+            if !order_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+                return Err(ToolError::message("Order numbers contain only letters, digits and '-'."));
+            }
+            let h = stable_hash(&order_id);
+            let (status, days) = match h % 3 {
+                0 => ("processing", 5),
+                1 => ("shipped", 2),
+                _ => ("out for delivery", 0),
+            };
+            let carrier = ["DHL", "UPS", "PostNL"][(h / 3 % 3) as usize];
+            Ok(ToolOutput::Json(json!({
+                "orderId": order_id,
+                "status": status,
+                "carrier": carrier,
+                "estimatedDeliveryInDays": days,
+            })))
+        }),
+    )
+}
+
+pub fn store_hours_tool() -> Result<ToolRegistration, RegistrationError> {
+    ToolRegistration::new(
+        "get_store_hours",
+        "Returns the opening hours of the shop's store in a city.",
+        json!({
+            "type": "object",
+            "properties": {"city": {"type": "string", "minLength": 1, "maxLength": 64}},
+            "required": ["city"],
+            "additionalProperties": false
+        }),
+        tool_fn(|args: Value, _ctx| async move {
+            let city = args.get("city").and_then(Value::as_str).unwrap_or_default().to_owned();
+            Ok(ToolOutput::Json(
+                json!({"city": city, "weekdays": "09:00-18:00", "saturday": "10:00-16:00", "sunday": "closed"}),
+            ))
+        }),
+    )
+}

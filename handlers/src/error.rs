@@ -1,0 +1,157 @@
+//! One error type for the HTTP layer, answered as `application/problem+json`.
+//!
+//! Every failure a handler returns is an [`ApiError`]: a status, a stable `errorType`, a
+//! human `detail` written by us, and optional extension members. A foreign failure (a
+//! store, a bug) is logged with a short ref and answered with `"{Type} failed. (ref: …)"`
+//! only — its own text never reaches the response.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use tracon_core::catalog::CatalogError;
+use tracon_core::failure::new_ref;
+use tracon_core::report::Problem;
+use tracon_core::store::StoreError;
+use utoipa::ToSchema;
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// An RFC 9457 problem document with Tracon's `errorType`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProblemDetails {
+    /// `urn:tracon:problem:{errorType}`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+    /// Stable, machine-matchable (`agent_not_found`, `validation_failed`, …).
+    pub error_type: String,
+    /// Extension members (`problems`, `missing`, …) depending on the error type.
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extensions: Map<String, Value>,
+}
+
+/// A handler failure.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub error_type: &'static str,
+    pub detail: String,
+    pub extensions: Map<String, Value>,
+    /// Extra headers (e.g. `WWW-Authenticate`).
+    pub www_authenticate: bool,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, error_type: &'static str, detail: impl Into<String>) -> Self {
+        Self { status, error_type, detail: detail.into(), extensions: Map::new(), www_authenticate: false }
+    }
+
+    pub fn with(mut self, key: &str, value: impl Serialize) -> Self {
+        self.extensions.insert(key.to_owned(), serde_json::to_value(value).unwrap_or(Value::Null));
+        self
+    }
+
+    pub fn bad_request(error_type: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, error_type, detail)
+    }
+
+    pub fn validation(problems: Vec<Problem>) -> Self {
+        let detail = match problems.as_slice() {
+            [one] => format!("The definition is invalid: {}", one.message),
+            many => format!("The definition is invalid ({} problems).", many.len()),
+        };
+        Self::bad_request("validation_failed", detail).with("problems", problems)
+    }
+
+    pub fn agent_not_found(name: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "agent_not_found", format!("No agent named '{name}' exists."))
+    }
+
+    pub fn unauthorized(detail: impl Into<String>) -> Self {
+        let mut e = Self::new(StatusCode::UNAUTHORIZED, "unauthorized", detail);
+        e.www_authenticate = true;
+        e
+    }
+
+    pub fn forbidden(error_type: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, error_type, detail)
+    }
+
+    /// A failure whose own text must not be shown: logged under a ref.
+    pub fn internal(type_name: &str, detail: &str) -> Self {
+        let reference = new_ref();
+        tracing::error!(r#ref = %reference, error_type = type_name, detail, "request failed");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            format!("{type_name} failed. (ref: {reference})"),
+        )
+    }
+
+    pub fn problem(&self) -> ProblemDetails {
+        ProblemDetails {
+            kind: format!("urn:tracon:problem:{}", self.error_type),
+            title: self.status.canonical_reason().unwrap_or("Error").to_owned(),
+            status: self.status.as_u16(),
+            detail: self.detail.clone(),
+            error_type: self.error_type.to_owned(),
+            extensions: self.extensions.clone(),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Conflict(message) => Self::new(StatusCode::CONFLICT, "conflict", message),
+            StoreError::NotFound => Self::new(StatusCode::NOT_FOUND, "not_found", "The resource does not exist."),
+            StoreError::Unavailable { detail } => {
+                let reference = new_ref();
+                tracing::error!(r#ref = %reference, detail = %detail, "store unavailable");
+                Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store_unavailable",
+                    format!("The store is unavailable; retry shortly. (ref: {reference})"),
+                )
+            }
+            StoreError::Internal { detail } => Self::internal("StoreError", &detail),
+        }
+    }
+}
+
+impl From<CatalogError> for ApiError {
+    fn from(e: CatalogError) -> Self {
+        match e {
+            CatalogError::NotFound => Self::new(StatusCode::NOT_FOUND, "agent_not_found", "The agent does not exist."),
+            CatalogError::Invalid(problems) => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "agent_invalid",
+                "The agent's definition no longer compiles; fix it through the management API.",
+            )
+            .with("problems", problems),
+            CatalogError::Parameters(p) => Self::bad_request("invalid_parameters", p.describe())
+                .with("missing", &p.missing)
+                .with("unknown", &p.unknown),
+            CatalogError::Store(s) => s.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(self.problem())).into_response();
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if self.www_authenticate {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

@@ -1,0 +1,132 @@
+//! Request extractors that answer bad input with a clear problem document.
+//!
+//! [`ApiJson`] enforces the content type (`415`), the body limit before reading it all
+//! (`413`), JSON syntax (`400 invalid_json`) and shape with the offending path
+//! (`400 validation_failed`). [`Paging`] parses `skip`/`take` (`take` clamped to 1..200).
+
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::{StatusCode, header, request::Parts};
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Default largest accepted request body (`Tracon:Http:MaxRequestBodyBytes`).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// A JSON request body.
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let limit = state.http.max_body_bytes;
+        let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let mime = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+        if mime != "application/json" && !mime.ends_with("+json") {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "Send the body as JSON with 'Content-Type: application/json'.",
+            ));
+        }
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        if declared.is_some_and(|n| n > limit) {
+            return Err(too_large(limit));
+        }
+        let bytes = axum::body::to_bytes(req.into_body(), limit).await.map_err(|_| too_large(limit))?;
+        parse_json(&bytes).map(ApiJson)
+    }
+}
+
+fn too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        format!("The request body is larger than {limit} bytes."),
+    )
+}
+
+/// Parses a JSON body, telling syntax errors from shape errors and naming the field.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad_request("invalid_json", "The request body is empty; send a JSON object."));
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    match serde_path_to_error::deserialize::<_, T>(&mut de) {
+        Ok(v) => match de.end() {
+            Ok(()) => Ok(v),
+            Err(e) => Err(ApiError::bad_request(
+                "invalid_json",
+                format!(
+                    "The request body has trailing characters after the JSON value (line {}, column {}).",
+                    e.line(),
+                    e.column()
+                ),
+            )),
+        },
+        Err(err) => {
+            let path = err.path().to_string();
+            let inner = err.into_inner();
+            if inner.is_syntax() || inner.is_eof() {
+                Err(ApiError::bad_request(
+                    "invalid_json",
+                    format!("The request body is not valid JSON (line {}, column {}).", inner.line(), inner.column()),
+                ))
+            } else {
+                // serde's data errors describe the expected shape; they carry no secret.
+                let message = strip_position(&inner.to_string());
+                let detail = if path.is_empty() || path == "." {
+                    format!("The request body has the wrong shape: {message}.")
+                } else {
+                    format!("'{path}': {message}.")
+                };
+                Err(ApiError::bad_request("validation_failed", detail)
+                    .with("field", if path == "." { String::new() } else { path }))
+            }
+        }
+    }
+}
+
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(i) => message[..i].to_owned(),
+        None => message.to_owned(),
+    }
+}
+
+/// `skip` / `take` list parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Paging {
+    pub skip: usize,
+    pub take: usize,
+}
+
+pub const DEFAULT_TAKE: usize = 50;
+pub const MAX_TAKE: usize = 200;
+
+impl<S: Send + Sync> FromRequestParts<S> for Paging {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let mut paging = Paging { skip: 0, take: DEFAULT_TAKE };
+        for pair in parts.uri.query().unwrap_or_default().split('&') {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let parse = |v: &str, name: &str| {
+                v.parse::<i64>()
+                    .map_err(|_| ApiError::bad_request("validation_failed", format!("'{name}' must be an integer.")))
+            };
+            match key {
+                "skip" => paging.skip = parse(value, "skip")?.max(0) as usize,
+                "take" => paging.take = parse(value, "take")?.clamp(1, MAX_TAKE as i64) as usize,
+                _ => {}
+            }
+        }
+        Ok(paging)
+    }
+}

@@ -1,0 +1,66 @@
+//! Tracon's HTTP surface: one axum `Router` per endpoint group, sharing [`AppState`].
+//!
+//! - [`agents`] — `/api/agents` management and validation;
+//! - [`run`] — `POST /api/agents/{name}/run`, the live SSE turn;
+//! - [`meta`] — `GET /api/meta`; [`openapi`] — `GET /api/openapi.json`.
+//!
+//! Cross-cutting: [`auth`] (access layers), [`error`] (problem+json), [`extract`] (JSON and
+//! paging with clear errors), [`sse`] (framing). Handlers are thin: they parse, authorize
+//! and call core. Nothing here names a platform or a database, so it builds for wasm32.
+
+pub mod agents;
+pub mod auth;
+pub mod error;
+pub mod extract;
+pub mod meta;
+pub mod openapi;
+pub mod run;
+pub mod sse;
+pub mod state;
+
+use axum::Router;
+use axum::http::{Method, StatusCode, Uri};
+use axum::middleware;
+use axum::routing::{get, post};
+
+pub use state::{AppState, HttpSettings, PeerAddr};
+
+use crate::error::ApiError;
+
+/// The agents endpoint group: management and runs.
+pub fn agents_router() -> Router<AppState> {
+    Router::new()
+        .route("/api/agents", get(agents::list).post(agents::create))
+        .route("/api/agents/validate", post(agents::validate))
+        .route("/api/agents/{name}", get(agents::get).put(agents::replace).delete(agents::delete))
+        .route("/api/agents/{name}/run", post(run::run))
+}
+
+/// The meta group: metadata and the API document.
+pub fn meta_router() -> Router<AppState> {
+    Router::new().route("/api/meta", get(meta::meta)).route("/api/openapi.json", get(openapi::document))
+}
+
+/// Every endpoint group behind the access layers, with problem+json for unknown routes
+/// and methods.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .merge(meta_router())
+        .merge(agents_router())
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), auth::access))
+        .with_state(state)
+}
+
+async fn not_found(uri: Uri) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "route_not_found", format!("No route matches '{}'.", uri.path()))
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("'{}' does not accept {method}.", uri.path()),
+    )
+}

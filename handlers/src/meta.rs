@@ -1,0 +1,49 @@
+//! `GET /api/meta`: open without authentication, so a client can learn how to
+//! authenticate before it can ask anything else. It reveals no secret.
+
+use axum::Json;
+use axum::extract::State;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::state::AppState;
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Meta {
+    pub product: &'static str,
+    pub version: &'static str,
+    pub authentication: AuthenticationMeta,
+    pub storage: StorageMeta,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthenticationMeta {
+    /// Methods a client can present (`bearerToken`); empty when none is configured.
+    pub methods: Vec<&'static str>,
+    /// Whether callers other than loopback are served.
+    pub remote_access: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageMeta {
+    /// Whether runs, sessions and definitions survive a restart.
+    pub persistent: bool,
+}
+
+/// Server metadata (no authentication required).
+#[utoipa::path(get, path = "/api/meta", tag = "meta", responses((status = 200, body = Meta)))]
+pub async fn meta(State(state): State<AppState>) -> Json<Meta> {
+    let mut methods = Vec::new();
+    if state.http.auth_token_digest.is_some() {
+        methods.push("bearerToken");
+    }
+    Json(Meta {
+        product: "tracon",
+        version: env!("CARGO_PKG_VERSION"),
+        authentication: AuthenticationMeta { methods, remote_access: state.http.allow_remote_access },
+        storage: StorageMeta { persistent: state.runtime.stores.persistent },
+    })
+}

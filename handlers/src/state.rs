@@ -1,0 +1,158 @@
+//! The state every handler receives: the core runtime, HTTP settings and the drain switch.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracon_core::config::{Config, ConfigError};
+use tracon_core::runtime::Runtime;
+
+use crate::extract::DEFAULT_MAX_BODY_BYTES;
+
+/// Shortest static token accepted: a guessable token protects nothing.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+/// HTTP-level settings.
+#[derive(Clone)]
+pub struct HttpSettings {
+    /// SHA-256 of the static bearer token, when one is configured. Only the digest is
+    /// kept, and comparisons are between digests in constant time.
+    pub auth_token_digest: Option<[u8; 32]>,
+    /// Whether non-loopback callers may reach protected routes.
+    pub allow_remote_access: bool,
+    pub max_body_bytes: usize,
+}
+
+impl std::fmt::Debug for HttpSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpSettings")
+            .field("auth_token", &self.auth_token_digest.map(|_| "<configured>"))
+            .field("allow_remote_access", &self.allow_remote_access)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .finish()
+    }
+}
+
+impl HttpSettings {
+    /// Reads `TRACON_AUTH_TOKEN` (or `Tracon:AuthToken`), `Tracon:AllowRemoteAccess` and
+    /// `Tracon:Http:MaxRequestBodyBytes`. Remote access defaults to on exactly when a token
+    /// is configured, and turning it on without one is refused.
+    pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
+        let token = config.first(&["TRACON_AUTH_TOKEN", "Tracon:AuthToken"]).map(str::to_owned);
+        if let Some(t) = &token
+            && t.chars().count() < MIN_TOKEN_LEN
+        {
+            return Err(ConfigError::Message(format!(
+                "TRACON_AUTH_TOKEN is shorter than {MIN_TOKEN_LEN} characters; use a long random value (e.g. `openssl rand -hex 32`)."
+            )));
+        }
+        let allow_remote = config.bool("Tracon:AllowRemoteAccess")?.unwrap_or(token.is_some());
+        if allow_remote && token.is_none() {
+            return Err(ConfigError::Message(
+                "Tracon__AllowRemoteAccess is on but no authentication is configured; set TRACON_AUTH_TOKEN first."
+                    .into(),
+            ));
+        }
+        let max_body_bytes =
+            config.parse::<usize>("Tracon:Http:MaxRequestBodyBytes")?.unwrap_or(DEFAULT_MAX_BODY_BYTES);
+        Ok(Self { auth_token_digest: token.as_deref().map(digest), allow_remote_access: allow_remote, max_body_bytes })
+    }
+
+    pub fn with_token(token: &str) -> Self {
+        Self {
+            auth_token_digest: Some(digest(token)),
+            allow_remote_access: true,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+        }
+    }
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        Self { auth_token_digest: None, allow_remote_access: false, max_body_bytes: DEFAULT_MAX_BODY_BYTES }
+    }
+}
+
+pub fn digest(value: &str) -> [u8; 32] {
+    Sha256::digest(value.as_bytes()).into()
+}
+
+/// The address of the connection, inserted into request extensions by an adapter that
+/// knows it (the local server). Absent means "not known to be loopback".
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// Graceful shutdown: once draining, new runs get `503`; in-flight runs are counted so the
+/// adapter can wait for them, and can cancel what is left after its drain timeout.
+#[derive(Default)]
+pub struct Drain {
+    draining: AtomicBool,
+    in_flight: AtomicUsize,
+    idle: Notify,
+    root: CancellationToken,
+}
+
+impl Drain {
+    pub fn start(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+        self.idle.notify_waiters();
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Registers a run; the guard ends it. Its token is cancelled by [`Drain::cancel_all`].
+    pub fn enter(self: &Arc<Self>) -> (RunGuard, CancellationToken) {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        (RunGuard(self.clone()), self.root.child_token())
+    }
+
+    /// Waits until no run is in flight.
+    pub async fn wait_idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if self.in_flight() == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Cancels every in-flight run (they end `Canceled`).
+    pub fn cancel_all(&self) {
+        self.root.cancel();
+    }
+}
+
+/// Held by a running run.
+pub struct RunGuard(Arc<Drain>);
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// What every handler receives.
+#[derive(Clone)]
+pub struct AppState {
+    pub runtime: Arc<Runtime>,
+    pub http: Arc<HttpSettings>,
+    pub drain: Arc<Drain>,
+}
+
+impl AppState {
+    pub fn new(runtime: Arc<Runtime>, http: HttpSettings) -> Self {
+        Self { runtime, http: Arc::new(http), drain: Arc::new(Drain::default()) }
+    }
+}

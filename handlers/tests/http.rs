@@ -1,0 +1,612 @@
+//! The HTTP contract, driven through the router in-process.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+use tracon_core::definition::AgentDefinition;
+use tracon_core::model::ModelProvider;
+use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
+use tracon_core::ports::tokio_rt;
+use tracon_core::runtime::RuntimeBuilder;
+use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
+use tracon_handlers::{AppState, HttpSettings, PeerAddr};
+
+const TOKEN: &str = "a-long-enough-test-token";
+
+fn runtime_builder() -> RuntimeBuilder {
+    let lookup = ToolRegistration::new(
+        "lookup",
+        "Looks something up.",
+        json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}),
+        tool_fn(
+            |args: Value, _| async move { Ok(ToolOutput::from(format!("found {}", args["q"].as_str().unwrap_or("")))) },
+        ),
+    );
+    let refund = ToolRegistration::new(
+        "refund",
+        "Refunds.",
+        json!({"type": "object"}),
+        tool_fn(|_, _| async { Ok(ToolOutput::from("done")) }),
+    )
+    .map(|r| r.requires_approval(true));
+    let script = ScriptedProvider::from_fn("script", |req| {
+        let last_user = req.messages.iter().rev().find_map(|m| match m {
+            tracon_core::model::Message::User { text } => Some(text.clone()),
+            _ => None,
+        });
+        let answered = req.messages.iter().any(|m| matches!(m, tracon_core::model::Message::Tool { .. }));
+        match last_user.as_deref() {
+            Some("fail") => {
+                ScriptedTurn::failing(tracon_core::model::ProviderError::from_status(500, "internal db=secret"))
+            }
+            Some("refund") if !answered => ScriptedTurn::tool_call("refund", json!({})),
+            Some(_) if !answered && !req.tools.is_empty() => {
+                ScriptedTurn::tool_call("lookup", json!({"q": "a"})).and_tool_call("lookup", json!({"q": "b"}))
+            }
+            _ => ScriptedTurn::text("All done here.").with_usage(3, 4),
+        }
+    });
+    RuntimeBuilder::new(tokio_rt::platform())
+        .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
+        .add_tool(lookup)
+        .add_tool(refund)
+        .add_agent(
+            AgentDefinition::new("code-agent", "script", "m")
+                .with_instructions("I am code.")
+                .with_tools(&["lookup", "refund"]),
+        )
+}
+
+fn app_with(http: HttpSettings) -> (Router, AppState) {
+    let state = AppState::new(Arc::new(runtime_builder().build().unwrap()), http);
+    (tracon_handlers::router(state.clone()), state)
+}
+
+fn app() -> Router {
+    app_with(HttpSettings::default()).0
+}
+
+fn loopback() -> PeerAddr {
+    PeerAddr(SocketAddr::from(([127, 0, 0, 1], 40000)))
+}
+
+fn remote() -> PeerAddr {
+    PeerAddr(SocketAddr::from(([203, 0, 113, 9], 40000)))
+}
+
+fn request(method: Method, path: &str, body: Option<Value>) -> Request<Body> {
+    let mut b = Request::builder().method(method).uri(path).extension(loopback());
+    let body = match body {
+        Some(v) => {
+            b = b.header(header::CONTENT_TYPE, "application/json");
+            Body::from(v.to_string())
+        }
+        None => Body::empty(),
+    };
+    b.body(body).unwrap()
+}
+
+async fn send(app: &Router, req: Request<Body>) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+    let res = app.clone().oneshot(req).await.unwrap();
+    let status = res.status();
+    let headers = res.headers().clone();
+    let body = res.into_body().collect().await.unwrap().to_bytes().to_vec();
+    (status, headers, body)
+}
+
+async fn json_of(app: &Router, req: Request<Body>) -> (StatusCode, Value) {
+    let (status, _, body) = send(app, req).await;
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+/// A problem document with this status and errorType, served as problem+json.
+async fn expect_problem(app: &Router, req: Request<Body>, status: StatusCode, error_type: &str) -> Value {
+    let (got, headers, body) = send(app, req).await;
+    let doc: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    assert_eq!(got, status, "{doc}");
+    assert_eq!(headers[header::CONTENT_TYPE], "application/problem+json");
+    assert_eq!(doc["errorType"], error_type, "{doc}");
+    assert_eq!(doc["status"], status.as_u16());
+    assert!(doc["detail"].as_str().is_some_and(|d| !d.is_empty()));
+    doc
+}
+
+fn frames(body: &[u8]) -> Vec<(String, Value)> {
+    String::from_utf8_lossy(body)
+        .split("\n\n")
+        .filter(|f| !f.trim().is_empty())
+        .map(|f| {
+            let mut event = String::new();
+            let mut data = String::new();
+            for line in f.lines() {
+                if let Some(e) = line.strip_prefix("event: ") {
+                    event = e.to_owned();
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data = d.to_owned();
+                }
+            }
+            (event, serde_json::from_str(&data).unwrap())
+        })
+        .collect()
+}
+
+fn stored(name: &str) -> Value {
+    json!({"name": name, "instructions": "Help.", "model": {"provider": "script", "model": "m"}, "toolNames": ["lookup"]})
+}
+
+// ---- access layers -------------------------------------------------------------------
+
+#[tokio::test]
+async fn meta_is_open_to_everyone_and_reveals_no_secret() {
+    let (app, _) = app_with(HttpSettings::with_token(TOKEN));
+    let req = Request::get("/api/meta").extension(remote()).body(Body::empty()).unwrap();
+    let (status, body) = json_of(&app, req).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["authentication"]["methods"], json!(["bearerToken"]));
+    assert_eq!(body["storage"]["persistent"], false);
+    assert!(!body.to_string().contains(TOKEN));
+}
+
+#[tokio::test]
+async fn non_loopback_callers_get_403_while_no_authentication_is_configured() {
+    let app = app();
+    let req = Request::get("/api/agents").extension(remote()).body(Body::empty()).unwrap();
+    expect_problem(&app, req, StatusCode::FORBIDDEN, "remote_access_denied").await;
+    // No peer address at all (an unknown transport) is not loopback either.
+    let req = Request::get("/api/agents").body(Body::empty()).unwrap();
+    expect_problem(&app, req, StatusCode::FORBIDDEN, "remote_access_denied").await;
+    let (status, _) = json_of(&app, request(Method::GET, "/api/agents", None)).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_static_token_is_required_and_lifts_the_loopback_restriction() {
+    let (app, _) = app_with(HttpSettings::with_token(TOKEN));
+    let missing = Request::get("/api/agents").extension(remote()).body(Body::empty()).unwrap();
+    let (status, headers, _) = send(&app, missing).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(headers[header::WWW_AUTHENTICATE], "Bearer");
+    for wrong in ["Bearer nope", "Bearer a-long-enough-test-toke", "Basic abc", "Bearer a-long-enough-test-tokenX"] {
+        let req = Request::get("/api/agents")
+            .extension(remote())
+            .header(header::AUTHORIZATION, wrong)
+            .body(Body::empty())
+            .unwrap();
+        expect_problem(&app, req, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    }
+    let ok = Request::get("/api/agents")
+        .extension(remote())
+        .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+        .body(Body::empty())
+        .unwrap();
+    let (status, _) = json_of(&app, ok).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn credentials_sent_to_a_server_without_authentication_are_refused() {
+    let app = app();
+    let mut req = request(Method::GET, "/api/agents", None);
+    req.headers_mut().insert(header::AUTHORIZATION, "Bearer something".parse().unwrap());
+    expect_problem(&app, req, StatusCode::UNAUTHORIZED, "unauthorized").await;
+}
+
+#[test]
+fn short_tokens_and_remote_access_without_a_token_are_refused_at_start_up() {
+    use tracon_core::config::Config;
+    assert!(HttpSettings::from_config(&Config::from_pairs([("TRACON_AUTH_TOKEN", "short")])).is_err());
+    assert!(HttpSettings::from_config(&Config::from_pairs([("Tracon__AllowRemoteAccess", "true")])).is_err());
+    let s = HttpSettings::from_config(&Config::from_pairs([("TRACON_AUTH_TOKEN", TOKEN)])).unwrap();
+    assert!(s.allow_remote_access && s.auth_token_digest.is_some());
+    let s = HttpSettings::from_config(&Config::default()).unwrap();
+    assert!(!s.allow_remote_access && s.auth_token_digest.is_none());
+}
+
+// ---- agents ----------------------------------------------------------------------------
+
+#[tokio::test]
+async fn stored_definitions_are_created_read_replaced_and_deleted() {
+    let app = app();
+    let (status, headers, body) = send(&app, request(Method::POST, "/api/agents", Some(stored("helper")))).await;
+    assert_eq!(status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(headers[header::LOCATION], "/api/agents/helper");
+    let created: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(created["version"], 1);
+    assert_eq!(created["isEditable"], true);
+    assert_eq!(created["definition"]["toolNames"], json!(["lookup"]));
+
+    let mut changed = stored("helper");
+    changed["instructions"] = json!("Help more.");
+    let (status, body) = json_of(&app, request(Method::PUT, "/api/agents/helper", Some(changed))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["version"], 2);
+    let (_, body) = json_of(&app, request(Method::GET, "/api/agents/helper", None)).await;
+    assert_eq!(body["definition"]["instructions"], "Help more.");
+
+    expect_problem(
+        &app,
+        request(Method::POST, "/api/agents", Some(stored("helper"))),
+        StatusCode::CONFLICT,
+        "agent_exists",
+    )
+    .await;
+    expect_problem(
+        &app,
+        request(Method::PUT, "/api/agents/helper", Some(stored("other"))),
+        StatusCode::BAD_REQUEST,
+        "name_mismatch",
+    )
+    .await;
+    expect_problem(
+        &app,
+        request(Method::PUT, "/api/agents/ghost", Some(stored("ghost"))),
+        StatusCode::NOT_FOUND,
+        "agent_not_found",
+    )
+    .await;
+
+    let (list_status, list) = json_of(&app, request(Method::GET, "/api/agents", None)).await;
+    assert_eq!(list_status, StatusCode::OK);
+    let names: Vec<&str> = list.as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
+    assert_eq!(names, vec!["code-agent", "helper"]);
+
+    let (status, _, _) = send(&app, request(Method::DELETE, "/api/agents/helper", None)).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    expect_problem(&app, request(Method::DELETE, "/api/agents/helper", None), StatusCode::NOT_FOUND, "agent_not_found")
+        .await;
+    expect_problem(&app, request(Method::GET, "/api/agents/helper", None), StatusCode::NOT_FOUND, "agent_not_found")
+        .await;
+}
+
+#[tokio::test]
+async fn a_code_agent_is_readable_but_its_name_cannot_be_stored_replaced_or_deleted() {
+    let app = app();
+    let (status, body) = json_of(&app, request(Method::GET, "/api/agents/code-agent", None)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["definition"], Value::Null);
+    assert_eq!(body["isEditable"], false);
+    assert_eq!(body["source"], "Code");
+    expect_problem(
+        &app,
+        request(Method::POST, "/api/agents", Some(stored("code-agent"))),
+        StatusCode::CONFLICT,
+        "agent_is_code_defined",
+    )
+    .await;
+    expect_problem(
+        &app,
+        request(Method::PUT, "/api/agents/code-agent", Some(stored("code-agent"))),
+        StatusCode::CONFLICT,
+        "agent_is_code_defined",
+    )
+    .await;
+    expect_problem(
+        &app,
+        request(Method::DELETE, "/api/agents/code-agent", None),
+        StatusCode::CONFLICT,
+        "agent_is_code_defined",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn validate_answers_200_with_a_report_and_save_answers_400_with_the_same_problems() {
+    let app = app();
+    let bad = json!({"name": "x", "model": {"provider": "nope", "model": "m"}, "toolNames": ["missing"]});
+    let (status, report) = json_of(&app, request(Method::POST, "/api/agents/validate", Some(bad.clone()))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(report["valid"], false);
+    let codes: BTreeSet<&str> =
+        report["problems"].as_array().unwrap().iter().map(|p| p["code"].as_str().unwrap()).collect();
+    assert_eq!(codes, BTreeSet::from(["unknown_provider", "unknown_tool"]), "every problem, not the first");
+    let doc = expect_problem(
+        &app,
+        request(Method::POST, "/api/agents", Some(bad)),
+        StatusCode::BAD_REQUEST,
+        "validation_failed",
+    )
+    .await;
+    assert_eq!(doc["problems"], report["problems"]);
+
+    let (status, report) = json_of(&app, request(Method::POST, "/api/agents/validate", Some(stored("fine")))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(report, json!({"valid": true, "problems": []}));
+}
+
+#[tokio::test]
+async fn lists_clamp_take_and_refuse_non_numeric_paging() {
+    let app = app();
+    for i in 0..3 {
+        send(&app, request(Method::POST, "/api/agents", Some(stored(&format!("a{i}"))))).await;
+    }
+    let (_, page) = json_of(&app, request(Method::GET, "/api/agents?skip=1&take=2", None)).await;
+    let names: Vec<&str> = page.as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
+    assert_eq!(names, vec!["a0", "a1"]);
+    let (_, page) = json_of(&app, request(Method::GET, "/api/agents?take=0", None)).await;
+    assert_eq!(page.as_array().unwrap().len(), 1, "take is clamped to at least 1");
+    let (_, page) = json_of(&app, request(Method::GET, "/api/agents?take=100000", None)).await;
+    assert_eq!(page.as_array().unwrap().len(), 4);
+    expect_problem(
+        &app,
+        request(Method::GET, "/api/agents?skip=abc", None),
+        StatusCode::BAD_REQUEST,
+        "validation_failed",
+    )
+    .await;
+}
+
+// ---- bad input -------------------------------------------------------------------------
+
+#[tokio::test]
+async fn bad_input_answers_with_a_clear_problem_and_the_right_status() {
+    let app = app();
+    let raw = |method: Method, path: &str, content_type: &str, body: &str| {
+        Request::builder()
+            .method(method)
+            .uri(path)
+            .extension(loopback())
+            .header(header::CONTENT_TYPE, content_type)
+            .body(Body::from(body.to_owned()))
+            .unwrap()
+    };
+    expect_problem(
+        &app,
+        raw(Method::POST, "/api/agents/code-agent/run", "application/json", "{\"message\":"),
+        StatusCode::BAD_REQUEST,
+        "invalid_json",
+    )
+    .await;
+    expect_problem(
+        &app,
+        raw(Method::POST, "/api/agents", "application/json", ""),
+        StatusCode::BAD_REQUEST,
+        "invalid_json",
+    )
+    .await;
+    expect_problem(
+        &app,
+        raw(Method::POST, "/api/agents/code-agent/run", "text/plain", "{}"),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+    )
+    .await;
+    let doc = expect_problem(
+        &app,
+        request(Method::POST, "/api/agents/code-agent/run", Some(json!({"message": 5}))),
+        StatusCode::BAD_REQUEST,
+        "validation_failed",
+    )
+    .await;
+    assert_eq!(doc["field"], "message");
+    expect_problem(
+        &app,
+        request(Method::POST, "/api/agents/code-agent/run", Some(json!({"message": "hi", "userId": "x"}))),
+        StatusCode::BAD_REQUEST,
+        "validation_failed",
+    )
+    .await;
+    expect_problem(
+        &app,
+        request(Method::POST, "/api/agents/code-agent/run", Some(json!({"message": "  "}))),
+        StatusCode::BAD_REQUEST,
+        "validation_failed",
+    )
+    .await;
+    expect_problem(
+        &app,
+        request(Method::POST, "/api/agents/nobody/run", Some(json!({"message": "hi"}))),
+        StatusCode::NOT_FOUND,
+        "agent_not_found",
+    )
+    .await;
+    let long = "a".repeat(65);
+    let doc = expect_problem(
+        &app,
+        request(Method::POST, &format!("/api/agents/{long}/run"), Some(json!({"message": "hi"}))),
+        StatusCode::BAD_REQUEST,
+        "invalid_agent_name",
+    )
+    .await;
+    assert!(doc["detail"].as_str().unwrap().contains("at most 64"));
+    let doc = expect_problem(
+        &app,
+        request(Method::POST, "/api/agents", Some(stored(&long))),
+        StatusCode::BAD_REQUEST,
+        "validation_failed",
+    )
+    .await;
+    assert_eq!(doc["problems"][0]["field"], "name");
+    let huge = json!({"message": "x".repeat(2 * 1024 * 1024)});
+    expect_problem(
+        &app,
+        request(Method::POST, "/api/agents/code-agent/run", Some(huge)),
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+    )
+    .await;
+    expect_problem(&app, request(Method::GET, "/api/nothing-here", None), StatusCode::NOT_FOUND, "route_not_found")
+        .await;
+    expect_problem(
+        &app,
+        request(Method::PATCH, "/api/agents", None),
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_missing_required_parameter_is_named_before_the_run_starts() {
+    let app = app();
+    let mut def = stored("greeter");
+    def["instructions"] = json!("Greet {{customer}}.");
+    def["parameters"] = json!([{"name": "customer", "required": true}]);
+    let (status, _, _) = send(&app, request(Method::POST, "/api/agents", Some(def))).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let doc = expect_problem(
+        &app,
+        request(Method::POST, "/api/agents/greeter/run", Some(json!({"message": "hi"}))),
+        StatusCode::BAD_REQUEST,
+        "invalid_parameters",
+    )
+    .await;
+    assert_eq!(doc["missing"], json!(["customer"]));
+    assert!(doc["detail"].as_str().unwrap().contains("customer"));
+    let doc = expect_problem(
+        &app,
+        request(
+            Method::POST,
+            "/api/agents/greeter/run",
+            Some(json!({"message": "hi", "parameters": {"customer": "Ada", "age": 3}})),
+        ),
+        StatusCode::BAD_REQUEST,
+        "invalid_parameters",
+    )
+    .await;
+    assert_eq!(doc["unknown"], json!(["age"]));
+    expect_problem(
+        &app,
+        request(
+            Method::POST,
+            "/api/agents/greeter/run",
+            Some(json!({"message": "hi", "parameters": {"customer": {"nested": true}}})),
+        ),
+        StatusCode::BAD_REQUEST,
+        "validation_failed",
+    )
+    .await;
+    let (status, headers, _) = send(
+        &app,
+        request(
+            Method::POST,
+            "/api/agents/greeter/run",
+            Some(json!({"message": "hi", "parameters": {"customer": "Ada"}})),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers[header::CONTENT_TYPE], "text/event-stream");
+}
+
+// ---- live runs ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_run_streams_run_update_and_done_frames_with_two_tool_calls() {
+    let app = app();
+    let (status, headers, body) =
+        send(&app, request(Method::POST, "/api/agents/code-agent/run", Some(json!({"message": "look"})))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers[header::CONTENT_TYPE], "text/event-stream");
+    let frames = frames(&body);
+    let names: Vec<&str> = frames.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.first(), Some(&"run"));
+    assert_eq!(names.last(), Some(&"done"));
+    let run_id = frames[0].1["runId"].as_str().unwrap().to_owned();
+    let tool_calls: Vec<&Value> = frames.iter().filter(|(_, d)| d["kind"] == "toolCall").map(|(_, d)| d).collect();
+    let tool_results: Vec<&Value> = frames.iter().filter(|(_, d)| d["kind"] == "toolResult").map(|(_, d)| d).collect();
+    assert_eq!(tool_calls.len(), 2);
+    assert_eq!(
+        tool_results.iter().map(|r| r["result"].as_str().unwrap()).collect::<Vec<_>>(),
+        vec!["found a", "found b"]
+    );
+    let text: String =
+        frames.iter().filter(|(_, d)| d["kind"] == "text").map(|(_, d)| d["text"].as_str().unwrap()).collect();
+    assert_eq!(text, "All done here.");
+    let done = &frames.last().unwrap().1;
+    assert_eq!(done["runId"], run_id.as_str());
+    assert_eq!(done["status"], "Completed");
+    assert_eq!(done["usage"]["inputTokens"], 3);
+}
+
+#[tokio::test]
+async fn an_approval_need_ends_the_stream_with_approvals_then_done() {
+    let app = app();
+    let (_, _, body) =
+        send(&app, request(Method::POST, "/api/agents/code-agent/run", Some(json!({"message": "refund"})))).await;
+    let frames = frames(&body);
+    let names: Vec<&str> = frames.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(&names[names.len() - 2..], ["approvals", "done"]);
+    let approvals = &frames[frames.len() - 2].1;
+    assert_eq!(approvals[0]["toolName"], "refund");
+    assert!(approvals[0]["requestId"].as_str().is_some());
+    assert_eq!(frames.last().unwrap().1["status"], "AwaitingApproval");
+}
+
+#[tokio::test]
+async fn a_provider_failure_after_the_stream_started_is_an_error_frame_without_foreign_text() {
+    let app = app();
+    let (status, _, body) =
+        send(&app, request(Method::POST, "/api/agents/code-agent/run", Some(json!({"message": "fail"})))).await;
+    assert_eq!(status, StatusCode::OK);
+    let frames = frames(&body);
+    let (name, error) = frames.last().unwrap();
+    assert_eq!(name, "error");
+    assert_eq!(error["errorType"], "provider_unavailable");
+    assert_eq!(error["errorClass"], "ProviderUnavailable");
+    assert!(!String::from_utf8_lossy(&body).contains("secret"));
+}
+
+#[tokio::test]
+async fn a_draining_server_refuses_new_runs_with_503() {
+    let (app, state) = app_with(HttpSettings::default());
+    state.drain.start();
+    expect_problem(
+        &app,
+        request(Method::POST, "/api/agents/code-agent/run", Some(json!({"message": "hi"}))),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "shutting_down",
+    )
+    .await;
+}
+
+// ---- the API document --------------------------------------------------------------------
+
+/// Every (method, path) the router mounts. axum has no public route listing, so this reads
+/// the router's `Debug` output (pinned by Cargo.lock): the `paths` map names each route id,
+/// and each method router's `allow_header` lists its methods.
+fn mounted_routes(router: &Router) -> BTreeSet<(String, String)> {
+    let debug = format!("{router:?}");
+    let main = debug.split("fallback_router").next().unwrap();
+    let path_re = regex::Regex::new(r#"RouteId\((\d+)\): "([^"]+)""#).unwrap();
+    let methods_re =
+        regex::Regex::new(r#"RouteId\((\d+)\): MethodRouter\(.*?allow_header: Bytes\(b"([A-Z,]*)"\)"#).unwrap();
+    let paths: BTreeMap<String, String> =
+        path_re.captures_iter(main).map(|c| (c[1].to_owned(), c[2].to_owned())).collect();
+    let mut out = BTreeSet::new();
+    for c in methods_re.captures_iter(main) {
+        let path = paths.get(&c[1]).unwrap_or_else(|| panic!("route id {} has no path", &c[1]));
+        for m in c[2].split(',').filter(|m| *m != "HEAD") {
+            out.insert((m.to_ascii_lowercase(), path.clone()));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn every_mounted_route_is_in_the_openapi_document() {
+    let (router, _) = app_with(HttpSettings::default());
+    let mounted = mounted_routes(&router);
+    assert!(mounted.len() >= 9, "route discovery found too little: {mounted:?}");
+    let (status, doc) = json_of(&router, request(Method::GET, "/api/openapi.json", None)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+    let documented: BTreeSet<(String, String)> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, item)| item.as_object().unwrap().keys().map(move |m| (m.clone(), path.clone())))
+        .collect();
+    let missing: Vec<_> = mounted.difference(&documented).collect();
+    assert!(missing.is_empty(), "mounted but not documented: {missing:?}");
+    let stale: Vec<_> = documented.difference(&mounted).collect();
+    assert!(stale.is_empty(), "documented but not mounted: {stale:?}");
+}

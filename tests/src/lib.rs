@@ -1,0 +1,8 @@
+//! Test support for Tracon.
+//!
+//! [`mock`] is a mock model server that speaks the OpenAI Chat Completions and Anthropic
+//! Messages wire formats, answering from scripts, so end-to-end tests and load tests run
+//! real providers against it without a network or a key. The `mock-model` binary serves it
+//! stand-alone.
+
+pub mod mock;

@@ -1,0 +1,379 @@
+//! A mock model server speaking the OpenAI Chat Completions and Anthropic Messages wire
+//! formats the way the real services do, answering from scripts.
+//!
+//! Start one with [`MockServer::start`]; point an OpenAI-style provider at
+//! `{base_url}/v1` and an Anthropic provider at `{base_url}`. Responses are chosen by the
+//! request's `model`: a script is a list of [`MockTurn`]s, and the turn that answers is the
+//! number of assistant messages already in the request, so concurrent conversations sharing
+//! one script each walk it from the start (past the end the last turn repeats). A model with
+//! no script answers [`DEFAULT_TEXT`].
+//!
+//! Routes:
+//!
+//! | route | what |
+//! |---|---|
+//! | `POST /v1/chat/completions` | OpenAI Chat Completions, streamed or whole |
+//! | `POST /v1/messages` | Anthropic Messages, streamed or whole; needs `x-api-key` and `anthropic-version` |
+//! | `POST /_mock/scripts/{model}` | body `{"turns": [MockTurn, …]}` replaces the model's script |
+//! | `DELETE /_mock/scripts/{model}` | removes it |
+//! | `GET /_mock/requests/{model}` | the recorded requests, oldest first ([`MockServer::requests`]) |
+//! | `DELETE /_mock/requests/{model}` | forgets them |
+//! | `GET /_mock/health` | 200 |
+//!
+//! The server stops when the [`MockServer`] is dropped: requests held open by `hang` or
+//! `hangAfterChunks` are released then.
+
+mod anthropic;
+mod openai;
+mod script;
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use futures::{StreamExt, stream};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use script::{DEFAULT_INPUT_TOKENS, DEFAULT_TEXT, MockFinish, MockToolCall, MockTurn, MockUsage};
+
+/// Server-wide timing, for benchmarks. A turn's own `delayMs` / `chunkDelayMs` win.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MockConfig {
+    /// Wait before sending response headers.
+    pub latency_ms: u64,
+    /// Wait between streamed chunks.
+    pub chunk_delay_ms: u64,
+}
+
+/// A running mock model server. Dropping it stops the server.
+pub struct MockServer {
+    addr: SocketAddr,
+    state: Arc<Shared>,
+    task: Option<JoinHandle<io::Result<()>>>,
+}
+
+impl MockServer {
+    /// Starts a server on `127.0.0.1` at a free port.
+    pub async fn start(config: MockConfig) -> io::Result<MockServer> {
+        Self::start_on(SocketAddr::from(([127, 0, 0, 1], 0)), config).await
+    }
+
+    /// Starts a server on `addr` (port 0 picks a free one).
+    pub async fn start_on(addr: SocketAddr, config: MockConfig) -> io::Result<MockServer> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(Shared {
+            config,
+            scripts: Mutex::default(),
+            requests: Mutex::default(),
+            shutdown: CancellationToken::new(),
+            ids: AtomicU64::new(0),
+        });
+        let signal = state.shutdown.clone().cancelled_owned();
+        let app = router(state.clone());
+        let task = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(signal).await });
+        Ok(MockServer { addr, state, task: Some(task) })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`: the Anthropic base URL. The OpenAI one is this plus `/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Replaces the script of `model`.
+    pub fn script(&self, model: &str, turns: Vec<MockTurn>) {
+        lock(&self.state.scripts).insert(model.to_owned(), turns);
+    }
+
+    /// Removes the script of `model`; it answers the default turn again.
+    pub fn clear_script(&self, model: &str) {
+        lock(&self.state.scripts).remove(model);
+    }
+
+    /// The requests received for `model`, oldest first. Each is
+    /// `{"path", "body", "hasAuthorization", "hasApiKey"}`: the request body as JSON (a
+    /// string when it was not JSON) and whether an `authorization` / `x-api-key` header was
+    /// present. Header values are never recorded.
+    pub fn requests(&self, model: &str) -> Vec<Value> {
+        lock(&self.state.requests).get(model).cloned().unwrap_or_default()
+    }
+
+    /// Stops the server and waits until it has stopped.
+    pub async fn shutdown(mut self) {
+        self.state.shutdown.cancel();
+        if let Some(task) = self.task.take() {
+            // The server's own result carries nothing actionable once it is stopping.
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        self.state.shutdown.cancel();
+    }
+}
+
+struct Shared {
+    config: MockConfig,
+    scripts: Mutex<HashMap<String, Vec<MockTurn>>>,
+    requests: Mutex<HashMap<String, Vec<Value>>>,
+    /// Cancelled on shutdown: stops the listener and releases held-open requests.
+    shutdown: CancellationToken,
+    ids: AtomicU64,
+}
+
+impl Shared {
+    fn next_id(&self) -> u64 {
+        self.ids.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Sleeps `ms`; false when the server shut down meanwhile.
+    async fn sleep(&self, ms: u64) -> bool {
+        if ms == 0 {
+            return true;
+        }
+        self.shutdown.run_until_cancelled(tokio::time::sleep(Duration::from_millis(ms))).await.is_some()
+    }
+}
+
+/// A mock never fails a test by panicking on a poisoned lock; the data stays usable.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn router(state: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/messages", post(messages))
+        .route("/_mock/health", get(|| async { axum::Json(json!({"status": "ok"})) }))
+        .route("/_mock/scripts/{*model}", post(put_script).delete(delete_script))
+        .route("/_mock/requests/{*model}", get(get_requests).delete(delete_requests))
+        .fallback(|| async { (StatusCode::NOT_FOUND, axum::Json(openai::error_body(404))) })
+        .with_state(state)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScriptBody {
+    turns: Vec<MockTurn>,
+}
+
+async fn put_script(State(state): State<Arc<Shared>>, Path(model): Path<String>, body: Bytes) -> Response {
+    match serde_json::from_slice::<ScriptBody>(&body) {
+        Ok(script) => {
+            let turns = script.turns.len();
+            lock(&state.scripts).insert(model.clone(), script.turns);
+            axum::Json(json!({"model": model, "turns": turns})).into_response()
+        }
+        Err(e) => {
+            (StatusCode::BAD_REQUEST, axum::Json(json!({"error": format!("invalid script: {e}")}))).into_response()
+        }
+    }
+}
+
+async fn delete_script(State(state): State<Arc<Shared>>, Path(model): Path<String>) -> StatusCode {
+    lock(&state.scripts).remove(&model);
+    StatusCode::NO_CONTENT
+}
+
+async fn get_requests(State(state): State<Arc<Shared>>, Path(model): Path<String>) -> axum::Json<Value> {
+    axum::Json(Value::Array(lock(&state.requests).get(&model).cloned().unwrap_or_default()))
+}
+
+async fn delete_requests(State(state): State<Arc<Shared>>, Path(model): Path<String>) -> StatusCode {
+    lock(&state.requests).remove(&model);
+    StatusCode::NO_CONTENT
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    OpenAi,
+    Anthropic,
+}
+
+impl Format {
+    fn path(self) -> &'static str {
+        match self {
+            Self::OpenAi => "/v1/chat/completions",
+            Self::Anthropic => "/v1/messages",
+        }
+    }
+
+    fn error(self, status: u16) -> Response {
+        let body = match self {
+            Self::OpenAi => openai::error_body(status),
+            Self::Anthropic => anthropic::error_body(status),
+        };
+        json_response(status, body)
+    }
+}
+
+fn json_response(status: u16, body: Value) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, axum::Json(body)).into_response()
+}
+
+async fn chat_completions(State(state): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(state, Format::OpenAi, headers, body).await
+}
+
+async fn messages(State(state): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(state, Format::Anthropic, headers, body).await
+}
+
+async fn answer(state: Arc<Shared>, format: Format, headers: HeaderMap, raw: Bytes) -> Response {
+    let parsed = serde_json::from_slice::<Value>(&raw).ok();
+    let model = parsed.as_ref().and_then(|b| b.get("model")).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let recorded = json!({
+        "path": format.path(),
+        "body": parsed.clone().unwrap_or_else(|| Value::String(String::from_utf8_lossy(&raw).into_owned())),
+        "hasAuthorization": headers.contains_key(header::AUTHORIZATION),
+        "hasApiKey": headers.contains_key("x-api-key"),
+    });
+    lock(&state.requests).entry(model.clone()).or_default().push(recorded);
+
+    let Some(body) = parsed.filter(Value::is_object) else {
+        return format.error(400);
+    };
+    if format == Format::Anthropic {
+        for required in ["x-api-key", "anthropic-version"] {
+            if !headers.contains_key(required) {
+                return json_response(401, anthropic::error_with(401, &format!("{required} header is required")));
+            }
+        }
+    }
+
+    let (turn, earlier_calls) = {
+        let scripts = lock(&state.scripts);
+        script::select(scripts.get(&model).map(Vec::as_slice).unwrap_or_default(), script::assistant_messages(&body))
+    };
+    if !state.sleep(turn.delay_ms.unwrap_or(state.config.latency_ms)).await {
+        return format.error(503);
+    }
+    if let Some(status) = turn.status {
+        return format.error(status);
+    }
+    if turn.hang {
+        state.shutdown.cancelled().await;
+        return format.error(503);
+    }
+
+    let resolved = script::ResolvedTurn::new(&turn, earlier_calls);
+    let n = state.next_id();
+    let streamed = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    if !streamed {
+        let whole = match format {
+            Format::OpenAi => openai::completion(&resolved, &model, &format!("chatcmpl-mock{n:06}"), unix_now()),
+            Format::Anthropic => anthropic::message(&resolved, &model, &format!("msg_mock{n:06}")),
+        };
+        if resolved.hang_after_chunks.is_some() {
+            // Headers go out, the body never does.
+            return stalled_body(state.shutdown.clone(), "application/json");
+        }
+        return axum::Json(whole).into_response();
+    }
+    let frames = match format {
+        Format::OpenAi => {
+            let include_usage = body.pointer("/stream_options/include_usage").and_then(Value::as_bool) == Some(true);
+            openai::stream_frames(&resolved, &model, &format!("chatcmpl-mock{n:06}"), unix_now(), include_usage)
+        }
+        Format::Anthropic => anthropic::stream_frames(&resolved, &model, &format!("msg_mock{n:06}")),
+    };
+    let chunk_delay = Duration::from_millis(turn.chunk_delay_ms.unwrap_or(state.config.chunk_delay_ms));
+    event_stream(frames, chunk_delay, resolved.hang_after_chunks, state.shutdown.clone())
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or_default()
+}
+
+/// One SSE frame as it goes on the wire.
+#[derive(Debug, Clone)]
+pub(crate) struct Frame {
+    bytes: Bytes,
+    /// Carries content (a text piece or a tool-call part); `hangAfterChunks` counts these.
+    content: bool,
+}
+
+impl Frame {
+    /// `data: {json}` (OpenAI style, unnamed event).
+    fn data(payload: &Value) -> Self {
+        Self::raw_data(&payload.to_string())
+    }
+
+    fn raw_data(payload: &str) -> Self {
+        Self { bytes: Bytes::from(format!("data: {payload}\n\n")), content: false }
+    }
+
+    /// `event: name` + `data: {json}` (Anthropic style, named event).
+    fn event(name: &str, payload: &Value) -> Self {
+        Self { bytes: Bytes::from(format!("event: {name}\ndata: {payload}\n\n")), content: false }
+    }
+
+    fn content(mut self) -> Self {
+        self.content = true;
+        self
+    }
+}
+
+/// Streams `frames` with `delay` between them. With `hang_after = Some(n)` it stalls,
+/// without closing, before the content frame that would exceed `n`.
+fn event_stream(
+    frames: Vec<Frame>,
+    delay: Duration,
+    hang_after: Option<usize>,
+    shutdown: CancellationToken,
+) -> Response {
+    let body = stream::unfold((frames.into_iter(), 0usize, true), move |(mut frames, sent, first)| {
+        let shutdown = shutdown.clone();
+        async move {
+            let frame = frames.next()?;
+            if frame.content && hang_after.is_some_and(|n| sent >= n) {
+                shutdown.cancelled().await;
+                return None;
+            }
+            if !first && !delay.is_zero() {
+                shutdown.run_until_cancelled(tokio::time::sleep(delay)).await?;
+            }
+            let sent = sent + usize::from(frame.content);
+            Some((Ok::<_, Infallible>(frame.bytes), (frames, sent, false)))
+        }
+    });
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// Response headers now, a body that never comes (until shutdown).
+fn stalled_body(shutdown: CancellationToken, content_type: &'static str) -> Response {
+    let body = stream::once(async move {
+        shutdown.cancelled_owned().await;
+        Ok::<_, Infallible>(Bytes::new())
+    })
+    .boxed();
+    Response::builder()
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Body::from_stream(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
