@@ -610,3 +610,107 @@ async fn every_mounted_route_is_in_the_openapi_document() {
     let stale: Vec<_> = documented.difference(&mounted).collect();
     assert!(stale.is_empty(), "documented but not mounted: {stale:?}");
 }
+
+// ---- the pipeline as a client sees it --------------------------------------------------------
+
+struct DenyDangerous;
+#[async_trait::async_trait]
+impl tracon_core::tools::pipeline::ToolAuthorizer for DenyDangerous {
+    async fn authorize(
+        &self,
+        r: &tracon_core::tools::pipeline::ToolAuthorizationRequest<'_>,
+    ) -> Result<tracon_core::tools::pipeline::ToolDecision, String> {
+        use tracon_core::tools::pipeline::ToolDecision;
+        Ok(if r.tool_name == "dangerous" { ToolDecision::Deny("Not for you.".into()) } else { ToolDecision::Allow })
+    }
+}
+
+#[tokio::test]
+async fn every_pipeline_stage_shows_in_the_live_stream_and_the_run_completes() {
+    use std::time::Duration;
+    let tool = |name: &str, body: tracon_core::tools::FnTool<_>| {
+        ToolRegistration::new(name, "A test tool.", json!({"type": "object"}), body)
+    };
+    let dangerous = tool("dangerous", tool_fn(|_, _| async { Ok(ToolOutput::from("boom")) }));
+    let strict = ToolRegistration::new(
+        "strict",
+        "Needs an id.",
+        json!({"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}),
+        tool_fn(|_, _| async { Ok(ToolOutput::from("ok")) }),
+    );
+    let slow = ToolRegistration::new(
+        "slow",
+        "Never finishes in time.",
+        json!({"type": "object"}),
+        tool_fn(|_, _| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(ToolOutput::from("late"))
+        }),
+    )
+    .map(|t| t.timeout(Duration::from_millis(50)));
+    let big = ToolRegistration::new(
+        "big",
+        "Returns too much.",
+        json!({"type": "object"}),
+        tool_fn(|_, _| async { Ok(ToolOutput::from("ü".repeat(100))) }),
+    )
+    .map(|t| t.max_output_bytes(7)); // 3½ characters of two bytes each: the cut falls inside one
+    let failing = ToolRegistration::new(
+        "failing",
+        "Fails with a foreign error.",
+        json!({"type": "object"}),
+        tool_fn(|_, _| async {
+            Err::<ToolOutput, tracon_core::tools::ToolError>(
+                std::io::Error::other("dsn=postgres://admin:hunter2@db").into(),
+            )
+        }),
+    );
+    let script = ScriptedProvider::with_turns(
+        "pipeline",
+        vec![
+            ScriptedTurn::tool_call("dangerous", json!({}))
+                .and_tool_call("strict", json!({"id": "not a number"}))
+                .and_tool_call("slow", json!({}))
+                .and_tool_call("big", json!({}))
+                .and_tool_call("failing", json!({})),
+            ScriptedTurn::text("Handled everything."),
+        ],
+    );
+    let runtime = RuntimeBuilder::new(tokio_rt::platform())
+        .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
+        .add_tool(dangerous)
+        .add_tool(strict)
+        .add_tool(slow)
+        .add_tool(big)
+        .add_tool(failing)
+        .tool_authorizer(Arc::new(DenyDangerous))
+        .add_agent(AgentDefinition::new("p", "pipeline", "m").with_tools(&[
+            "dangerous",
+            "strict",
+            "slow",
+            "big",
+            "failing",
+        ]))
+        .build()
+        .unwrap();
+    let app = tracon_handlers::router(AppState::new(Arc::new(runtime), HttpSettings::default()));
+    let (_, _, body) = send(&app, request(Method::POST, "/api/agents/p/run", Some(json!({"message": "go"})))).await;
+    let raw = String::from_utf8_lossy(&body).into_owned();
+    let frames = frames(&body);
+    let results: BTreeMap<String, Value> = frames
+        .iter()
+        .filter(|(_, d)| d["kind"] == "toolResult")
+        .map(|(_, d)| (d["toolName"].as_str().unwrap().to_owned(), d.clone()))
+        .collect();
+    assert_eq!(results["dangerous"]["status"], "Denied");
+    assert_eq!(results["dangerous"]["result"], "Not for you.");
+    assert_eq!(results["strict"]["status"], "Rejected");
+    assert_eq!(results["slow"]["status"], "TimedOut");
+    assert_eq!(results["big"]["status"], "Succeeded");
+    let envelope: Value = serde_json::from_str(results["big"]["result"].as_str().unwrap()).unwrap();
+    assert_eq!(envelope, json!({"truncated": true, "omittedBytes": 194, "content": "üüü"}));
+    assert_eq!(results["failing"]["status"], "Failed");
+    assert_eq!(results["failing"]["error"], "Tool failed with IoError.");
+    assert!(!raw.contains("hunter2"));
+    assert_eq!(frames.last().unwrap().1["status"], "Completed", "{raw}");
+}

@@ -1,0 +1,146 @@
+//! Starting the real `tracon` binary for end-to-end tests, and reading its SSE streams.
+//!
+//! The binary is `TRACON_BIN` when set; otherwise it is built once per test process with
+//! the same cargo that builds the tests (a no-op when up to date), so `cargo test` alone is
+//! enough and nothing is skipped.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The path of the `tracon` binary, building it if needed.
+pub fn tracon_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("TRACON_BIN") {
+            return PathBuf::from(p);
+        }
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "-p", "tracon", "--bin", "tracon"])
+            .current_dir(workspace_root())
+            .status()
+            .expect("running cargo to build the tracon binary");
+        assert!(status.success(), "`cargo build -p tracon` failed; build it or set TRACON_BIN to a tracon binary");
+        let target =
+            std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace_root().join("target"));
+        let bin = target.join("debug").join("tracon");
+        assert!(bin.exists(), "expected the tracon binary at {}; set TRACON_BIN to its path", bin.display());
+        bin
+    })
+    .clone()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A running `tracon` server; killed on drop.
+pub struct Tracon {
+    pub child: Child,
+    pub base: String,
+    pub log: PathBuf,
+}
+
+impl Tracon {
+    /// Starts the binary with `env` (nothing inherited that could point it at a real
+    /// provider) and waits until `/api/meta` answers.
+    pub async fn start(env: &[(&str, &str)]) -> Tracon {
+        let port = free_port();
+        let log = std::env::temp_dir().join(format!("tracon-e2e-{port}.log"));
+        let log_file = std::fs::File::create(&log).unwrap();
+        let mut cmd = Command::new(tracon_bin());
+        cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--drain-timeout-seconds", "10"])
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::from(log_file));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawning tracon");
+        let server = Tracon { child, base: format!("http://127.0.0.1:{port}"), log };
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = client.get(format!("{}/api/meta", server.base)).send().await
+                && r.status().is_success()
+            {
+                return server;
+            }
+            assert!(Instant::now() < deadline, "tracon did not start; log:\n{}", server.log_text());
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Tracon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One SSE frame.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    pub event: String,
+    pub data: Value,
+}
+
+pub fn parse_frames(body: &str) -> Vec<Frame> {
+    body.split("\n\n")
+        .filter(|f| !f.trim().is_empty())
+        .map(|f| {
+            let mut event = String::new();
+            let mut data = String::new();
+            for line in f.lines() {
+                if let Some(e) = line.strip_prefix("event: ") {
+                    event = e.to_owned();
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data.push_str(d);
+                }
+            }
+            Frame { event, data: serde_json::from_str(&data).unwrap_or(Value::Null) }
+        })
+        .collect()
+}
+
+/// `POST /api/agents/{agent}/run` and the whole stream.
+pub async fn run(server: &Tracon, agent: &str, body: Value) -> (reqwest::StatusCode, Vec<Frame>, String) {
+    let res =
+        reqwest::Client::new().post(server.url(&format!("/api/agents/{agent}/run"))).json(&body).send().await.unwrap();
+    let status = res.status();
+    let text = res.text().await.unwrap();
+    (status, parse_frames(&text), text)
+}
+
+pub fn text_of(frames: &[Frame]) -> String {
+    frames.iter().filter(|f| f.data["kind"] == "text").filter_map(|f| f.data["text"].as_str()).collect()
+}
+
+pub fn of_kind<'a>(frames: &'a [Frame], kind: &str) -> Vec<&'a Value> {
+    frames.iter().filter(|f| f.data["kind"] == kind).map(|f| &f.data).collect()
+}
