@@ -240,7 +240,7 @@ pub struct CompiledAgent {
     pub culture: Option<String>,
     pub provider: Arc<dyn ModelProvider>,
     pub tools: Vec<Arc<ToolRegistration>>,
-    pub tool_specs: Vec<ToolSpec>,
+    pub tool_specs: Arc<[ToolSpec]>,
     pub max_iterations: u32,
 }
 

@@ -239,17 +239,16 @@ async fn run_loop(
     state: &mut TurnState,
 ) -> Result<LoopEnd, Stop> {
     let max = agent.max_iterations.max(1);
+    // One request per run, updated in place: the conversation is never copied per turn.
+    let mut request = ModelRequest::from_binding(&agent.definition.model);
+    request.system = agent.instructions.clone();
+    request.messages = std::mem::take(messages);
     for iteration in 1..=max {
         let offer_tools = iteration < max && !agent.tool_specs.is_empty();
-        let mut request = ModelRequest::from_binding(&agent.definition.model);
-        request.system = agent.instructions.clone();
-        request.messages = messages.clone();
-        if offer_tools {
-            request.tools = agent.tool_specs.clone();
-        }
+        request.tools = if offer_tools { agent.tool_specs.clone() } else { Arc::from(Vec::new()) };
 
-        let turn = model_turn(runtime, agent, request, env, emitter, state).await?;
-        state.last_text = turn.text.clone();
+        let turn = model_turn(runtime, agent, &request, env, emitter, state).await?;
+        state.last_text.clone_from(&turn.text);
         if !turn.text.is_empty() {
             emitter.emit(RunEvent::MessageCompleted { text: turn.text.clone() }).await;
         }
@@ -260,16 +259,16 @@ async fn run_loop(
         if turn.calls.is_empty() || !offer_tools {
             return Ok(LoopEnd::Answered);
         }
-        messages.push(Message::Assistant {
-            text: (!turn.text.is_empty()).then(|| turn.text.clone()),
-            tool_calls: turn.calls.clone(),
+        let results = run_tools(runtime, agent, env, &turn.calls, emitter).await?;
+        request.messages.push(Message::Assistant {
+            text: (!turn.text.is_empty()).then_some(turn.text),
+            tool_calls: turn.calls,
             reasoning: turn.reasoning,
         });
-        let results = run_tools(runtime, agent, env, &turn.calls, emitter).await?;
         match results {
             ToolsEnd::Results(outcomes) => {
                 for o in outcomes {
-                    messages.push(Message::Tool {
+                    request.messages.push(Message::Tool {
                         call_id: o.call_id,
                         name: o.tool_name,
                         content: o.result,
@@ -297,7 +296,7 @@ struct Turn {
 async fn model_turn(
     runtime: &Runtime,
     agent: &CompiledAgent,
-    request: ModelRequest,
+    request: &ModelRequest,
     env: &CallEnv,
     emitter: &mut Emitter,
     state: &mut TurnState,

@@ -15,7 +15,6 @@ use axum::Extension;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::Response;
-use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -100,7 +99,7 @@ pub async fn run(
     let run_id = RunId(new_id(runtime.platform.clock.as_ref()));
     tracing::Span::current().record("run_id", tracing::field::display(run_id));
     let (guard, cancel) = state.drain.enter();
-    let (tx, mut rx) = mpsc::channel(EVENT_BUFFER);
+    let (tx, rx) = mpsc::channel(EVENT_BUFFER);
     let input = RunInput {
         tenant: tenant(),
         run_id,
@@ -121,13 +120,7 @@ pub async fn run(
     ));
 
     // Dropping the body (the caller went away) cancels the run.
-    let on_drop = cancel.drop_guard();
-    let frames = futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
-        .flat_map(move |event| futures::stream::iter(sse::live_frames(run_id, &event).into_iter().flatten()))
-        .map(move |bytes| {
-            let _keep = &on_drop;
-            Ok::<_, std::convert::Infallible>(bytes)
-        });
+    let frames = sse::LiveFrames::new(rx, run_id, cancel.drop_guard());
     Ok(sse::response(Body::from_stream(frames)))
 }
 

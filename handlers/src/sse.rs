@@ -14,32 +14,47 @@
 //!
 //! `MessageCompleted` belongs to the recorded log only.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use axum::body::Body;
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
+use chrono::{DateTime, Utc};
+use futures::Stream;
 use serde::Serialize;
-use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_util::sync::DropGuard;
 use tracon_core::events::RunEvent;
+use tracon_core::failure::ErrorClass;
+use tracon_core::model::{FinishReason, Usage};
 use tracon_core::names::RunId;
+use tracon_core::pricing::CostSnapshot;
+use tracon_core::tools::pipeline::ToolCallStatus;
 
 pub const EVENT_STREAM: &str = "text/event-stream";
 
 /// One SSE frame: `event: <name>\ndata: <json>\n\n`. serde_json never emits a raw
 /// newline, so the data is always a single line.
 pub fn frame(event: &str, data: &impl Serialize) -> Bytes {
-    let mut buf = BytesMut::with_capacity(64);
+    let mut buf = BytesMut::with_capacity(128);
+    put_frame(&mut buf, event, data);
+    buf.freeze()
+}
+
+/// Appends one frame to `buf`.
+pub fn put_frame(buf: &mut BytesMut, event: &str, data: &impl Serialize) {
     buf.put_slice(b"event: ");
     buf.put_slice(event.as_bytes());
     buf.put_slice(b"\ndata: ");
-    let mut writer = buf.writer();
+    let mut writer = std::mem::take(buf).writer();
     if serde_json::to_writer(&mut writer, data).is_err() {
         // Serialising our own types cannot fail; keep the frame well-formed regardless.
         writer.get_mut().put_slice(b"null");
     }
-    let mut buf = writer.into_inner();
+    *buf = writer.into_inner();
     buf.put_slice(b"\n\n");
-    buf.freeze()
 }
 
 /// A streaming `text/event-stream` response.
@@ -53,49 +68,194 @@ pub fn response(body: Body) -> Response {
     response
 }
 
-/// The live-turn frames for one run event (at most two).
-pub fn live_frames(run_id: RunId, event: &RunEvent) -> [Option<Bytes>; 2] {
-    let one = |b| [Some(b), None];
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RunFrame<'a> {
+    run_id: RunId,
+    agent_name: &'a str,
+    agent_version: Option<u32>,
+    started_at: &'a DateTime<Utc>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+enum UpdateFrame<'a> {
+    Text {
+        text: &'a str,
+    },
+    Reasoning {
+        text: &'a str,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolCall {
+        call_id: &'a str,
+        tool_name: &'a str,
+        arguments: &'a str,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolResult {
+        call_id: &'a str,
+        tool_name: &'a str,
+        status: ToolCallStatus,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        result: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        omitted_bytes: Option<u64>,
+    },
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DoneFrame<'a> {
+    run_id: RunId,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    approvals: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Option<&'a Usage>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cost: Option<Option<&'a CostSnapshot>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    finish_reason: Option<Option<FinishReason>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ErrorFrame<'a> {
+    run_id: RunId,
+    status: &'static str,
+    error_class: ErrorClass,
+    error_type: &'a str,
+    message: &'a str,
+}
+
+/// Appends the live-turn frames of one run event to `buf` (none for `MessageCompleted`,
+/// two for an approval stop).
+pub fn put_live_frames(buf: &mut BytesMut, run_id: RunId, event: &RunEvent) {
     match event {
-        RunEvent::RunStarted { run_id, agent_name, agent_version, started_at } => one(frame(
-            "run",
-            &json!({"runId": run_id, "agentName": agent_name, "agentVersion": agent_version, "startedAt": started_at}),
-        )),
-        RunEvent::MessageDelta { text } => one(frame("update", &json!({"kind": "text", "text": text}))),
-        RunEvent::ReasoningDelta { text } => one(frame("update", &json!({"kind": "reasoning", "text": text}))),
-        RunEvent::MessageCompleted { .. } => [None, None],
-        RunEvent::ToolInvoking { call_id, tool_name, arguments } => one(frame(
+        RunEvent::RunStarted { run_id, agent_name, agent_version, started_at } => {
+            put_frame(buf, "run", &RunFrame { run_id: *run_id, agent_name, agent_version: *agent_version, started_at })
+        }
+        RunEvent::MessageDelta { text } => put_frame(buf, "update", &UpdateFrame::Text { text }),
+        RunEvent::ReasoningDelta { text } => put_frame(buf, "update", &UpdateFrame::Reasoning { text }),
+        RunEvent::MessageCompleted { .. } => {}
+        RunEvent::ToolInvoking { call_id, tool_name, arguments } => {
+            put_frame(buf, "update", &UpdateFrame::ToolCall { call_id, tool_name, arguments })
+        }
+        RunEvent::ToolInvoked { call_id, tool_name, status, result, omitted_bytes, .. } => put_frame(
+            buf,
             "update",
-            &json!({"kind": "toolCall", "callId": call_id, "toolName": tool_name, "arguments": arguments}),
-        )),
-        RunEvent::ToolInvoked { call_id, tool_name, status, result, omitted_bytes, .. } => one(frame(
+            &UpdateFrame::ToolResult {
+                call_id,
+                tool_name,
+                status: *status,
+                result: Some(result),
+                error: None,
+                omitted_bytes: *omitted_bytes,
+            },
+        ),
+        RunEvent::ToolFailed { call_id, tool_name, status, error, .. } => put_frame(
+            buf,
             "update",
-            &json!({"kind": "toolResult", "callId": call_id, "toolName": tool_name, "status": status,
-                    "result": result, "omittedBytes": omitted_bytes}),
-        )),
-        RunEvent::ToolFailed { call_id, tool_name, status, error, .. } => one(frame(
-            "update",
-            &json!({"kind": "toolResult", "callId": call_id, "toolName": tool_name, "status": status, "error": error}),
-        )),
-        RunEvent::RunAwaitingApproval { requests } => [
-            Some(frame("approvals", requests)),
-            Some(frame("done", &json!({"runId": run_id, "status": "AwaitingApproval", "approvals": requests.len()}))),
-        ],
-        RunEvent::RunCompleted { text, usage, cost, finish_reason } => one(frame(
+            &UpdateFrame::ToolResult {
+                call_id,
+                tool_name,
+                status: *status,
+                result: None,
+                error: Some(error),
+                omitted_bytes: None,
+            },
+        ),
+        RunEvent::RunAwaitingApproval { requests } => {
+            put_frame(buf, "approvals", requests);
+            put_frame(
+                buf,
+                "done",
+                &DoneFrame {
+                    run_id,
+                    status: "AwaitingApproval",
+                    text: None,
+                    approvals: Some(requests.len()),
+                    usage: None,
+                    cost: None,
+                    finish_reason: None,
+                },
+            );
+        }
+        RunEvent::RunCompleted { text, usage, cost, finish_reason } => put_frame(
+            buf,
             "done",
-            &json!({"runId": run_id, "status": "Completed", "text": text, "usage": usage, "cost": cost,
-                    "finishReason": finish_reason}),
-        )),
-        RunEvent::RunFailed { error } => one(frame(
+            &DoneFrame {
+                run_id,
+                status: "Completed",
+                text: Some(text),
+                approvals: None,
+                usage: Some(usage.as_ref()),
+                cost: Some(cost.as_ref()),
+                finish_reason: Some(*finish_reason),
+            },
+        ),
+        RunEvent::RunFailed { error } | RunEvent::RunCanceled { error } => put_frame(
+            buf,
             "error",
-            &json!({"runId": run_id, "status": "Failed", "errorClass": error.error_class, "errorType": error.error_type,
-                    "message": error.message}),
-        )),
-        RunEvent::RunCanceled { error } => one(frame(
-            "error",
-            &json!({"runId": run_id, "status": "Canceled", "errorClass": error.error_class, "errorType": error.error_type,
-                    "message": error.message}),
-        )),
+            &ErrorFrame {
+                run_id,
+                status: if matches!(event, RunEvent::RunFailed { .. }) { "Failed" } else { "Canceled" },
+                error_class: error.error_class,
+                error_type: &error.error_type,
+                message: &error.message,
+            },
+        ),
+    }
+}
+
+/// The live-turn frames, as a body stream that writes every event already waiting in the
+/// channel as one chunk (fewer writes and TCP segments when the model streams fast).
+pub struct LiveFrames {
+    rx: mpsc::Receiver<RunEvent>,
+    run_id: RunId,
+    /// Dropped with the body: the caller went away, so the run is cancelled.
+    _on_drop: DropGuard,
+}
+
+/// Largest chunk assembled from waiting events.
+const MAX_CHUNK: usize = 16 * 1024;
+
+impl LiveFrames {
+    pub fn new(rx: mpsc::Receiver<RunEvent>, run_id: RunId, on_drop: DropGuard) -> Self {
+        Self { rx, run_id, _on_drop: on_drop }
+    }
+}
+
+impl Stream for LiveFrames {
+    type Item = Result<Bytes, std::convert::Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        let mut buf = BytesMut::new();
+        loop {
+            match this.rx.poll_recv(cx) {
+                Poll::Ready(Some(event)) => {
+                    put_live_frames(&mut buf, this.run_id, &event);
+                    while buf.len() < MAX_CHUNK {
+                        match this.rx.try_recv() {
+                            Ok(event) => put_live_frames(&mut buf, this.run_id, &event),
+                            Err(_) => break,
+                        }
+                    }
+                    if !buf.is_empty() {
+                        return Poll::Ready(Some(Ok(buf.freeze())));
+                    }
+                }
+                Poll::Ready(None) if buf.is_empty() => return Poll::Ready(None),
+                Poll::Ready(None) => return Poll::Ready(Some(Ok(buf.freeze()))),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
     }
 }
 
@@ -105,7 +265,7 @@ mod tests {
 
     #[test]
     fn frames_are_single_line_json() {
-        let f = frame("update", &json!({"text": "a\nb"}));
+        let f = frame("update", &serde_json::json!({"text": "a\nb"}));
         assert_eq!(&f[..], b"event: update\ndata: {\"text\":\"a\\nb\"}\n\n");
     }
 }

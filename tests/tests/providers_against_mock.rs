@@ -39,12 +39,13 @@ fn request(model: &str) -> ModelRequest {
         name: "get_order_status".into(),
         description: "Looks up an order.".into(),
         parameters: json!({"type": "object", "properties": {"orderId": {"type": "string"}}}),
-    }];
+    }]
+    .into();
     r
 }
 
 async fn run(provider: &dyn ModelProvider, request: ModelRequest) -> Result<Vec<ModelEvent>, ProviderError> {
-    provider.stream(request).await?.try_collect().await
+    provider.stream(&request).await?.try_collect().await
 }
 
 fn text(events: &[ModelEvent]) -> String {

@@ -10,6 +10,7 @@ use tracon_core::model::scripted::{SCRIPTED, ScriptedProvider};
 use tracon_core::ports::tokio_rt;
 use tracon_core::pricing::Pricing;
 use tracon_core::runtime::{Runtime, RuntimeBuilder, RuntimeSettings};
+use tracon_core::store::{Stores, memory};
 use tracon_handlers::{AppState, HttpSettings};
 
 use crate::demo;
@@ -40,7 +41,16 @@ fn build_runtime(config: &Config) -> Result<Runtime, String> {
     let client = http_client()?;
     let settings = RuntimeSettings::from_config(config).map_err(|e| e.to_string())?;
     let pricing = Pricing::from_config(config).map_err(|e| e.to_string())?;
-    let mut builder = RuntimeBuilder::new(tokio_rt::platform()).settings(settings).pricing(pricing);
+    let max_runs = config
+        .parse::<usize>("Tracon:Storage:Memory:MaxRuns")
+        .map_err(|e| e.to_string())?
+        .unwrap_or(memory::DEFAULT_MAX_RUNS);
+    let stores = Stores {
+        definitions: Arc::new(memory::MemoryDefinitionStore::default()),
+        runs: Arc::new(memory::MemoryRunStore::with_max_runs(max_runs)),
+        persistent: false,
+    };
+    let mut builder = RuntimeBuilder::new(tokio_rt::platform()).settings(settings).pricing(pricing).stores(stores);
     builder = builder.add_provider(Arc::new(ScriptedProvider::demo()));
 
     let openai_key = config.first(&["Tracon:Providers:OpenAI:ApiKey", "OPENAI_API_KEY"]).map(str::to_owned);

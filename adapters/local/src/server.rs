@@ -47,6 +47,13 @@ pub async fn serve(config: Config, listen: SocketAddr, drain_timeout: Duration) 
     let listener =
         tokio::net::TcpListener::bind(listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
+    // SSE frames are small writes: without TCP_NODELAY, Nagle's algorithm holds each one
+    // until the client's delayed ACK (up to 40 ms on Linux) on every kept-alive connection.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
     tracing::info!(address = %format!("http://{local}"), persistent_storage = state.runtime.stores.persistent, "tracon listening");
     if !state.runtime.stores.persistent {
         tracing::warn!("storage is in memory: definitions, runs and sessions are lost when the process exits");

@@ -104,15 +104,15 @@ impl ModelProvider for AnthropicProvider {
         out
     }
 
-    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ProviderError> {
+    async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ProviderError> {
         // reqwest's wasm32 futures are !Send; see crate::platform.
         crate::platform::send_future(self.start(request)).await
     }
 }
 
 impl AnthropicProvider {
-    async fn start(&self, request: ModelRequest) -> Result<ModelStream, ProviderError> {
-        let body = build_body(&request, self.default_max_output_tokens);
+    async fn start(&self, request: &ModelRequest) -> Result<ModelStream, ProviderError> {
+        let body = build_body(request, self.default_max_output_tokens);
         let builder = self
             .client
             .post(format!("{}/v1/messages", self.base_url))
@@ -452,7 +452,8 @@ mod tests {
             Message::Tool { call_id: "a".into(), name: "t".into(), content: "1".into(), is_error: false },
             Message::Tool { call_id: "b".into(), name: "t".into(), content: "2".into(), is_error: true },
         ];
-        r.tools = vec![ToolSpec { name: "t".into(), description: "d".into(), parameters: json!({"type": "object"}) }];
+        r.tools =
+            vec![ToolSpec { name: "t".into(), description: "d".into(), parameters: json!({"type": "object"}) }].into();
         let b = build_body(&r, DEFAULT_MAX_OUTPUT_TOKENS);
         assert_eq!(b["max_tokens"], 4096);
         assert_eq!(b["system"], "sys");

@@ -18,6 +18,7 @@ pub mod scripted;
 mod sse;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
@@ -94,7 +95,8 @@ pub struct ModelRequest {
     pub model: String,
     pub system: Option<String>,
     pub messages: Vec<Message>,
-    pub tools: Vec<ToolSpec>,
+    /// Shared with the compiled agent: offering tools copies no schema.
+    pub tools: Arc<[ToolSpec]>,
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
     pub max_output_tokens: Option<u32>,
@@ -110,7 +112,7 @@ impl ModelRequest {
             model: binding.model.clone(),
             system: None,
             messages: Vec::new(),
-            tools: Vec::new(),
+            tools: Arc::from(Vec::new()),
             temperature: binding.temperature,
             top_p: binding.top_p,
             max_output_tokens: binding.max_output_tokens,
@@ -201,6 +203,7 @@ pub trait ModelProvider: Send + Sync {
         Vec::new()
     }
 
-    /// Starts one streamed model call.
-    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ProviderError>;
+    /// Starts one streamed model call. The request is borrowed: a provider serialises what
+    /// it needs before it returns the stream.
+    async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ProviderError>;
 }

@@ -5,10 +5,12 @@
 //! the `data:` payloads of the stream and yields [`ModelEvent`]s, assembling tool-call
 //! deltas (by `index`) into whole calls. It is tested against recorded wire transcripts.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use futures::{StreamExt, stream};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::sse;
 use super::{
@@ -74,10 +76,6 @@ impl OpenAiProvider {
         }
         Ok(Self { name: name.to_owned(), base_url: trim_base(endpoint), api_key, flavor: Flavor::Compatible, client })
     }
-
-    fn body(&self, request: &ModelRequest) -> Value {
-        build_body(request, self.flavor)
-    }
 }
 
 fn trim_base(url: &str) -> String {
@@ -115,16 +113,16 @@ impl ModelProvider for OpenAiProvider {
         out
     }
 
-    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ProviderError> {
+    async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ProviderError> {
         // reqwest's wasm32 futures are !Send; see crate::platform.
         crate::platform::send_future(self.start(request)).await
     }
 }
 
 impl OpenAiProvider {
-    async fn start(&self, request: ModelRequest) -> Result<ModelStream, ProviderError> {
+    async fn start(&self, request: &ModelRequest) -> Result<ModelStream, ProviderError> {
         let url = format!("{}/chat/completions", self.base_url);
-        let mut builder = self.client.post(url).json(&self.body(&request));
+        let mut builder = self.client.post(url).json(&ChatBody::new(request, self.flavor));
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key);
         }
@@ -170,81 +168,167 @@ impl OpenAiProvider {
     }
 }
 
-/// The Chat Completions request body.
-pub fn build_body(request: &ModelRequest, flavor: Flavor) -> Value {
-    let mut messages = Vec::with_capacity(request.messages.len() + 1);
-    if let Some(system) = &request.system {
-        messages.push(json!({"role": "system", "content": system}));
-    }
-    for m in &request.messages {
-        messages.push(match m {
-            Message::User { text } => json!({"role": "user", "content": text}),
-            Message::Assistant { text, tool_calls, .. } => {
-                let mut msg = json!({"role": "assistant", "content": text});
-                if !tool_calls.is_empty() {
-                    msg["tool_calls"] = tool_calls
+/// The Chat Completions request body, borrowing everything from the request: serialised
+/// straight onto the wire, with no intermediate JSON tree.
+#[derive(Serialize)]
+pub struct ChatBody<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    stream: bool,
+    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parallel_tool_calls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<WireResponseFormat<'a>>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum WireMessage<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: &'a str,
+    },
+    Assistant {
+        content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<WireToolCall<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+struct WireToolCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunctionCall<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunctionCall<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireResponseFormat<'a> {
+    JsonObject,
+    JsonSchema { json_schema: WireJsonSchema<'a> },
+}
+
+#[derive(Serialize)]
+struct WireJsonSchema<'a> {
+    name: &'a str,
+    schema: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    strict: Option<bool>,
+}
+
+impl<'a> ChatBody<'a> {
+    pub fn new(request: &'a ModelRequest, flavor: Flavor) -> Self {
+        let mut messages = Vec::with_capacity(request.messages.len() + 1);
+        if let Some(system) = &request.system {
+            messages.push(WireMessage::System { content: system });
+        }
+        for m in &request.messages {
+            messages.push(match m {
+                Message::User { text } => WireMessage::User { content: text },
+                Message::Assistant { text, tool_calls, .. } => WireMessage::Assistant {
+                    content: text.as_deref(),
+                    tool_calls: tool_calls
                         .iter()
-                        .map(|c| {
-                            json!({"id": c.id, "type": "function",
-                                   "function": {"name": c.name, "arguments": c.arguments}})
+                        .map(|c| WireToolCall {
+                            id: &c.id,
+                            kind: "function",
+                            function: WireFunctionCall { name: &c.name, arguments: &c.arguments },
                         })
-                        .collect();
-                }
-                msg
-            }
-            Message::Tool { call_id, content, .. } => {
-                json!({"role": "tool", "tool_call_id": call_id, "content": content})
-            }
-        });
-    }
-    let mut body = json!({
-        "model": request.model,
-        "messages": messages,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    if !request.tools.is_empty() {
-        body["tools"] = request
+                        .collect(),
+                },
+                Message::Tool { call_id, content, .. } => WireMessage::Tool { tool_call_id: call_id, content },
+            });
+        }
+        let tools: Vec<WireTool<'a>> = request
             .tools
             .iter()
-            .map(|t| {
-                json!({"type": "function",
-                       "function": {"name": t.name, "description": t.description, "parameters": t.parameters}})
+            .map(|t| WireTool {
+                kind: "function",
+                function: WireFunction { name: &t.name, description: &t.description, parameters: &t.parameters },
             })
             .collect();
-        body["parallel_tool_calls"] = json!(request.parallel_tool_calls);
-    }
-    if let Some(t) = request.temperature {
-        body["temperature"] = json!(t);
-    }
-    if let Some(t) = request.top_p {
-        body["top_p"] = json!(t);
-    }
-    if let Some(n) = request.max_output_tokens {
-        let key = match flavor {
-            Flavor::OpenAi => "max_completion_tokens",
-            Flavor::Compatible => "max_tokens",
+        let (max_completion_tokens, max_tokens) = match flavor {
+            Flavor::OpenAi => (request.max_output_tokens, None),
+            Flavor::Compatible => (None, request.max_output_tokens),
         };
-        body[key] = json!(n);
-    }
-    if let Some(effort) = request.reasoning_effort {
-        body["reasoning_effort"] = json!(effort.as_wire());
-    }
-    match &request.response_format {
-        None | Some(ResponseFormat::Text) => {}
-        Some(ResponseFormat::Json) => body["response_format"] = json!({"type": "json_object"}),
-        Some(ResponseFormat::JsonSchema { name, schema, description, strict }) => {
-            let mut js = json!({"name": name, "schema": schema});
-            if let Some(d) = description {
-                js["description"] = json!(d);
+        let response_format = match &request.response_format {
+            None | Some(ResponseFormat::Text) => None,
+            Some(ResponseFormat::Json) => Some(WireResponseFormat::JsonObject),
+            Some(ResponseFormat::JsonSchema { name, schema, description, strict }) => {
+                Some(WireResponseFormat::JsonSchema {
+                    json_schema: WireJsonSchema { name, schema, description: description.as_deref(), strict: *strict },
+                })
             }
-            if let Some(s) = strict {
-                js["strict"] = json!(s);
-            }
-            body["response_format"] = json!({"type": "json_schema", "json_schema": js});
+        };
+        Self {
+            model: &request.model,
+            messages,
+            stream: true,
+            stream_options: StreamOptions { include_usage: true },
+            parallel_tool_calls: (!tools.is_empty()).then_some(request.parallel_tool_calls),
+            tools,
+            temperature: request.temperature,
+            top_p: request.top_p,
+            max_completion_tokens,
+            max_tokens,
+            reasoning_effort: request.reasoning_effort.map(|e| e.as_wire()),
+            response_format,
         }
     }
-    body
+}
+
+/// The request body as JSON (for inspection and tests; the provider serialises
+/// [`ChatBody`] directly).
+pub fn build_body(request: &ModelRequest, flavor: Flavor) -> Value {
+    serde_json::to_value(ChatBody::new(request, flavor)).unwrap_or(Value::Null)
 }
 
 #[derive(Default)]
@@ -275,86 +359,73 @@ impl ChatStreamParser {
             self.done = true;
             return Ok(Vec::new());
         }
-        let chunk: Value =
+        let chunk: WireChunk<'_> =
             serde_json::from_str(data).map_err(|e| ProviderError::protocol(format!("invalid stream chunk: {e}")))?;
-        if let Some(err) = chunk.get("error") {
+        if let Some(err) = &chunk.error {
             return Err(stream_error(err));
         }
         let mut out = Vec::new();
         if !self.model_reported
-            && let Some(m) = chunk.get("model").and_then(Value::as_str)
+            && let Some(m) = chunk.model.as_deref()
             && !m.is_empty()
         {
             self.model_reported = true;
             out.push(ModelEvent::Model(m.to_owned()));
         }
-        if let Some(choices) = chunk.get("choices").and_then(Value::as_array) {
-            for choice in choices {
-                if choice.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
-                    continue;
+        for choice in chunk.choices {
+            if choice.index != 0 {
+                continue;
+            }
+            if let Some(delta) = choice.delta {
+                for r in [delta.reasoning_content, delta.reasoning].into_iter().flatten() {
+                    if !r.is_empty() {
+                        out.push(ModelEvent::ReasoningDelta(r.into_owned()));
+                    }
                 }
-                if let Some(delta) = choice.get("delta") {
-                    for key in ["reasoning_content", "reasoning"] {
-                        if let Some(r) = delta.get(key).and_then(Value::as_str)
-                            && !r.is_empty()
+                for text in [delta.content, delta.refusal].into_iter().flatten() {
+                    if !text.is_empty() {
+                        out.push(ModelEvent::TextDelta(text.into_owned()));
+                    }
+                }
+                for call in delta.tool_calls.unwrap_or_default() {
+                    let id = call.id.filter(|id| !id.is_empty());
+                    let index = match call.index {
+                        Some(i) => i,
+                        // Some compatible servers (Gemini's, several proxies) omit `index`:
+                        // a new id starts a new call, a fragment without one continues the
+                        // latest call.
+                        None => match (self.calls.last_key_value(), id.as_deref()) {
+                            (Some((&last, entry)), Some(id)) if !entry.id.is_empty() && entry.id != id => last + 1,
+                            (Some((&last, _)), _) => last,
+                            (None, _) => 0,
+                        },
+                    };
+                    let entry = self.calls.entry(index).or_default();
+                    if let Some(id) = id {
+                        entry.id = id.into_owned();
+                    }
+                    if let Some(f) = call.function {
+                        // A server that repeats the full name in every fragment must not
+                        // produce "globglob".
+                        if let Some(n) = f.name
+                            && !n.is_empty()
+                            && entry.name != n
                         {
-                            out.push(ModelEvent::ReasoningDelta(r.to_owned()));
+                            entry.name.push_str(&n);
+                        }
+                        if let Some(a) = f.arguments {
+                            entry.arguments.push_str(&a);
                         }
                     }
-                    if let Some(text) = delta.get("content").and_then(Value::as_str)
-                        && !text.is_empty()
-                    {
-                        out.push(ModelEvent::TextDelta(text.to_owned()));
-                    }
-                    if let Some(refusal) = delta.get("refusal").and_then(Value::as_str)
-                        && !refusal.is_empty()
-                    {
-                        out.push(ModelEvent::TextDelta(refusal.to_owned()));
-                    }
-                    if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
-                        for call in calls {
-                            let id = call.get("id").and_then(Value::as_str).filter(|id| !id.is_empty());
-                            let index = match call.get("index").and_then(Value::as_u64) {
-                                Some(i) => i,
-                                // Some compatible servers (Gemini's, several proxies) omit
-                                // `index`: a new id starts a new call, a fragment without one
-                                // continues the latest call.
-                                None => match (self.calls.last_key_value(), id) {
-                                    (Some((&last, entry)), Some(id)) if !entry.id.is_empty() && entry.id != id => {
-                                        last + 1
-                                    }
-                                    (Some((&last, _)), _) => last,
-                                    (None, _) => 0,
-                                },
-                            };
-                            let entry = self.calls.entry(index).or_default();
-                            if let Some(id) = id {
-                                entry.id = id.to_owned();
-                            }
-                            if let Some(f) = call.get("function") {
-                                // A server that repeats the full name in every fragment must
-                                // not produce "globglob".
-                                if let Some(n) = f.get("name").and_then(Value::as_str)
-                                    && !n.is_empty()
-                                    && entry.name != n
-                                {
-                                    entry.name.push_str(n);
-                                }
-                                if let Some(a) = f.get("arguments").and_then(Value::as_str) {
-                                    entry.arguments.push_str(a);
-                                }
-                            }
-                        }
-                    }
-                }
-                if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-                    self.finish = Some(map_finish(reason));
-                    out.extend(self.take_calls());
                 }
             }
+            if let Some(reason) = choice.finish_reason {
+                self.finish = Some(map_finish(&reason));
+                out.extend(self.take_calls());
+            }
         }
-        if let Some(usage) = chunk.get("usage").filter(|u| !u.is_null()) {
-            out.push(ModelEvent::Usage(parse_usage(usage)));
+        if let Some(usage) = chunk.usage {
+            out.push(ModelEvent::Usage(usage.into()));
         }
         Ok(out)
     }
@@ -408,15 +479,95 @@ fn map_finish(reason: &str) -> FinishReason {
 }
 
 fn parse_usage(u: &Value) -> Usage {
-    let get = |k: &str| u.get(k).and_then(Value::as_u64);
-    let input = get("prompt_tokens").unwrap_or(0);
-    let output = get("completion_tokens").unwrap_or(0);
-    Usage {
-        input_tokens: input,
-        output_tokens: output,
-        total_tokens: get("total_tokens").unwrap_or(input + output),
-        cached_input_tokens: u.pointer("/prompt_tokens_details/cached_tokens").and_then(Value::as_u64),
-        reasoning_tokens: u.pointer("/completion_tokens_details/reasoning_tokens").and_then(Value::as_u64),
+    serde_json::from_value::<WireUsage>(u.clone()).map(Usage::from).unwrap_or_default()
+}
+
+/// One Chat Completions stream chunk; strings borrow from the payload when unescaped.
+#[derive(Deserialize)]
+struct WireChunk<'a> {
+    #[serde(borrow, default)]
+    model: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    choices: Vec<WireChoice<'a>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct WireChoice<'a> {
+    #[serde(default)]
+    index: u64,
+    #[serde(borrow, default)]
+    delta: Option<WireDelta<'a>>,
+    #[serde(borrow, default)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct WireDelta<'a> {
+    #[serde(borrow, default)]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    refusal: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<WireToolCallDelta<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct WireToolCallDelta<'a> {
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    function: Option<WireFunctionDelta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct WireFunctionDelta<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    arguments: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize, Default)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    #[serde(default)]
+    total_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<WireUsageDetails>,
+    #[serde(default)]
+    completion_tokens_details: Option<WireUsageDetails>,
+}
+
+#[derive(Deserialize, Default)]
+struct WireUsageDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+}
+
+impl From<WireUsage> for Usage {
+    fn from(u: WireUsage) -> Self {
+        Usage {
+            input_tokens: u.prompt_tokens,
+            output_tokens: u.completion_tokens,
+            total_tokens: u.total_tokens.unwrap_or(u.prompt_tokens + u.completion_tokens),
+            cached_input_tokens: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
+            reasoning_tokens: u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
+        }
     }
 }
 
@@ -470,6 +621,7 @@ mod tests {
     use super::*;
     use crate::definition::ReasoningEffort;
     use crate::model::ToolSpec;
+    use serde_json::json;
 
     #[test]
     fn body_maps_messages_tools_and_options() {
@@ -491,7 +643,8 @@ mod tests {
             },
             Message::Tool { call_id: "c1".into(), name: "t".into(), content: "ok".into(), is_error: false },
         ];
-        r.tools = vec![ToolSpec { name: "t".into(), description: "d".into(), parameters: json!({"type": "object"}) }];
+        r.tools =
+            vec![ToolSpec { name: "t".into(), description: "d".into(), parameters: json!({"type": "object"}) }].into();
         let b = build_body(&r, Flavor::OpenAi);
         assert_eq!(b["messages"][0], json!({"role": "system", "content": "sys"}));
         assert_eq!(b["messages"][2]["tool_calls"][0]["function"]["name"], "t");

@@ -123,8 +123,8 @@ impl ModelProvider for ScriptedProvider {
         &self.name
     }
 
-    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, ProviderError> {
-        let turn = self.turn_for(&request);
+    async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ProviderError> {
+        let turn = self.turn_for(request);
         if let Some(e) = turn.error {
             return Err(e);
         }
@@ -237,7 +237,7 @@ mod tests {
     }
 
     async fn collect(p: &ScriptedProvider, r: ModelRequest) -> Vec<ModelEvent> {
-        p.stream(r).await.unwrap().map(|e| e.unwrap()).collect().await
+        p.stream(&r).await.unwrap().map(|e| e.unwrap()).collect().await
     }
 
     #[tokio::test]
@@ -245,11 +245,12 @@ mod tests {
         let p = ScriptedProvider::demo();
         let mut r = request();
         r.messages.push(Message::user("Where is order 4182?"));
-        r.tools.push(ToolSpec {
+        r.tools = vec![ToolSpec {
             name: "get_order_status".into(),
             description: "d".into(),
             parameters: json!({"type": "object", "properties": {"orderId": {"type": "string"}}}),
-        });
+        }]
+        .into();
         let ev = collect(&p, r.clone()).await;
         let call = ev
             .iter()

@@ -1,7 +1,7 @@
 //! In-memory stores: the zero-setup default and the reference for the contract tests.
 //! Everything is keyed by tenant first, exactly as the SQL stores are.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
@@ -76,29 +76,69 @@ impl DefinitionStore for MemoryDefinitionStore {
     }
 }
 
-#[derive(Default)]
+/// Runs kept by default before the oldest are forgotten: memory is the zero-setup store,
+/// and a long-running local server must not grow without bound.
+pub const DEFAULT_MAX_RUNS: usize = 10_000;
+
 pub struct MemoryRunStore {
-    runs: Mutex<HashMap<(TenantId, RunId), RunRecord>>,
+    runs: Mutex<Runs>,
     calls: Mutex<HashMap<(TenantId, RunId), Vec<ToolCallRecord>>>,
+    max_runs: usize,
+}
+
+#[derive(Default)]
+struct Runs {
+    rows: HashMap<(TenantId, RunId), RunRecord>,
+    /// Creation order, for eviction.
+    order: VecDeque<(TenantId, RunId)>,
+}
+
+impl Default for MemoryRunStore {
+    fn default() -> Self {
+        Self::with_max_runs(DEFAULT_MAX_RUNS)
+    }
+}
+
+impl MemoryRunStore {
+    /// Keeps at most `max_runs` runs (and their tool calls); the oldest go first.
+    pub fn with_max_runs(max_runs: usize) -> Self {
+        Self { runs: Mutex::default(), calls: Mutex::default(), max_runs: max_runs.max(1) }
+    }
 }
 
 #[async_trait::async_trait]
 impl RunStore for MemoryRunStore {
     async fn create_run(&self, tenant: &TenantId, run: &RunRecord) -> Result<(), StoreError> {
-        let mut runs = lock(&self.runs);
-        let key = (tenant.clone(), run.id);
-        if runs.contains_key(&key) {
-            return Err(StoreError::Conflict("A run with this id already exists.".into()));
+        let evicted = {
+            let mut runs = lock(&self.runs);
+            let key = (tenant.clone(), run.id);
+            if runs.rows.contains_key(&key) {
+                return Err(StoreError::Conflict("A run with this id already exists.".into()));
+            }
+            let mut row = run.clone();
+            row.tenant = Some(tenant.clone());
+            runs.rows.insert(key.clone(), row);
+            runs.order.push_back(key);
+            let mut evicted = Vec::new();
+            while runs.rows.len() > self.max_runs {
+                let Some(oldest) = runs.order.pop_front() else { break };
+                runs.rows.remove(&oldest);
+                evicted.push(oldest);
+            }
+            evicted
+        };
+        if !evicted.is_empty() {
+            let mut calls = lock(&self.calls);
+            for key in evicted {
+                calls.remove(&key);
+            }
         }
-        let mut row = run.clone();
-        row.tenant = Some(tenant.clone());
-        runs.insert(key, row);
         Ok(())
     }
 
     async fn finish_run(&self, tenant: &TenantId, id: RunId, end: &RunEnd) -> Result<(), StoreError> {
         let mut runs = lock(&self.runs);
-        let run = runs.get_mut(&(tenant.clone(), id)).ok_or(StoreError::NotFound)?;
+        let run = runs.rows.get_mut(&(tenant.clone(), id)).ok_or(StoreError::NotFound)?;
         run.status = end.status;
         run.ended_at = Some(end.ended_at);
         run.duration_ms = Some(end.duration_ms);
@@ -111,7 +151,7 @@ impl RunStore for MemoryRunStore {
     }
 
     async fn get_run(&self, tenant: &TenantId, id: RunId) -> Result<Option<RunRecord>, StoreError> {
-        Ok(lock(&self.runs).get(&(tenant.clone(), id)).cloned())
+        Ok(lock(&self.runs).rows.get(&(tenant.clone(), id)).cloned())
     }
 
     async fn record_tool_call(&self, tenant: &TenantId, call: &ToolCallRecord) -> Result<(), StoreError> {
@@ -141,5 +181,49 @@ impl RunStore for MemoryRunStore {
 
     async fn list_tool_calls(&self, tenant: &TenantId, run: RunId) -> Result<Vec<ToolCallRecord>, StoreError> {
         Ok(lock(&self.calls).get(&(tenant.clone(), run)).cloned().unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(clock_ms: i64) -> RunRecord {
+        let at = chrono::DateTime::from_timestamp_millis(clock_ms).unwrap_or_default();
+        RunRecord {
+            id: RunId(uuid::Uuid::new_v4()),
+            tenant: None,
+            agent_name: "a".into(),
+            agent_version: None,
+            status: crate::store::RunStatus::Running,
+            started_at: at,
+            ended_at: None,
+            duration_ms: None,
+            usage: None,
+            cost: None,
+            model_provider: None,
+            model: None,
+            error: None,
+            session_id: None,
+            parent_run_id: None,
+            root_run_id: None,
+            depth: 0,
+            user_id: None,
+            labels: BTreeMap::new(),
+            heartbeat_at: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_oldest_runs_are_forgotten_beyond_the_cap() {
+        let store = MemoryRunStore::with_max_runs(2);
+        let t = TenantId::default_tenant();
+        let (a, b, c) = (run(1), run(2), run(3));
+        for r in [&a, &b, &c] {
+            store.create_run(&t, r).await.unwrap();
+        }
+        assert!(store.get_run(&t, a.id).await.unwrap().is_none());
+        assert!(store.get_run(&t, b.id).await.unwrap().is_some());
+        assert!(store.get_run(&t, c.id).await.unwrap().is_some());
     }
 }

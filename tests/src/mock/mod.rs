@@ -85,6 +85,10 @@ impl MockServer {
         });
         let signal = state.shutdown.clone().cancelled_owned();
         let app = router(state.clone());
+        // Small streamed frames must leave at once, not wait for the peer's delayed ACK.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+            let _ = tcp.set_nodelay(true);
+        });
         let task = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(signal).await });
         Ok(MockServer { addr, state, task: Some(task) })
     }
