@@ -154,59 +154,45 @@ async fn a_streamed_run_with_two_tool_calls_completes_and_sums_usage() {
 
 #[tokio::test]
 async fn concurrent_tool_calls_run_together_only_when_the_binding_allows() {
-    // Two calls that each wait for the other: they can only finish when run concurrently.
-    let barrier = Arc::new(tokio::sync::Barrier::new(2));
-    let make = |name: &str| {
-        let b = barrier.clone();
-        ToolRegistration::new(
-            name,
-            "Waits for its sibling.",
-            json!({"type": "object"}),
-            tool_fn(move |_, _| {
-                let b = b.clone();
-                async move {
-                    b.wait().await;
-                    Ok(ToolOutput::from("met"))
-                }
-            }),
-        )
-        .unwrap()
-        .timeout(Duration::from_secs(30))
-    };
+    // Two calls that each wait for the other at a barrier: they can only both finish in
+    // time when they run at the same time.
+    fn waiting_pair(timeout: Duration) -> Vec<ToolRegistration> {
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        ["left", "right"]
+            .into_iter()
+            .map(|name| {
+                let b = barrier.clone();
+                ToolRegistration::new(
+                    name,
+                    "Waits for its sibling.",
+                    json!({"type": "object"}),
+                    tool_fn(move |_, _| {
+                        let b = b.clone();
+                        async move {
+                            b.wait().await;
+                            Ok(ToolOutput::from("met"))
+                        }
+                    }),
+                )
+                .unwrap()
+                .timeout(timeout)
+            })
+            .collect()
+    }
     let turns =
-        vec![ScriptedTurn::tool_call("left", json!({})).and_tool_call("right", json!({})), ScriptedTurn::text("ok")];
+        || vec![ScriptedTurn::tool_call("left", json!({})).and_tool_call("right", json!({})), ScriptedTurn::text("ok")];
+
     let mut def = agent(&["left", "right"]);
     def.model.allow_concurrent_tool_calls = true;
-    let h = Harness::new(turns, vec![make("left"), make("right")], def);
+    let h = Harness::new(turns(), waiting_pair(Duration::from_secs(30)), def);
     let (outcome, events) = h.run("a", "go").await;
     assert_eq!(outcome.status, RunStatus::Completed);
     assert!(tool_results(&events).iter().all(|(_, s, r)| *s == ToolCallStatus::Succeeded && r == "met"));
 
-    // Without the flag the same two calls run one after another: neither meets the other.
-    let barrier = Arc::new(tokio::sync::Barrier::new(2));
-    let make = |name: &str| {
-        let b = barrier.clone();
-        ToolRegistration::new(
-            name,
-            "Waits for its sibling.",
-            json!({"type": "object"}),
-            tool_fn(move |_, _| {
-                let b = b.clone();
-                async move {
-                    b.wait().await;
-                    Ok(ToolOutput::from("met"))
-                }
-            }),
-        )
-        .unwrap()
-        .timeout(Duration::from_millis(100))
-    };
-    let turns =
-        vec![ScriptedTurn::tool_call("left", json!({})).and_tool_call("right", json!({})), ScriptedTurn::text("ok")];
-    let h = Harness::new(turns, vec![make("left"), make("right")], agent(&["left", "right"]));
+    // Without the flag the calls run one after another: the first waits alone until its
+    // timeout; only then does the second start (and, the first having arrived, pass).
+    let h = Harness::new(turns(), waiting_pair(Duration::from_millis(100)), agent(&["left", "right"]));
     let (_, events) = h.run("a", "go").await;
-    // The first call waits alone until its timeout; only then does the second start (and,
-    // the first having arrived at the barrier, pass it).
     let statuses: Vec<ToolCallStatus> = tool_results(&events).into_iter().map(|(_, s, _)| s).collect();
     assert_eq!(statuses, vec![ToolCallStatus::TimedOut, ToolCallStatus::Succeeded]);
 }

@@ -109,13 +109,7 @@ pub async fn create(State(state): State<AppState>, ApiJson(def): ApiJson<AgentDe
         tracon_core::store::StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "agent_exists", m),
         other => other.into(),
     })?;
-    let entry = CatalogEntry {
-        definition: std::sync::Arc::new(stored.definition),
-        source: AgentSource::Stored,
-        version: Some(stored.version),
-        created_at: Some(stored.created_at),
-        updated_at: Some(stored.updated_at),
-    };
+    let entry = stored_entry(stored);
     let mut response = (StatusCode::CREATED, Json(AgentView::from_entry(&entry, true))).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/api/agents/{name}")) {
         response.headers_mut().insert(header::LOCATION, location);
@@ -150,13 +144,7 @@ pub async fn replace(
         tracon_core::store::StoreError::NotFound => ApiError::agent_not_found(name.as_str()),
         other => other.into(),
     })?;
-    let entry = CatalogEntry {
-        definition: std::sync::Arc::new(stored.definition),
-        source: AgentSource::Stored,
-        version: Some(stored.version),
-        created_at: Some(stored.created_at),
-        updated_at: Some(stored.updated_at),
-    };
+    let entry = stored_entry(stored);
     Ok(Json(AgentView::from_entry(&entry, true)))
 }
 
@@ -187,6 +175,16 @@ pub async fn validate(
     ApiJson(def): ApiJson<AgentDefinition>,
 ) -> ApiResult<Json<ValidationReport>> {
     Ok(Json(state.runtime.catalog.validate(&tenant(), &def).await?))
+}
+
+fn stored_entry(stored: tracon_core::store::StoredDefinition) -> CatalogEntry {
+    CatalogEntry {
+        definition: std::sync::Arc::new(stored.definition),
+        source: AgentSource::Stored,
+        version: Some(stored.version),
+        created_at: Some(stored.created_at),
+        updated_at: Some(stored.updated_at),
+    }
 }
 
 async fn check(state: &AppState, def: &AgentDefinition) -> ApiResult<()> {
