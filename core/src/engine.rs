@@ -1,20 +1,23 @@
 //! The turn engine: model call → tool calls through the pipeline → model call …, bounded by
 //! `maximumIterationsPerRequest`.
 //!
-//! One call of [`execute`] is one run. It is the run's single writer: it emits every
-//! [`RunEvent`] in order (to the caller's channel, when there is one) and writes the run
-//! row and tool-call records. A failing store write is logged and the run goes on.
+//! [`run_turn`] runs one turn of a compiled agent over a conversation and returns how it
+//! ended and the conversation it produced; [`crate::runs`] wraps it with the run row,
+//! sessions and the terminal event. Every event goes through the run's [`Emitter`]: first to
+//! the recorder (the single writer of the log), then to the caller's channel.
 //!
 //! Ending rules:
-//! - the caller going away (its event channel closes) or the run's cancel token firing ends
-//!   the run `Canceled`;
-//! - a model call that produces no first byte, or no next chunk, within
-//!   `model_timeout` ends it `Failed` with the `Timeout` class — a timeout is an outage,
-//!   not a cancellation;
+//! - the caller going away (its event channel closes), the run's cancel token firing, or
+//!   the cancel flag in the store (checked between chunks and before every model and tool
+//!   call, at most every `cancel_check_interval`) ends the turn `Canceled`;
+//! - a model call that produces no first byte, or no next chunk, within `model_timeout`
+//!   fails with the `Timeout` class — a timeout is an outage, not a cancellation;
 //! - on the last allowed iteration no tools are offered, so the model has to answer.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use futures::future::join_all;
 use tokio::sync::mpsc;
@@ -24,195 +27,132 @@ use tracing::Instrument;
 use crate::compiler::CompiledAgent;
 use crate::events::RunEvent;
 use crate::failure::RunFailure;
-use crate::identity::Caller;
 use crate::model::{
     FinishReason, Message, ModelEvent, ModelRequest, ModelStream, ProviderError, ProviderErrorKind, ReasoningBlock,
     ToolCall, Usage,
 };
 use crate::names::{RunId, TenantId};
-use crate::ports::millis_between;
-use crate::pricing::CostSnapshot;
+use crate::ports::{Clock, millis_between};
+use crate::recorder::Recorder;
 use crate::runtime::Runtime;
-use crate::store::{RunEnd, RunRecord, RunStatus, ToolCallRecord};
+use crate::store::{RunStore, ToolCallRecord};
 use crate::tools::pipeline::{self, ApprovalRequest, CallEnv, CallOutcome, Gate, ToolCallStatus};
 
-/// What a run is asked to do.
-pub struct RunInput {
-    pub tenant: TenantId,
-    pub run_id: RunId,
-    pub caller: Caller,
-    pub session_id: Option<String>,
-    /// Earlier conversation (empty for a sessionless run).
-    pub history: Vec<Message>,
-    pub message: String,
-    pub cancel: CancellationToken,
+/// Watches the store's cancel flag, so a cancel issued through any instance stops the run.
+pub struct CancelWatch {
+    store: Arc<dyn RunStore>,
+    clock: Arc<dyn Clock>,
+    tenant: TenantId,
+    run_id: RunId,
+    interval: Duration,
+    last_check: Option<DateTime<Utc>>,
 }
 
-/// How a run ended.
-#[derive(Debug, Clone)]
-pub struct RunOutcome {
-    pub run_id: RunId,
-    pub status: RunStatus,
-    /// The final answer's text (the last model turn's).
-    pub text: String,
-    pub usage: Option<Usage>,
-    pub cost: Option<CostSnapshot>,
-    pub failure: Option<RunFailure>,
-    pub approvals: Vec<ApprovalRequest>,
-    pub model_provider: Option<String>,
-    pub model: Option<String>,
-    pub finish_reason: Option<FinishReason>,
+impl CancelWatch {
+    pub fn new(
+        store: Arc<dyn RunStore>,
+        clock: Arc<dyn Clock>,
+        tenant: TenantId,
+        run_id: RunId,
+        interval: Duration,
+    ) -> Self {
+        Self { store, clock, tenant, run_id, interval, last_check: None }
+    }
+
+    /// Whether a cancel was requested; reads the store at most every `interval`.
+    async fn requested(&mut self) -> bool {
+        let now = self.clock.now();
+        if let Some(last) = self.last_check
+            && (now - last).to_std().is_ok_and(|d| d < self.interval)
+        {
+            return false;
+        }
+        self.last_check = Some(now);
+        match self.store.is_cancel_requested(&self.tenant, self.run_id).await {
+            Ok(flag) => flag,
+            Err(e) => {
+                tracing::warn!(run_id = %self.run_id, error = ?e, "could not read the cancel flag");
+                false
+            }
+        }
+    }
 }
 
-/// Sends events to the caller; a closed channel means the caller went away.
-struct Emitter {
+/// The run's outward side: the recorder first (the log's single writer), then the caller.
+pub struct Emitter {
     tx: Option<mpsc::Sender<RunEvent>>,
     cancel: CancellationToken,
+    recorder: Arc<Recorder>,
+    watch: CancelWatch,
 }
 
 impl Emitter {
-    async fn emit(&mut self, event: RunEvent) {
+    pub fn new(
+        tx: Option<mpsc::Sender<RunEvent>>,
+        cancel: CancellationToken,
+        recorder: Arc<Recorder>,
+        watch: CancelWatch,
+    ) -> Self {
+        Self { tx, cancel, recorder, watch }
+    }
+
+    pub async fn emit(&mut self, event: RunEvent) {
+        self.recorder.record(&event).await;
         if let Some(tx) = &self.tx
             && tx.send(event).await.is_err()
         {
+            // The caller went away.
             self.tx = None;
             self.cancel.cancel();
         }
     }
+
+    /// Whether the run must stop: its token fired, or the store says someone asked.
+    async fn should_stop(&mut self) -> bool {
+        if self.cancel.is_cancelled() {
+            return true;
+        }
+        if self.watch.requested().await {
+            self.cancel.cancel();
+            return true;
+        }
+        false
+    }
+
+    pub fn recorder(&self) -> &Arc<Recorder> {
+        &self.recorder
+    }
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone)]
+pub enum TurnEnd {
+    Answered,
+    AwaitingApproval(Vec<ApprovalRequest>),
+    Canceled,
+    Failed(RunFailure),
+}
+
+/// The result of [`run_turn`].
+#[derive(Debug, Clone)]
+pub struct TurnResult {
+    pub end: TurnEnd,
+    /// The whole conversation: the history, then this turn's messages from `new_from` on.
+    pub messages: Vec<Message>,
+    pub new_from: usize,
+    pub usage: Option<Usage>,
+    /// The model that actually answered, when the provider said.
+    pub model: Option<String>,
+    /// Whether any model call got as far as a response.
+    pub called: bool,
+    /// The last model turn's text: the answer.
+    pub text: String,
+    pub finish: Option<FinishReason>,
 }
 
 enum Stop {
     Canceled,
     Failed(RunFailure),
-}
-
-/// Runs one turn of `agent` to its end.
-pub async fn execute(
-    runtime: &Runtime,
-    agent: Arc<CompiledAgent>,
-    input: RunInput,
-    events: Option<mpsc::Sender<RunEvent>>,
-) -> RunOutcome {
-    let clock = runtime.platform.clock.clone();
-    let started_at = clock.now();
-    let RunInput { tenant, run_id, caller, session_id, history, message, cancel } = input;
-    let mut emitter = Emitter { tx: events, cancel: cancel.clone() };
-    let store = runtime.stores.runs.clone();
-
-    let row = RunRecord {
-        id: run_id,
-        tenant: None,
-        agent_name: agent.name.clone(),
-        agent_version: agent.version,
-        status: RunStatus::Running,
-        started_at,
-        ended_at: None,
-        duration_ms: None,
-        usage: None,
-        cost: None,
-        model_provider: None,
-        model: None,
-        error: None,
-        session_id: session_id.clone(),
-        parent_run_id: None,
-        root_run_id: None,
-        depth: 0,
-        user_id: caller.user_id.clone(),
-        labels: Default::default(),
-        heartbeat_at: Some(started_at),
-    };
-    if let Err(e) = store.create_run(&tenant, &row).await {
-        tracing::warn!(run_id = %run_id, error = ?e, "could not record the run; it goes on");
-    }
-    emitter
-        .emit(RunEvent::RunStarted { run_id, agent_name: agent.name.clone(), agent_version: agent.version, started_at })
-        .await;
-
-    let env = CallEnv {
-        tenant: tenant.clone(),
-        run_id,
-        agent: agent.name.clone(),
-        caller,
-        cancel: cancel.clone(),
-        platform: runtime.platform.clone(),
-        authorizer: runtime.tool_authorizer.clone(),
-        validator: runtime.tool_validator.clone(),
-        default_timeout: runtime.settings.default_tool_timeout,
-        default_max_output_bytes: runtime.settings.default_max_output_bytes,
-        approved_call_ids: Default::default(),
-    };
-
-    let mut messages = history;
-    messages.push(Message::user(message));
-    let provider_name = agent.provider.name().to_owned();
-    let mut state = TurnState::default();
-    let result = run_loop(runtime, &agent, &env, &mut messages, &mut emitter, &mut state).await;
-
-    let ended_at = clock.now();
-    let model = state.model.clone().or_else(|| Some(agent.definition.model.model.clone()));
-    let cost = runtime.pricing.cost(&provider_name, model.as_deref().unwrap_or_default(), state.usage.as_ref());
-    let mut outcome = RunOutcome {
-        run_id,
-        status: RunStatus::Completed,
-        text: state.last_text.clone(),
-        usage: state.usage,
-        cost: cost.clone(),
-        failure: None,
-        approvals: Vec::new(),
-        model_provider: state.called.then(|| provider_name.clone()),
-        model: if state.called { model } else { None },
-        finish_reason: state.finish,
-    };
-    match result {
-        Ok(LoopEnd::Answered) => {
-            emitter
-                .emit(RunEvent::RunCompleted {
-                    text: outcome.text.clone(),
-                    usage: outcome.usage,
-                    cost,
-                    finish_reason: outcome.finish_reason,
-                })
-                .await;
-        }
-        Ok(LoopEnd::AwaitingApproval(requests)) => {
-            outcome.status = RunStatus::AwaitingApproval;
-            outcome.approvals = requests.clone();
-            emitter.emit(RunEvent::RunAwaitingApproval { requests }).await;
-        }
-        Err(Stop::Canceled) => {
-            outcome.status = RunStatus::Canceled;
-            let failure = RunFailure::canceled();
-            outcome.failure = Some(failure.clone());
-            emitter.emit(RunEvent::RunCanceled { error: failure }).await;
-        }
-        Err(Stop::Failed(failure)) => {
-            outcome.status = RunStatus::Failed;
-            outcome.failure = Some(failure.clone());
-            emitter.emit(RunEvent::RunFailed { error: failure }).await;
-        }
-    }
-    let end = RunEnd {
-        status: outcome.status,
-        ended_at,
-        duration_ms: millis_between(started_at, ended_at),
-        usage: outcome.usage,
-        cost: outcome.cost.clone(),
-        model_provider: outcome.model_provider.clone(),
-        model: outcome.model.clone(),
-        error: outcome.failure.clone(),
-    };
-    if let Err(e) = store.finish_run(&tenant, run_id, &end).await {
-        tracing::warn!(run_id = %run_id, error = ?e, "could not record the end of the run");
-    }
-    tracing::info!(
-        run_id = %run_id,
-        agent = %agent.name,
-        status = ?outcome.status,
-        duration_ms = end.duration_ms,
-        error_class = ?outcome.failure.as_ref().map(|f| f.error_class),
-        "run ended"
-    );
-    outcome
 }
 
 #[derive(Default)]
@@ -221,33 +161,60 @@ struct TurnState {
     model: Option<String>,
     last_text: String,
     finish: Option<FinishReason>,
-    /// Whether any model call got as far as a response.
     called: bool,
 }
 
-enum LoopEnd {
-    Answered,
-    AwaitingApproval(Vec<ApprovalRequest>),
+/// Runs one turn: `history` plus `user_message`, to an answer, an approval stop, a
+/// failure or a cancellation.
+pub async fn run_turn(
+    runtime: &Runtime,
+    agent: &CompiledAgent,
+    env: &CallEnv,
+    history: Vec<Message>,
+    user_message: Message,
+    emitter: &mut Emitter,
+) -> TurnResult {
+    let new_from = history.len();
+    let mut request = ModelRequest::from_binding(&agent.definition.model);
+    request.system = agent.instructions.clone();
+    request.messages = history;
+    request.messages.push(user_message);
+    let mut state = TurnState::default();
+    let end = match run_loop(runtime, agent, env, &mut request, emitter, &mut state).await {
+        Ok(end) => end,
+        Err(Stop::Canceled) => TurnEnd::Canceled,
+        Err(Stop::Failed(f)) => TurnEnd::Failed(f),
+    };
+    TurnResult {
+        end,
+        messages: request.messages,
+        new_from,
+        usage: state.usage,
+        model: state.model,
+        called: state.called,
+        text: state.last_text,
+        finish: state.finish,
+    }
 }
 
 async fn run_loop(
     runtime: &Runtime,
     agent: &CompiledAgent,
     env: &CallEnv,
-    messages: &mut Vec<Message>,
+    request: &mut ModelRequest,
     emitter: &mut Emitter,
     state: &mut TurnState,
-) -> Result<LoopEnd, Stop> {
+) -> Result<TurnEnd, Stop> {
     let max = agent.max_iterations.max(1);
-    // One request per run, updated in place: the conversation is never copied per turn.
-    let mut request = ModelRequest::from_binding(&agent.definition.model);
-    request.system = agent.instructions.clone();
-    request.messages = std::mem::take(messages);
     for iteration in 1..=max {
+        if emitter.should_stop().await {
+            return Err(Stop::Canceled);
+        }
         let offer_tools = iteration < max && !agent.tool_specs.is_empty();
+        // One request per run, updated in place: the conversation is never copied per turn.
         request.tools = if offer_tools { agent.tool_specs.clone() } else { Arc::from(Vec::new()) };
 
-        let turn = model_turn(runtime, agent, &request, env, emitter, state).await?;
+        let turn = model_turn(runtime, agent, request, env, emitter, state).await?;
         state.last_text.clone_from(&turn.text);
         if !turn.text.is_empty() {
             emitter.emit(RunEvent::MessageCompleted { text: turn.text.clone() }).await;
@@ -257,7 +224,12 @@ async fn run_loop(
             return Err(Stop::Failed(RunFailure::from_provider(agent.provider.name(), &e)));
         }
         if turn.calls.is_empty() || !offer_tools {
-            return Ok(LoopEnd::Answered);
+            request.messages.push(Message::Assistant {
+                text: Some(turn.text),
+                tool_calls: Vec::new(),
+                reasoning: turn.reasoning,
+            });
+            return Ok(TurnEnd::Answered);
         }
         let results = run_tools(runtime, agent, env, &turn.calls, emitter).await?;
         request.messages.push(Message::Assistant {
@@ -276,13 +248,10 @@ async fn run_loop(
                     });
                 }
             }
-            ToolsEnd::Approvals(requests) => return Ok(LoopEnd::AwaitingApproval(requests)),
-        }
-        if env.cancel.is_cancelled() {
-            return Err(Stop::Canceled);
+            ToolsEnd::Approvals(requests) => return Ok(TurnEnd::AwaitingApproval(requests)),
         }
     }
-    Ok(LoopEnd::Answered)
+    Ok(TurnEnd::Answered)
 }
 
 struct Turn {
@@ -352,7 +321,7 @@ async fn model_turn(
                 ModelEvent::Finish(f) => turn.finish = Some(f),
             },
         }
-        if env.cancel.is_cancelled() {
+        if emitter.should_stop().await {
             return Err(Stop::Canceled);
         }
     }
@@ -451,6 +420,9 @@ async fn run_tools(
         return Ok(ToolsEnd::Approvals(approvals));
     }
 
+    if !admitted.is_empty() && emitter.should_stop().await {
+        return Err(Stop::Canceled);
+    }
     let invoke = |i: usize, a: pipeline::Admitted| {
         let span = tracing::info_span!("tools.invoke", tool = %a.call.name, call_id = %a.call.id);
         async move { (i, pipeline::execute(a, env).await) }.instrument(span)

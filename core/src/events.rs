@@ -76,9 +76,77 @@ pub enum RunEvent {
     RunCanceled {
         error: RunFailure,
     },
+    /// Reference documents attached to the run: names and sizes, never the content.
+    DocumentsAttached {
+        documents: Vec<DocumentInfo>,
+    },
+    /// An event a tool wrote itself. `customType` is 1–128 characters of lowercase ASCII
+    /// letters, digits, `.`, `_`, `-`; the `tracon.` prefix is reserved.
+    #[serde(rename_all = "camelCase")]
+    Custom {
+        custom_type: String,
+        payload: String,
+    },
+}
+
+/// A document's name and size, as the run record keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DocumentInfo {
+    pub name: String,
+    pub size_bytes: u64,
+}
+
+/// An event as the log stores it: numbered by the run's single writer, gapless from 1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordedEvent {
+    pub sequence: u64,
+    pub timestamp: DateTime<Utc>,
+    #[serde(flatten)]
+    pub event: RunEvent,
+}
+
+/// Why a custom event was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidCustomEvent(pub String);
+
+/// Checks a `customType`: 1–128 characters of `[a-z0-9._-]`, not under `tracon.`.
+pub fn check_custom_type(custom_type: &str) -> Result<(), InvalidCustomEvent> {
+    let ok = (1..=128).contains(&custom_type.len())
+        && custom_type.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'));
+    if !ok {
+        return Err(InvalidCustomEvent(
+            "customType is 1-128 characters of lowercase ASCII letters, digits, '.', '_' or '-'.".into(),
+        ));
+    }
+    if custom_type.starts_with("tracon.") {
+        return Err(InvalidCustomEvent("The 'tracon.' prefix is reserved for Tracon's own events.".into()));
+    }
+    Ok(())
 }
 
 impl RunEvent {
+    /// The SSE frame name of the recorded log (`GET /api/runs/{id}/events`).
+    pub fn log_name(&self) -> &'static str {
+        match self {
+            Self::RunStarted { .. } => "run.started",
+            Self::MessageDelta { .. } => "message.delta",
+            Self::ReasoningDelta { .. } => "reasoning.delta",
+            Self::MessageCompleted { .. } => "message.completed",
+            Self::ToolInvoking { .. } => "tool.invoking",
+            Self::ToolInvoked { .. } => "tool.invoked",
+            Self::ToolFailed { .. } => "tool.failed",
+            Self::RunAwaitingApproval { .. } => "run.awaiting_approval",
+            Self::RunCompleted { .. } => "run.completed",
+            Self::RunFailed { .. } => "run.failed",
+            Self::RunCanceled { .. } => "run.canceled",
+            Self::DocumentsAttached { .. } => "documents.attached",
+            Self::Custom { .. } => "custom",
+        }
+    }
+
     /// Whether this event ends the run.
     pub fn is_terminal(&self) -> bool {
         matches!(
@@ -88,5 +156,36 @@ impl RunEvent {
                 | Self::RunCanceled { .. }
                 | Self::RunAwaitingApproval { .. }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn custom_types_follow_the_rules() {
+        assert!(check_custom_type("contoso.preview-ready").is_ok());
+        assert!(check_custom_type("a").is_ok());
+        for bad in ["", "Upper", "has space", "tracon.quota.threshold", "é"] {
+            assert!(check_custom_type(bad).is_err(), "{bad}");
+        }
+        assert!(check_custom_type(&"a".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn recorded_events_flatten_the_event() {
+        let e = RecordedEvent {
+            sequence: 3,
+            timestamp: DateTime::from_timestamp(0, 0).unwrap(),
+            event: RunEvent::MessageDelta { text: "hi".into() },
+        };
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"sequence": 3, "timestamp": "1970-01-01T00:00:00Z", "type": "MessageDelta", "text": "hi"})
+        );
+        let back: RecordedEvent = serde_json::from_value(v).unwrap();
+        assert_eq!(back, e);
     }
 }

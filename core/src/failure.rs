@@ -32,6 +32,8 @@ pub enum ErrorClass {
     ToolFailure,
     /// Somebody asked the run to stop.
     Canceled,
+    /// Another turn saved the session first; retry the turn.
+    SessionConflict,
     /// The agent could not be compiled.
     Configuration,
     Internal,
@@ -52,6 +54,7 @@ impl ErrorClass {
             Self::StructuredResponseRejected => "structured_response_rejected",
             Self::ToolFailure => "tool_failed",
             Self::Canceled => "canceled",
+            Self::SessionConflict => "session_conflict",
             Self::Configuration => "configuration_error",
             Self::Internal => "internal_error",
         }

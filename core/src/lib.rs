@@ -12,6 +12,7 @@
 //! Core names no web framework, database driver or platform, and builds for
 //! `wasm32-unknown-unknown`.
 
+pub mod attribution;
 pub mod catalog;
 pub mod compiler;
 pub mod config;
@@ -25,7 +26,9 @@ pub mod names;
 pub mod platform;
 pub mod ports;
 pub mod pricing;
+pub mod recorder;
 pub mod report;
+pub mod runs;
 pub mod runtime;
 pub mod store;
 pub mod tools;

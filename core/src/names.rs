@@ -162,6 +162,34 @@ impl fmt::Display for RunId {
     }
 }
 
+/// A session id chosen by the caller: 1–128 characters of ASCII letters, digits, `.`,
+/// `_`, `-` or `:`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct SessionId(String);
+
+impl SessionId {
+    pub fn parse(value: &str) -> Result<Self, InvalidName> {
+        let ok = (1..=128).contains(&value.len())
+            && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':'));
+        if ok {
+            Ok(Self(value.to_owned()))
+        } else {
+            Err(InvalidName("A session id is 1 to 128 ASCII letters, digits, '.', '_', '-' or ':'.".into()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// Keeps user-supplied text in our own messages short (and on a char boundary).
 pub(crate) fn truncate_for_message(value: &str) -> String {
     const MAX: usize = 80;

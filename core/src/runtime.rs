@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::attribution::{NoAttribution, RunAttribution};
 use crate::catalog::Catalog;
 use crate::config::{Config, ConfigError};
 use crate::definition::AgentDefinition;
@@ -14,6 +15,7 @@ use crate::model::{ModelProvider, ProviderRegistry};
 use crate::names::AgentName;
 use crate::ports::Platform;
 use crate::pricing::Pricing;
+use crate::recorder::{RecordingSettings, RunEventSink};
 use crate::store::Stores;
 use crate::tools::pipeline::{AllowAllTools, DEFAULT_TOOL_TIMEOUT, ToolArgumentsValidator, ToolAuthorizer};
 use crate::tools::{ToolRegistration, ToolRegistry};
@@ -27,6 +29,10 @@ pub struct RuntimeSettings {
     pub default_tool_timeout: Duration,
     /// Output limit of a tool without its own; unlimited by default.
     pub default_max_output_bytes: Option<usize>,
+    /// How often a running turn reads the store's cancel flag between chunks
+    /// (`Tracon:Runs:CancelCheckIntervalSeconds`). Model and tool calls always check first.
+    pub cancel_check_interval: Duration,
+    pub recording: RecordingSettings,
 }
 
 impl Default for RuntimeSettings {
@@ -35,6 +41,8 @@ impl Default for RuntimeSettings {
             model_timeout: Duration::from_secs(100),
             default_tool_timeout: DEFAULT_TOOL_TIMEOUT,
             default_max_output_bytes: None,
+            cancel_check_interval: Duration::from_millis(250),
+            recording: RecordingSettings::default(),
         }
     }
 }
@@ -48,6 +56,10 @@ impl RuntimeSettings {
                 .seconds("Tracon:Tools:DefaultTimeoutSeconds")?
                 .unwrap_or(d.default_tool_timeout),
             default_max_output_bytes: config.parse::<usize>("Tracon:Tools:DefaultMaxOutputBytes")?,
+            cancel_check_interval: config
+                .seconds("Tracon:Runs:CancelCheckIntervalSeconds")?
+                .unwrap_or(d.cancel_check_interval),
+            recording: RecordingSettings::from_config(config)?,
         })
     }
 }
@@ -61,6 +73,8 @@ pub struct Runtime {
     pub settings: RuntimeSettings,
     pub tool_authorizer: Arc<dyn ToolAuthorizer>,
     pub tool_validator: Option<Arc<dyn ToolArgumentsValidator>>,
+    pub attribution: Arc<dyn RunAttribution>,
+    pub event_sinks: Vec<Arc<dyn RunEventSink>>,
 }
 
 /// Start-up registrations. Problems are collected and reported together by [`build`](Self::build).
@@ -74,6 +88,8 @@ pub struct RuntimeBuilder {
     settings: RuntimeSettings,
     tool_authorizer: Arc<dyn ToolAuthorizer>,
     tool_validator: Option<Arc<dyn ToolArgumentsValidator>>,
+    attribution: Arc<dyn RunAttribution>,
+    event_sinks: Vec<Arc<dyn RunEventSink>>,
     errors: Vec<String>,
 }
 
@@ -94,8 +110,22 @@ impl RuntimeBuilder {
             settings: RuntimeSettings::default(),
             tool_authorizer: Arc::new(AllowAllTools),
             tool_validator: None,
+            attribution: Arc::new(NoAttribution),
+            event_sinks: Vec::new(),
             errors: Vec::new(),
         }
+    }
+
+    /// Binds run attribution (user id and labels) to the host's identity layer.
+    pub fn attribution(mut self, attribution: Arc<dyn RunAttribution>) -> Self {
+        self.attribution = attribution;
+        self
+    }
+
+    /// Adds a sink that receives every recorded event.
+    pub fn add_event_sink(mut self, sink: Arc<dyn RunEventSink>) -> Self {
+        self.event_sinks.push(sink);
+        self
     }
 
     /// Registers a code-defined agent. It wins a name clash with any stored definition.
@@ -177,6 +207,8 @@ impl RuntimeBuilder {
             settings: self.settings,
             tool_authorizer: self.tool_authorizer,
             tool_validator: self.tool_validator,
+            attribution: self.attribution,
+            event_sinks: self.event_sinks,
         })
     }
 }

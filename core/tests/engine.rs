@@ -11,15 +11,15 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracon_core::definition::AgentDefinition;
-use tracon_core::engine::{self, RunInput, RunOutcome};
 use tracon_core::events::RunEvent;
 use tracon_core::failure::ErrorClass;
 use tracon_core::identity::Caller;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{ModelProvider, ProviderError, Usage};
-use tracon_core::names::{AgentName, RunId, TenantId};
-use tracon_core::ports::{new_id, tokio_rt};
+use tracon_core::names::{AgentName, TenantId};
+use tracon_core::ports::tokio_rt;
 use tracon_core::pricing::{ModelPrice, Pricing};
+use tracon_core::runs::{self, RunOutcome, RunRequest};
 use tracon_core::runtime::{Runtime, RuntimeBuilder, RuntimeSettings};
 use tracon_core::store::RunStatus;
 use tracon_core::tools::pipeline::{
@@ -68,28 +68,28 @@ impl Harness {
     }
 
     async fn run_with(&self, name: &str, message: &str, cancel: CancellationToken) -> (RunOutcome, Vec<RunEvent>) {
-        let agent = self
-            .runtime
-            .catalog
-            .compile(&TenantId::default_tenant(), &AgentName::parse(name).unwrap(), None, &BTreeMap::new())
-            .await
-            .unwrap();
+        let prepared = runs::prepare(&self.runtime, request(name, message)).await.unwrap();
         let (tx, mut rx) = mpsc::channel(1024);
-        let input = RunInput {
-            tenant: TenantId::default_tenant(),
-            run_id: RunId(new_id(self.runtime.platform.clock.as_ref())),
-            caller: Caller::anonymous(),
-            session_id: None,
-            history: Vec::new(),
-            message: message.to_owned(),
-            cancel,
-        };
-        let outcome = engine::execute(&self.runtime, agent, input, Some(tx)).await;
+        let outcome = runs::execute(&self.runtime, prepared, cancel, Some(tx)).await;
         let mut events = Vec::new();
         while let Some(e) = rx.recv().await {
             events.push(e);
         }
         (outcome, events)
+    }
+}
+
+fn request(name: &str, message: &str) -> RunRequest {
+    RunRequest {
+        tenant: TenantId::default_tenant(),
+        agent: AgentName::parse(name).unwrap(),
+        message: message.to_owned(),
+        culture: None,
+        parameters: BTreeMap::new(),
+        documents: Vec::new(),
+        session_id: None,
+        caller: Caller::anonymous(),
+        attribution: Default::default(),
     }
 }
 
@@ -519,23 +519,9 @@ async fn a_dropped_event_receiver_cancels_the_run() {
         vec![],
         agent(&[]),
     );
-    let agent = h
-        .runtime
-        .catalog
-        .compile(&TenantId::default_tenant(), &AgentName::parse("a").unwrap(), None, &BTreeMap::new())
-        .await
-        .unwrap();
+    let prepared = runs::prepare(&h.runtime, request("a", "go")).await.unwrap();
     let (tx, rx) = mpsc::channel(1);
     drop(rx);
-    let input = RunInput {
-        tenant: TenantId::default_tenant(),
-        run_id: RunId(new_id(h.runtime.platform.clock.as_ref())),
-        caller: Caller::anonymous(),
-        session_id: None,
-        history: Vec::new(),
-        message: "go".into(),
-        cancel: CancellationToken::new(),
-    };
-    let outcome = engine::execute(&h.runtime, agent, input, Some(tx)).await;
+    let outcome = runs::execute(&h.runtime, prepared, CancellationToken::new(), Some(tx)).await;
     assert_eq!(outcome.status, RunStatus::Canceled);
 }

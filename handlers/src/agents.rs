@@ -10,11 +10,12 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tracon_core::catalog::{AgentSource, CatalogEntry};
 use tracon_core::definition::AgentDefinition;
 use tracon_core::names::{AgentName, TenantId};
 use tracon_core::report::ValidationReport;
+use tracon_core::store::{StoreError, StoredDefinition};
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, ApiResult, ProblemDetails};
@@ -106,7 +107,7 @@ pub async fn create(State(state): State<AppState>, ApiJson(def): ApiJson<AgentDe
     check(&state, &def).await?;
     let now = state.runtime.platform.clock.now();
     let stored = state.runtime.stores.definitions.create(&tenant(), def, now).await.map_err(|e| match e {
-        tracon_core::store::StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "agent_exists", m),
+        StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "agent_exists", m),
         other => other.into(),
     })?;
     let entry = stored_entry(stored);
@@ -141,7 +142,7 @@ pub async fn replace(
     check(&state, &def).await?;
     let now = state.runtime.platform.clock.now();
     let stored = state.runtime.stores.definitions.update(&tenant(), def, now).await.map_err(|e| match e {
-        tracon_core::store::StoreError::NotFound => ApiError::agent_not_found(name.as_str()),
+        StoreError::NotFound => ApiError::agent_not_found(name.as_str()),
         other => other.into(),
     })?;
     let entry = stored_entry(stored);
@@ -177,7 +178,7 @@ pub async fn validate(
     Ok(Json(state.runtime.catalog.validate(&tenant(), &def).await?))
 }
 
-fn stored_entry(stored: tracon_core::store::StoredDefinition) -> CatalogEntry {
+fn stored_entry(stored: StoredDefinition) -> CatalogEntry {
     CatalogEntry {
         definition: std::sync::Arc::new(stored.definition),
         source: AgentSource::Stored,
@@ -185,6 +186,109 @@ fn stored_entry(stored: tracon_core::store::StoredDefinition) -> CatalogEntry {
         created_at: Some(stored.created_at),
         updated_at: Some(stored.updated_at),
     }
+}
+
+/// One stored version: a full snapshot.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentVersionView {
+    pub version: u32,
+    /// When this version was written.
+    pub created_at: DateTime<Utc>,
+    pub definition: AgentDefinition,
+}
+
+impl From<StoredDefinition> for AgentVersionView {
+    fn from(s: StoredDefinition) -> Self {
+        Self { version: s.version, created_at: s.updated_at, definition: s.definition }
+    }
+}
+
+/// Every version of a stored definition, newest first: full snapshots, not deltas.
+#[utoipa::path(get, path = "/api/agents/{name}/versions", tag = "agents",
+    params(("name" = String, Path, description = "Agent name")),
+    responses((status = 200, body = [AgentVersionView]),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "agents.versions", skip_all)]
+pub async fn versions(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> ApiResult<Json<Vec<AgentVersionView>>> {
+    let name = agent_name(&name)?;
+    refuse_code_agent(&state, &name)?;
+    let versions = state.runtime.stores.definitions.versions(&tenant(), &name).await?;
+    if versions.is_empty() {
+        return Err(ApiError::agent_not_found(name.as_str()));
+    }
+    Ok(Json(versions.into_iter().map(AgentVersionView::from).collect()))
+}
+
+/// Two versions side by side.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct VersionDiff {
+    pub a: AgentVersionView,
+    pub b: AgentVersionView,
+}
+
+/// Both snapshots, verbatim; the client computes the diff.
+#[utoipa::path(get, path = "/api/agents/{name}/versions/{a}/diff/{b}", tag = "agents",
+    params(("name" = String, Path, description = "Agent name"), ("a" = u32, Path, description = "Version"), ("b" = u32, Path, description = "Version")),
+    responses((status = 200, body = VersionDiff),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "agents.diff", skip_all)]
+pub async fn diff(
+    State(state): State<AppState>,
+    Path((name, a, b)): Path<(String, String, String)>,
+) -> ApiResult<Json<VersionDiff>> {
+    let name = agent_name(&name)?;
+    refuse_code_agent(&state, &name)?;
+    let a = load_version(&state, &name, &a).await?;
+    let b = load_version(&state, &name, &b).await?;
+    Ok(Json(VersionDiff { a: a.into(), b: b.into() }))
+}
+
+async fn load_version(state: &AppState, name: &AgentName, raw: &str) -> ApiResult<StoredDefinition> {
+    let missing =
+        || ApiError::new(StatusCode::NOT_FOUND, "version_not_found", format!("'{name}' has no version {raw}."));
+    let version = raw.parse::<u32>().map_err(|_| missing())?;
+    state.runtime.stores.definitions.version(&tenant(), name, version).await?.ok_or_else(missing)
+}
+
+/// Which version to go back to.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RollbackRequest {
+    pub version: u32,
+}
+
+/// Write an old version's content as a new version. History only moves forward, so a
+/// rollback is itself auditable and can be rolled back in turn.
+#[utoipa::path(post, path = "/api/agents/{name}/rollback", tag = "agents", request_body = RollbackRequest,
+    params(("name" = String, Path, description = "Agent name")),
+    responses((status = 200, body = AgentView),
+        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "agents.rollback", skip_all)]
+pub async fn rollback(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<RollbackRequest>,
+) -> ApiResult<Json<AgentView>> {
+    let name = agent_name(&name)?;
+    refuse_code_agent(&state, &name)?;
+    let old = load_version(&state, &name, &body.version.to_string()).await?;
+    // The old content must still compile today (a tool may have been removed since).
+    check(&state, &old.definition).await?;
+    let now = state.runtime.platform.clock.now();
+    let stored =
+        state.runtime.stores.definitions.update(&tenant(), old.definition, now).await.map_err(|e| match e {
+            StoreError::NotFound => ApiError::agent_not_found(name.as_str()),
+            other => other.into(),
+        })?;
+    Ok(Json(AgentView::from_entry(&stored_entry(stored), true)))
 }
 
 async fn check(state: &AppState, def: &AgentDefinition) -> ApiResult<()> {

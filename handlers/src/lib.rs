@@ -15,6 +15,8 @@ pub mod extract;
 pub mod meta;
 pub mod openapi;
 pub mod run;
+pub mod runs;
+pub mod sessions;
 pub mod sse;
 pub mod state;
 
@@ -27,13 +29,37 @@ pub use state::{AppState, HttpSettings, PeerAddr};
 
 use crate::error::ApiError;
 
-/// The agents endpoint group: management and runs.
+/// The agents endpoint group: definitions, their history, and starting runs.
 pub fn agents_router() -> Router<AppState> {
     Router::new()
         .route("/api/agents", get(agents::list).post(agents::create))
         .route("/api/agents/validate", post(agents::validate))
         .route("/api/agents/{name}", get(agents::get).put(agents::replace).delete(agents::delete))
+        .route("/api/agents/{name}/versions", get(agents::versions))
+        .route("/api/agents/{name}/versions/{a}/diff/{b}", get(agents::diff))
+        .route("/api/agents/{name}/rollback", post(agents::rollback))
         .route("/api/agents/{name}/run", post(run::run))
+}
+
+/// The runs endpoint group: reading runs, their logs and statistics; cancelling.
+pub fn runs_router() -> Router<AppState> {
+    Router::new()
+        .route("/api/runs", get(runs::list))
+        .route("/api/runs/{id}", get(runs::get))
+        .route("/api/runs/{id}/events", get(runs::events))
+        .route("/api/runs/{id}/tools", get(runs::tools))
+        .route("/api/runs/{id}/input", get(runs::input))
+        .route("/api/runs/{id}/cancel", post(runs::cancel))
+        .route("/api/runs/{a}/compare/{b}", get(runs::compare))
+        .route("/api/stats", get(runs::stats))
+}
+
+/// The sessions endpoint group.
+pub fn sessions_router() -> Router<AppState> {
+    Router::new()
+        .route("/api/sessions", get(sessions::list))
+        .route("/api/sessions/{id}", get(sessions::get).delete(sessions::delete))
+        .route("/api/sessions/{id}/branch", post(sessions::branch))
 }
 
 /// The meta group: metadata and the API document.
@@ -47,6 +73,8 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(meta_router())
         .merge(agents_router())
+        .merge(runs_router())
+        .merge(sessions_router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), auth::access))

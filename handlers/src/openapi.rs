@@ -16,7 +16,22 @@ use utoipa::OpenApi;
         crate::agents::replace,
         crate::agents::delete,
         crate::agents::validate,
+        crate::agents::versions,
+        crate::agents::diff,
+        crate::agents::rollback,
         crate::run::run,
+        crate::runs::list,
+        crate::runs::get,
+        crate::runs::events,
+        crate::runs::tools,
+        crate::runs::input,
+        crate::runs::cancel,
+        crate::runs::compare,
+        crate::runs::stats,
+        crate::sessions::list,
+        crate::sessions::get,
+        crate::sessions::delete,
+        crate::sessions::branch,
     ),
     components(schemas(
         crate::error::ProblemDetails,
@@ -28,7 +43,8 @@ use utoipa::OpenApi;
     tags(
         (name = "meta", description = "Server metadata"),
         (name = "agents", description = "Agent definitions"),
-        (name = "runs", description = "Running agents"),
+        (name = "runs", description = "Running agents and reading what happened"),
+        (name = "sessions", description = "Conversations between turns"),
     )
 )]
 pub struct ApiDoc;

@@ -1,29 +1,32 @@
 //! `POST /api/agents/{name}/run`: compile the agent, run the turn, stream the live frames.
 //!
 //! Everything that can be refused is refused before the stream starts, with a problem
-//! document and its status: a bad name (`400`), a draining server (`503`), a bad body
-//! (`400`/`413`/`415`), an unknown agent (`404`), bad parameters (`400`), a definition that
-//! no longer compiles (`422`). After the first frame, failures arrive as an `error` frame.
+//! document and its status: a bad name or session id (`400`), a draining server (`503`), a
+//! bad body (`400`/`413`/`415`), labels over their limits (`400`), an unknown agent
+//! (`404`), bad parameters or documents (`400`), a definition that no longer compiles
+//! (`422`). After the first frame, failures arrive as an `error` frame — including a lost
+//! session race (`errorType: session_conflict`).
 //!
-//! The run itself executes on the adapter's spawner so it is independent of the response
-//! body; when the caller goes away the body is dropped, which cancels the run (`Canceled`).
+//! The run executes on the adapter's spawner, independent of the response body; when the
+//! caller goes away the body is dropped, which cancels the run (`Canceled`).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use axum::Extension;
 use axum::body::Body;
 use axum::extract::{Path, State};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::Instrument;
+use tracon_core::attribution::{self, Attribution, AttributionRequest};
 use tracon_core::catalog::CatalogError;
-use tracon_core::engine::{self, RunInput};
 use tracon_core::identity::Caller;
-use tracon_core::names::RunId;
-use tracon_core::ports::new_id;
+use tracon_core::names::{SessionId, TenantId};
+use tracon_core::runs::{self, RunRequest, StartError};
+use tracon_core::store::DocumentInput;
 use utoipa::ToSchema;
 
 use crate::agents::{agent_name, tenant};
@@ -40,9 +43,12 @@ const MAX_CULTURE_LEN: usize = 35;
 /// The body of a run request.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RunRequest {
+pub struct RunBody {
     /// The user's message.
     pub message: String,
+    /// Continue (or open) this session: its history is loaded and this turn appended.
+    #[serde(default)]
+    pub session_id: Option<String>,
     /// Picks culture-specific instructions (`tr`, `tr-TR` …); unmatched falls back to the default.
     #[serde(default)]
     pub culture: Option<String>,
@@ -50,11 +56,15 @@ pub struct RunRequest {
     #[serde(default)]
     #[schema(value_type = Object)]
     pub parameters: BTreeMap<String, Value>,
+    /// Reference text kept apart from instructions: delimited in the user turn, recorded by
+    /// name and size in its own event.
+    #[serde(default)]
+    pub documents: Vec<DocumentInput>,
 }
 
 /// Run an agent and stream the live turn as server-sent events
 /// (`run`, `update`, `approvals`, `done`, `error`).
-#[utoipa::path(post, path = "/api/agents/{name}/run", tag = "runs", request_body = RunRequest,
+#[utoipa::path(post, path = "/api/agents/{name}/run", tag = "runs", request_body = RunBody,
     params(("name" = String, Path, description = "Agent name")),
     responses(
         (status = 200, description = "The live turn", content_type = "text/event-stream", body = String),
@@ -67,7 +77,8 @@ pub async fn run(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
-    ApiJson(request): ApiJson<RunRequest>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<RunBody>,
 ) -> ApiResult<Response> {
     let name = agent_name(&name)?;
     if state.drain.is_draining() {
@@ -77,44 +88,57 @@ pub async fn run(
             "The server is shutting down and accepts no new runs; retry on another instance.",
         ));
     }
-    if request.message.trim().is_empty() {
+    if body.message.trim().is_empty() {
         return Err(ApiError::bad_request("validation_failed", "'message' must not be empty.").with("field", "message"));
     }
-    if request.culture.as_ref().is_some_and(|c| c.len() > MAX_CULTURE_LEN) {
+    if body.culture.as_ref().is_some_and(|c| c.len() > MAX_CULTURE_LEN) {
         return Err(ApiError::bad_request(
             "validation_failed",
             format!("'culture' is at most {MAX_CULTURE_LEN} characters."),
         ));
     }
-    let parameters = parameter_values(request.parameters)?;
+    let session_id = body
+        .session_id
+        .as_deref()
+        .map(SessionId::parse)
+        .transpose()
+        .map_err(|e| ApiError::bad_request("validation_failed", e.0).with("field", "sessionId"))?;
+    let parameters = parameter_values(body.parameters)?;
+    let tenant = tenant();
+    let attribution = attribute(&state, &tenant, &caller, &headers)?;
 
     let runtime = state.runtime.clone();
-    let agent = runtime.catalog.compile(&tenant(), &name, request.culture.as_deref(), &parameters).await.map_err(
-        |e| match e {
-            CatalogError::NotFound => ApiError::agent_not_found(name.as_str()),
-            other => other.into(),
-        },
-    )?;
-
-    let run_id = RunId(new_id(runtime.platform.clock.as_ref()));
-    tracing::Span::current().record("run_id", tracing::field::display(run_id));
-    let (guard, cancel) = state.drain.enter();
-    let (tx, rx) = mpsc::channel(EVENT_BUFFER);
-    let input = RunInput {
-        tenant: tenant(),
-        run_id,
+    let request = RunRequest {
+        tenant,
+        agent: name.clone(),
+        message: body.message,
+        culture: body.culture,
+        parameters,
+        documents: body.documents,
+        session_id,
         caller,
-        session_id: None,
-        history: Vec::new(),
-        message: request.message,
-        cancel: cancel.clone(),
+        attribution,
     };
+    let prepared = runs::prepare(&runtime, request).await.map_err(|e| match e {
+        StartError::Agent(CatalogError::NotFound) => ApiError::agent_not_found(name.as_str()),
+        StartError::Agent(other) => other.into(),
+        StartError::Documents(message) => {
+            ApiError::bad_request("validation_failed", message).with("field", "documents")
+        }
+        StartError::Store(s) => s.into(),
+    })?;
+
+    let run_id = prepared.run_id;
+    tracing::Span::current().record("run_id", tracing::field::display(run_id));
+    let (guard, cancel) = state.drain.enter(run_id);
+    let (tx, rx) = mpsc::channel(EVENT_BUFFER);
     let span = tracing::info_span!("runs.execute", agent = %name, run_id = %run_id);
     let task_runtime = runtime.clone();
+    let run_cancel = cancel.clone();
     runtime.platform.spawner.spawn(Box::pin(
         async move {
             let _guard = guard;
-            engine::execute(&task_runtime, Arc::clone(&agent), input, Some(tx)).await;
+            runs::execute(&task_runtime, prepared, run_cancel, Some(tx)).await;
         }
         .instrument(span),
     ));
@@ -122,6 +146,26 @@ pub async fn run(
     // Dropping the body (the caller went away) cancels the run.
     let frames = sse::LiveFrames::new(rx, run_id, cancel.drop_guard());
     Ok(sse::response(Body::from_stream(frames)))
+}
+
+/// Resolves the run's user and labels through the attribution port. A failing port leaves
+/// the run unattributed; labels over their limits refuse the request.
+pub(crate) fn attribute(
+    state: &AppState,
+    tenant: &TenantId,
+    caller: &Caller,
+    headers: &HeaderMap,
+) -> ApiResult<Attribution> {
+    let headers: Vec<(String, String)> =
+        headers.iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned()))).collect();
+    let raw = match state.runtime.attribution.attribute(&AttributionRequest { tenant, caller, headers: &headers }) {
+        Ok(a) => a,
+        Err(detail) => {
+            tracing::warn!(detail = %detail, "run attribution failed; the run is recorded without user and labels");
+            Attribution::default()
+        }
+    };
+    attribution::check(raw).map_err(|e| ApiError::bad_request("invalid_labels", e.0))
 }
 
 /// Every value travels as a string; numbers and booleans are accepted in their JSON text.

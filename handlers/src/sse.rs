@@ -26,7 +26,7 @@ use futures::Stream;
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
-use tracon_core::events::RunEvent;
+use tracon_core::events::{RecordedEvent, RunEvent};
 use tracon_core::failure::ErrorClass;
 use tracon_core::model::{FinishReason, Usage};
 use tracon_core::names::RunId;
@@ -55,6 +55,16 @@ pub fn put_frame(buf: &mut BytesMut, event: &str, data: &impl Serialize) {
     }
     *buf = writer.into_inner();
     buf.put_slice(b"\n\n");
+}
+
+/// Appends one frame of the recorded log (`GET /api/runs/{id}/events`):
+/// `id: <sequence>\nevent: <log name>\ndata: <recorded event>\n\n`. The bytes depend only on
+/// the stored event, so a replay and a live follow produce the same frames.
+pub fn put_log_frame(buf: &mut BytesMut, event: &RecordedEvent) {
+    buf.put_slice(b"id: ");
+    buf.put_slice(event.sequence.to_string().as_bytes());
+    buf.put_slice(b"\n");
+    put_frame(buf, event.event.log_name(), event);
 }
 
 /// A streaming `text/event-stream` response.
@@ -142,7 +152,8 @@ pub fn put_live_frames(buf: &mut BytesMut, run_id: RunId, event: &RunEvent) {
         }
         RunEvent::MessageDelta { text } => put_frame(buf, "update", &UpdateFrame::Text { text }),
         RunEvent::ReasoningDelta { text } => put_frame(buf, "update", &UpdateFrame::Reasoning { text }),
-        RunEvent::MessageCompleted { .. } => {}
+        // The recorded log's own events; the live turn has no frame for them.
+        RunEvent::MessageCompleted { .. } | RunEvent::DocumentsAttached { .. } | RunEvent::Custom { .. } => {}
         RunEvent::ToolInvoking { call_id, tool_name, arguments } => {
             put_frame(buf, "update", &UpdateFrame::ToolCall { call_id, tool_name, arguments })
         }

@@ -1,13 +1,16 @@
 //! The state every handler receives: the core runtime, HTTP settings and the drain switch.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracon_core::config::{Config, ConfigError};
+use tracon_core::names::RunId;
 use tracon_core::runtime::Runtime;
 
 use crate::extract::DEFAULT_MAX_BODY_BYTES;
@@ -24,6 +27,11 @@ pub struct HttpSettings {
     /// Whether non-loopback callers may reach protected routes.
     pub allow_remote_access: bool,
     pub max_body_bytes: usize,
+    /// How long `GET /api/runs/{id}/events` follows a live run before ending the stream (the
+    /// client resumes with `Last-Event-ID`).
+    pub follow_timeout: Duration,
+    /// Longest pause between two store reads while following a live run.
+    pub follow_poll_max: Duration,
 }
 
 impl std::fmt::Debug for HttpSettings {
@@ -58,21 +66,30 @@ impl HttpSettings {
         }
         let max_body_bytes =
             config.parse::<usize>("Tracon:Http:MaxRequestBodyBytes")?.unwrap_or(DEFAULT_MAX_BODY_BYTES);
-        Ok(Self { auth_token_digest: token.as_deref().map(digest), allow_remote_access: allow_remote, max_body_bytes })
+        let d = Self::default();
+        Ok(Self {
+            auth_token_digest: token.as_deref().map(digest),
+            allow_remote_access: allow_remote,
+            max_body_bytes,
+            follow_timeout: config.seconds("Tracon:Runs:FollowTimeoutSeconds")?.unwrap_or(d.follow_timeout),
+            follow_poll_max: config.seconds("Tracon:Runs:FollowPollMaxSeconds")?.unwrap_or(d.follow_poll_max),
+        })
     }
 
     pub fn with_token(token: &str) -> Self {
-        Self {
-            auth_token_digest: Some(digest(token)),
-            allow_remote_access: true,
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-        }
+        Self { auth_token_digest: Some(digest(token)), allow_remote_access: true, ..Self::default() }
     }
 }
 
 impl Default for HttpSettings {
     fn default() -> Self {
-        Self { auth_token_digest: None, allow_remote_access: false, max_body_bytes: DEFAULT_MAX_BODY_BYTES }
+        Self {
+            auth_token_digest: None,
+            allow_remote_access: false,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            follow_timeout: Duration::from_secs(900),
+            follow_poll_max: Duration::from_secs(1),
+        }
     }
 }
 
@@ -93,6 +110,9 @@ pub struct Drain {
     in_flight: AtomicUsize,
     idle: Notify,
     root: CancellationToken,
+    /// Runs executing in this process, so a cancel reaching this instance stops its own
+    /// runs at once (other instances observe the store's flag).
+    running: Mutex<HashMap<RunId, CancellationToken>>,
 }
 
 impl Drain {
@@ -109,10 +129,28 @@ impl Drain {
         self.in_flight.load(Ordering::SeqCst)
     }
 
-    /// Registers a run; the guard ends it. Its token is cancelled by [`Drain::cancel_all`].
-    pub fn enter(self: &Arc<Self>) -> (RunGuard, CancellationToken) {
+    /// Registers a run; the guard ends it. Its token is cancelled by [`Drain::cancel_all`]
+    /// and by [`Drain::cancel_local`].
+    pub fn enter(self: &Arc<Self>, run: RunId) -> (RunGuard, CancellationToken) {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
-        (RunGuard(self.clone()), self.root.child_token())
+        let token = self.root.child_token();
+        self.running_lock().insert(run, token.clone());
+        (RunGuard(self.clone(), run), token)
+    }
+
+    /// Cancels a run executing in this process; `false` when it is not running here.
+    pub fn cancel_local(&self, run: RunId) -> bool {
+        match self.running_lock().get(&run) {
+            Some(token) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn running_lock(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, CancellationToken>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Waits until no run is in flight.
@@ -133,10 +171,11 @@ impl Drain {
 }
 
 /// Held by a running run.
-pub struct RunGuard(Arc<Drain>);
+pub struct RunGuard(Arc<Drain>, RunId);
 
 impl Drop for RunGuard {
     fn drop(&mut self) {
+        self.0.running_lock().remove(&self.1);
         if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.0.idle.notify_waiters();
         }

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tracon_core::attribution::HeaderLabels;
 use tracon_core::config::Config;
 use tracon_core::model::anthropic::AnthropicProvider;
 use tracon_core::model::openai::OpenAiProvider;
@@ -48,9 +49,13 @@ fn build_runtime(config: &Config) -> Result<Runtime, String> {
     let stores = Stores {
         definitions: Arc::new(memory::MemoryDefinitionStore::default()),
         runs: Arc::new(memory::MemoryRunStore::with_max_runs(max_runs)),
+        sessions: Arc::new(memory::MemorySessionStore::default()),
         persistent: false,
     };
     let mut builder = RuntimeBuilder::new(tokio_rt::platform()).settings(settings).pricing(pricing).stores(stores);
+    if let Some(prefix) = config.get("Tracon:Attribution:LabelHeaderPrefix") {
+        builder = builder.attribution(Arc::new(HeaderLabels::new(prefix)));
+    }
     builder = builder.add_provider(Arc::new(ScriptedProvider::demo()));
 
     let openai_key = config.first(&["Tracon:Providers:OpenAI:ApiKey", "OPENAI_API_KEY"]).map(str::to_owned);

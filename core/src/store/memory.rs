@@ -6,35 +6,43 @@ use std::sync::{Mutex, MutexGuard};
 
 use chrono::{DateTime, Utc};
 
-use super::{DefinitionStore, RunEnd, RunRecord, RunStore, StoreError, StoredDefinition, ToolCallRecord};
+use super::{
+    CancelOutcome, DefinitionStore, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, RunStore,
+    SessionItem, SessionParent, SessionRecord, SessionStore, SessionWrite, StoreError, StoredDefinition,
+    ToolCallRecord,
+};
 use crate::definition::AgentDefinition;
+use crate::events::RecordedEvent;
 use crate::names::{AgentName, RunId, TenantId};
 use crate::tools::pipeline::LateCompletion;
 
-/// Locks, recovering from a poisoned lock: the maps stay consistent because every
-/// critical section below is a single insert or update.
+/// Locks, recovering from a poisoned lock: every critical section below leaves the maps
+/// consistent before it could panic.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+// ---- definitions ----------------------------------------------------------------------------
+
+/// Every version of every definition, per tenant and name (oldest first).
 #[derive(Default)]
 pub struct MemoryDefinitionStore {
-    rows: Mutex<BTreeMap<(TenantId, String), StoredDefinition>>,
+    rows: Mutex<BTreeMap<(TenantId, String), Vec<StoredDefinition>>>,
 }
 
 #[async_trait::async_trait]
 impl DefinitionStore for MemoryDefinitionStore {
     async fn get(&self, tenant: &TenantId, name: &AgentName) -> Result<Option<StoredDefinition>, StoreError> {
-        Ok(lock(&self.rows).get(&(tenant.clone(), name.as_str().to_owned())).cloned())
+        Ok(lock(&self.rows).get(&(tenant.clone(), name.as_str().to_owned())).and_then(|v| v.last().cloned()))
     }
 
     async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<StoredDefinition>, StoreError> {
         Ok(lock(&self.rows)
             .iter()
             .filter(|((t, _), _)| t == tenant)
+            .filter_map(|(_, v)| v.last().cloned())
             .skip(skip)
             .take(take)
-            .map(|(_, v)| v.clone())
             .collect())
     }
 
@@ -50,7 +58,7 @@ impl DefinitionStore for MemoryDefinitionStore {
             return Err(StoreError::Conflict(format!("An agent named '{}' already exists.", definition.name)));
         }
         let stored = StoredDefinition { definition, version: 1, created_at: now, updated_at: now };
-        rows.insert(key, stored.clone());
+        rows.insert(key, vec![stored.clone()]);
         Ok(stored)
     }
 
@@ -62,33 +70,61 @@ impl DefinitionStore for MemoryDefinitionStore {
     ) -> Result<StoredDefinition, StoreError> {
         let mut rows = lock(&self.rows);
         let key = (tenant.clone(), definition.name.clone());
-        let Some(row) = rows.get_mut(&key) else {
-            return Err(StoreError::NotFound);
+        let history = rows.get_mut(&key).ok_or(StoreError::NotFound)?;
+        let (version, created_at) = match history.last() {
+            Some(last) => (last.version + 1, last.created_at),
+            None => (1, now),
         };
-        row.definition = definition;
-        row.version += 1;
-        row.updated_at = now;
-        Ok(row.clone())
+        let stored = StoredDefinition { definition, version, created_at, updated_at: now };
+        history.push(stored.clone());
+        Ok(stored)
     }
 
     async fn delete(&self, tenant: &TenantId, name: &AgentName) -> Result<bool, StoreError> {
         Ok(lock(&self.rows).remove(&(tenant.clone(), name.as_str().to_owned())).is_some())
     }
+
+    async fn versions(&self, tenant: &TenantId, name: &AgentName) -> Result<Vec<StoredDefinition>, StoreError> {
+        Ok(lock(&self.rows)
+            .get(&(tenant.clone(), name.as_str().to_owned()))
+            .map(|v| v.iter().rev().cloned().collect())
+            .unwrap_or_default())
+    }
+
+    async fn version(
+        &self,
+        tenant: &TenantId,
+        name: &AgentName,
+        version: u32,
+    ) -> Result<Option<StoredDefinition>, StoreError> {
+        Ok(lock(&self.rows)
+            .get(&(tenant.clone(), name.as_str().to_owned()))
+            .and_then(|v| v.iter().find(|d| d.version == version).cloned()))
+    }
 }
+
+// ---- runs -----------------------------------------------------------------------------------
 
 /// Runs kept by default before the oldest are forgotten: memory is the zero-setup store,
 /// and a long-running local server must not grow without bound.
 pub const DEFAULT_MAX_RUNS: usize = 10_000;
 
 pub struct MemoryRunStore {
-    runs: Mutex<Runs>,
-    calls: Mutex<HashMap<(TenantId, RunId), Vec<ToolCallRecord>>>,
+    inner: Mutex<Runs>,
     max_runs: usize,
+}
+
+/// Everything recorded about one run.
+struct RunEntry {
+    row: RunRecord,
+    events: Vec<RecordedEvent>,
+    calls: Vec<ToolCallRecord>,
+    input: Option<RunInputRecord>,
 }
 
 #[derive(Default)]
 struct Runs {
-    rows: HashMap<(TenantId, RunId), RunRecord>,
+    rows: HashMap<(TenantId, RunId), RunEntry>,
     /// Creation order, for eviction.
     order: VecDeque<(TenantId, RunId)>,
 }
@@ -100,130 +136,299 @@ impl Default for MemoryRunStore {
 }
 
 impl MemoryRunStore {
-    /// Keeps at most `max_runs` runs (and their tool calls); the oldest go first.
+    /// Keeps at most `max_runs` runs with everything recorded about them; the oldest go first.
     pub fn with_max_runs(max_runs: usize) -> Self {
-        Self { runs: Mutex::default(), calls: Mutex::default(), max_runs: max_runs.max(1) }
+        Self { inner: Mutex::default(), max_runs: max_runs.max(1) }
+    }
+
+    fn with_entry<T>(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        f: impl FnOnce(&mut RunEntry) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut inner = lock(&self.inner);
+        let entry = inner.rows.get_mut(&(tenant.clone(), run)).ok_or(StoreError::NotFound)?;
+        f(entry)
     }
 }
 
 #[async_trait::async_trait]
 impl RunStore for MemoryRunStore {
     async fn create_run(&self, tenant: &TenantId, run: &RunRecord) -> Result<(), StoreError> {
-        let evicted = {
-            let mut runs = lock(&self.runs);
-            let key = (tenant.clone(), run.id);
-            if runs.rows.contains_key(&key) {
-                return Err(StoreError::Conflict("A run with this id already exists.".into()));
-            }
-            let mut row = run.clone();
-            row.tenant = Some(tenant.clone());
-            runs.rows.insert(key.clone(), row);
-            runs.order.push_back(key);
-            let mut evicted = Vec::new();
-            while runs.rows.len() > self.max_runs {
-                let Some(oldest) = runs.order.pop_front() else { break };
-                runs.rows.remove(&oldest);
-                evicted.push(oldest);
-            }
-            evicted
-        };
-        if !evicted.is_empty() {
-            let mut calls = lock(&self.calls);
-            for key in evicted {
-                calls.remove(&key);
-            }
+        let mut inner = lock(&self.inner);
+        let key = (tenant.clone(), run.id);
+        if inner.rows.contains_key(&key) {
+            return Err(StoreError::Conflict("A run with this id already exists.".into()));
+        }
+        let mut row = run.clone();
+        row.tenant = Some(tenant.clone());
+        inner.rows.insert(key.clone(), RunEntry { row, events: Vec::new(), calls: Vec::new(), input: None });
+        inner.order.push_back(key);
+        while inner.rows.len() > self.max_runs {
+            let Some(oldest) = inner.order.pop_front() else { break };
+            inner.rows.remove(&oldest);
         }
         Ok(())
     }
 
     async fn finish_run(&self, tenant: &TenantId, id: RunId, end: &RunEnd) -> Result<(), StoreError> {
-        let mut runs = lock(&self.runs);
-        let run = runs.rows.get_mut(&(tenant.clone(), id)).ok_or(StoreError::NotFound)?;
-        run.status = end.status;
-        run.ended_at = Some(end.ended_at);
-        run.duration_ms = Some(end.duration_ms);
-        run.usage = end.usage;
-        run.cost = end.cost.clone();
-        run.model_provider = end.model_provider.clone();
-        run.model = end.model.clone();
-        run.error = end.error.clone();
-        Ok(())
+        self.with_entry(tenant, id, |e| {
+            let run = &mut e.row;
+            run.status = end.status;
+            run.ended_at = Some(end.ended_at);
+            run.duration_ms = Some(end.duration_ms);
+            run.usage = end.usage;
+            run.cost = end.cost.clone();
+            run.model_provider = end.model_provider.clone();
+            run.model = end.model.clone();
+            run.error = end.error.clone();
+            run.heartbeat_at = Some(end.ended_at);
+            Ok(())
+        })
     }
 
     async fn get_run(&self, tenant: &TenantId, id: RunId) -> Result<Option<RunRecord>, StoreError> {
-        Ok(lock(&self.runs).rows.get(&(tenant.clone(), id)).cloned())
+        Ok(lock(&self.inner).rows.get(&(tenant.clone(), id)).map(|e| e.row.clone()))
+    }
+
+    async fn list_runs(
+        &self,
+        tenant: &TenantId,
+        filter: &RunFilter,
+        skip: usize,
+        take: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let inner = lock(&self.inner);
+        let mut rows: Vec<&RunRecord> = inner
+            .rows
+            .iter()
+            .filter(|((t, _), e)| t == tenant && filter.matches(&e.row))
+            .map(|(_, e)| &e.row)
+            .collect();
+        // Newest first; ids are UUIDv7, so they break ties in creation order.
+        rows.sort_by(|a, b| b.started_at.cmp(&a.started_at).then(b.id.cmp(&a.id)));
+        Ok(rows.into_iter().skip(skip).take(take).cloned().collect())
+    }
+
+    async fn stats(&self, tenant: &TenantId, filter: &RunFilter) -> Result<RunStats, StoreError> {
+        let inner = lock(&self.inner);
+        let mut stats = RunStats::default();
+        for ((t, _), e) in &inner.rows {
+            if t == tenant && filter.matches(&e.row) {
+                stats.add(&e.row);
+            }
+        }
+        Ok(stats)
+    }
+
+    async fn append_events(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        events: &[RecordedEvent],
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.with_entry(tenant, run, |e| {
+            let last = e.events.last().map_or(0, |l| l.sequence);
+            // All or nothing, like one INSERT statement.
+            let mut expected = last;
+            for ev in events {
+                if ev.sequence <= last {
+                    return Err(StoreError::Conflict(format!("event {} of this run is already stored", ev.sequence)));
+                }
+                if ev.sequence <= expected {
+                    return Err(StoreError::Conflict("event sequences in a batch must increase".into()));
+                }
+                expected = ev.sequence;
+            }
+            e.events.extend_from_slice(events);
+            e.row.heartbeat_at = Some(now);
+            Ok(())
+        })
+    }
+
+    async fn read_events(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>, StoreError> {
+        let inner = lock(&self.inner);
+        let Some(e) = inner.rows.get(&(tenant.clone(), run)) else {
+            return Ok(Vec::new());
+        };
+        let start = e.events.partition_point(|ev| ev.sequence <= after);
+        Ok(e.events[start..].iter().take(limit).cloned().collect())
     }
 
     async fn record_tool_call(&self, tenant: &TenantId, call: &ToolCallRecord) -> Result<(), StoreError> {
-        let mut calls = lock(&self.calls);
-        let list = calls.entry((tenant.clone(), call.run_id)).or_default();
-        match list.iter_mut().find(|c| c.call_id == call.call_id) {
-            Some(existing) => *existing = call.clone(),
-            None => list.push(call.clone()),
-        }
-        Ok(())
+        self.with_entry(tenant, call.run_id, |e| {
+            match e.calls.iter_mut().find(|c| c.call_id == call.call_id) {
+                Some(existing) => *existing = call.clone(),
+                None => e.calls.push(call.clone()),
+            }
+            Ok(())
+        })
     }
 
     async fn complete_tool_call_late(&self, tenant: &TenantId, late: &LateCompletion) -> Result<(), StoreError> {
-        let mut calls = lock(&self.calls);
-        let call = calls
-            .get_mut(&(tenant.clone(), late.run_id))
-            .and_then(|list| list.iter_mut().find(|c| c.call_id == late.call_id))
-            .ok_or(StoreError::NotFound)?;
-        call.late_completed_at = Some(late.completed_at);
-        call.late_duration_ms = Some(late.duration_ms);
-        match &late.result {
-            Ok(text) => call.late_result = Some(text.clone()),
-            Err(e) => call.late_error = Some(e.clone()),
-        }
-        Ok(())
+        self.with_entry(tenant, late.run_id, |e| {
+            let call = e.calls.iter_mut().find(|c| c.call_id == late.call_id).ok_or(StoreError::NotFound)?;
+            call.late_completed_at = Some(late.completed_at);
+            call.late_duration_ms = Some(late.duration_ms);
+            match &late.result {
+                Ok(text) => call.late_result = Some(text.clone()),
+                Err(err) => call.late_error = Some(err.clone()),
+            }
+            Ok(())
+        })
     }
 
     async fn list_tool_calls(&self, tenant: &TenantId, run: RunId) -> Result<Vec<ToolCallRecord>, StoreError> {
-        Ok(lock(&self.calls).get(&(tenant.clone(), run)).cloned().unwrap_or_default())
+        Ok(lock(&self.inner).rows.get(&(tenant.clone(), run)).map(|e| e.calls.clone()).unwrap_or_default())
+    }
+
+    async fn record_input(&self, tenant: &TenantId, run: RunId, input: &RunInputRecord) -> Result<(), StoreError> {
+        self.with_entry(tenant, run, |e| {
+            e.input = Some(input.clone());
+            Ok(())
+        })
+    }
+
+    async fn get_input(&self, tenant: &TenantId, run: RunId) -> Result<Option<RunInputRecord>, StoreError> {
+        Ok(lock(&self.inner).rows.get(&(tenant.clone(), run)).and_then(|e| e.input.clone()))
+    }
+
+    async fn request_cancel(&self, tenant: &TenantId, run: RunId) -> Result<CancelOutcome, StoreError> {
+        self.with_entry(tenant, run, |e| {
+            if e.row.status != RunStatus::Running {
+                return Ok(CancelOutcome::AlreadyEnded(e.row.status));
+            }
+            e.row.cancel_requested = true;
+            Ok(CancelOutcome::Requested)
+        })
+    }
+
+    async fn is_cancel_requested(&self, tenant: &TenantId, run: RunId) -> Result<bool, StoreError> {
+        Ok(lock(&self.inner).rows.get(&(tenant.clone(), run)).is_some_and(|e| e.row.cancel_requested))
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+// ---- sessions ---------------------------------------------------------------------------------
 
-    fn run(clock_ms: i64) -> RunRecord {
-        let at = chrono::DateTime::from_timestamp_millis(clock_ms).unwrap_or_default();
-        RunRecord {
-            id: RunId(uuid::Uuid::new_v4()),
-            tenant: None,
-            agent_name: "a".into(),
-            agent_version: None,
-            status: crate::store::RunStatus::Running,
-            started_at: at,
-            ended_at: None,
-            duration_ms: None,
-            usage: None,
-            cost: None,
-            model_provider: None,
-            model: None,
-            error: None,
-            session_id: None,
-            parent_run_id: None,
-            root_run_id: None,
-            depth: 0,
-            user_id: None,
-            labels: BTreeMap::new(),
-            heartbeat_at: None,
-        }
+/// A session and its items, keyed by tenant and id.
+type SessionRows = HashMap<(TenantId, String), (SessionRecord, Vec<SessionItem>)>;
+
+#[derive(Default)]
+pub struct MemorySessionStore {
+    rows: Mutex<SessionRows>,
+}
+
+fn items_from(start: u64, write: &SessionWrite) -> impl Iterator<Item = SessionItem> + '_ {
+    write.messages.iter().enumerate().map(move |(i, m)| SessionItem {
+        sequence: start + i as u64,
+        message: m.clone(),
+        run_id: write.run_id,
+        created_at: write.now,
+    })
+}
+
+#[async_trait::async_trait]
+impl SessionStore for MemorySessionStore {
+    async fn get(&self, tenant: &TenantId, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        Ok(lock(&self.rows).get(&(tenant.clone(), id.to_owned())).map(|(r, _)| r.clone()))
     }
 
-    #[tokio::test]
-    async fn the_oldest_runs_are_forgotten_beyond_the_cap() {
-        let store = MemoryRunStore::with_max_runs(2);
-        let t = TenantId::default_tenant();
-        let (a, b, c) = (run(1), run(2), run(3));
-        for r in [&a, &b, &c] {
-            store.create_run(&t, r).await.unwrap();
+    async fn items(&self, tenant: &TenantId, id: &str) -> Result<Vec<SessionItem>, StoreError> {
+        Ok(lock(&self.rows).get(&(tenant.clone(), id.to_owned())).map(|(_, i)| i.clone()).unwrap_or_default())
+    }
+
+    async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<SessionRecord>, StoreError> {
+        let rows = lock(&self.rows);
+        let mut list: Vec<&SessionRecord> =
+            rows.iter().filter(|((t, _), _)| t == tenant).map(|(_, (r, _))| r).collect();
+        list.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.id.cmp(&b.id)));
+        Ok(list.into_iter().skip(skip).take(take).cloned().collect())
+    }
+
+    async fn try_create(&self, tenant: &TenantId, id: &str, write: &SessionWrite) -> Result<SessionRecord, StoreError> {
+        let mut rows = lock(&self.rows);
+        let key = (tenant.clone(), id.to_owned());
+        if rows.contains_key(&key) {
+            return Err(StoreError::Conflict("The session was created by another turn.".into()));
         }
-        assert!(store.get_run(&t, a.id).await.unwrap().is_none());
-        assert!(store.get_run(&t, b.id).await.unwrap().is_some());
-        assert!(store.get_run(&t, c.id).await.unwrap().is_some());
+        let items: Vec<SessionItem> = items_from(0, write).collect();
+        let record = SessionRecord {
+            id: id.to_owned(),
+            agent_name: Some(write.agent_name.clone()),
+            version: 1,
+            item_count: items.len() as u64,
+            created_at: write.now,
+            updated_at: write.now,
+            owner_user_id: write.owner_user_id.clone(),
+            parent: None,
+        };
+        rows.insert(key, (record.clone(), items));
+        Ok(record)
+    }
+
+    async fn try_append(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+        expected_version: u64,
+        write: &SessionWrite,
+    ) -> Result<SessionRecord, StoreError> {
+        let mut rows = lock(&self.rows);
+        let (record, items) = rows.get_mut(&(tenant.clone(), id.to_owned())).ok_or(StoreError::NotFound)?;
+        if record.version != expected_version {
+            return Err(StoreError::Conflict("Another turn saved this session first.".into()));
+        }
+        items.extend(items_from(record.item_count, write));
+        record.item_count = items.len() as u64;
+        record.version += 1;
+        record.updated_at = write.now;
+        record.agent_name = Some(write.agent_name.clone());
+        Ok(record.clone())
+    }
+
+    async fn delete(&self, tenant: &TenantId, id: &str) -> Result<bool, StoreError> {
+        Ok(lock(&self.rows).remove(&(tenant.clone(), id.to_owned())).is_some())
+    }
+
+    async fn branch(
+        &self,
+        tenant: &TenantId,
+        source: &str,
+        up_to: u64,
+        new_id: &str,
+        owner_user_id: Option<String>,
+        now: DateTime<Utc>,
+    ) -> Result<SessionRecord, StoreError> {
+        let mut rows = lock(&self.rows);
+        let (parent, parent_items) = rows.get(&(tenant.clone(), source.to_owned())).ok_or(StoreError::NotFound)?;
+        let new_key = (tenant.clone(), new_id.to_owned());
+        if rows.contains_key(&new_key) {
+            return Err(StoreError::Conflict(format!("A session named '{new_id}' already exists.")));
+        }
+        let items: Vec<SessionItem> = parent_items
+            .iter()
+            .filter(|i| i.sequence <= up_to)
+            .map(|i| SessionItem { created_at: now, ..i.clone() })
+            .collect();
+        let record = SessionRecord {
+            id: new_id.to_owned(),
+            agent_name: parent.agent_name.clone(),
+            version: 1,
+            item_count: items.len() as u64,
+            created_at: now,
+            updated_at: now,
+            owner_user_id,
+            parent: Some(SessionParent { session_id: source.to_owned(), sequence: up_to }),
+        };
+        rows.insert(new_key, (record.clone(), items));
+        Ok(record)
     }
 }

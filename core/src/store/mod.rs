@@ -1,10 +1,17 @@
 //! Store ports: one trait per aggregate, every method tenant-first.
 //!
+//! - [`DefinitionStore`] — stored agent definitions and their append-only version history;
+//! - [`RunStore`] — run rows, the numbered event log, tool calls, recorded input, the
+//!   cancel flag and statistics;
+//! - [`SessionStore`] — sessions with a write generation and their ordered items.
+//!
 //! The in-memory implementations in [`memory`] are the zero-setup default of the local
-//! server and the reference the contract tests hold every other implementation to. A
-//! resource of another tenant is indistinguishable from a missing one: no method can reach
-//! across tenants.
+//! server and the reference the contract tests ([`contract`], feature `contract-tests`)
+//! hold every implementation to. A resource of another tenant is indistinguishable from a
+//! missing one: no method can reach across tenants.
 
+#[cfg(feature = "contract-tests")]
+pub mod contract;
 pub mod memory;
 
 use std::collections::BTreeMap;
@@ -15,8 +22,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::definition::AgentDefinition;
-use crate::failure::RunFailure;
-use crate::model::Usage;
+use crate::events::RecordedEvent;
+use crate::failure::{ErrorClass, RunFailure};
+use crate::model::{Message, Usage};
 use crate::names::{AgentName, RunId, TenantId};
 use crate::pricing::CostSnapshot;
 use crate::tools::ToolEffect;
@@ -25,7 +33,7 @@ use crate::tools::pipeline::{LateCompletion, ToolCallStatus};
 /// A store failure. `detail` is for the log; it never reaches a response.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
-    /// A uniqueness rule refused the write (the display text is ours).
+    /// A uniqueness or concurrency rule refused the write (the display text is ours).
     #[error("{0}")]
     Conflict(String),
     #[error("not found")]
@@ -37,6 +45,8 @@ pub enum StoreError {
     Internal { detail: String },
 }
 
+// ---- definitions ------------------------------------------------------------------------
+
 /// A definition as stored, with its version.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredDefinition {
@@ -44,32 +54,45 @@ pub struct StoredDefinition {
     /// 1 for the first save; every save appends a version.
     pub version: u32,
     pub created_at: DateTime<Utc>,
+    /// When this version was written.
     pub updated_at: DateTime<Utc>,
 }
 
-/// Agent definitions written through the API.
+/// Agent definitions written through the API, with every version kept.
 #[async_trait::async_trait]
 pub trait DefinitionStore: Send + Sync {
+    /// The current (newest) version.
     async fn get(&self, tenant: &TenantId, name: &AgentName) -> Result<Option<StoredDefinition>, StoreError>;
-    /// Ordered by name.
+    /// Current versions, ordered by name.
     async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<StoredDefinition>, StoreError>;
-    /// `Conflict` when the name exists in this tenant.
+    /// Version 1. `Conflict` when the name exists in this tenant.
     async fn create(
         &self,
         tenant: &TenantId,
         definition: AgentDefinition,
         now: DateTime<Utc>,
     ) -> Result<StoredDefinition, StoreError>;
-    /// Replaces the definition as a new version; `NotFound` when it does not exist.
+    /// Appends a new version; `NotFound` when the definition does not exist.
     async fn update(
         &self,
         tenant: &TenantId,
         definition: AgentDefinition,
         now: DateTime<Utc>,
     ) -> Result<StoredDefinition, StoreError>;
-    /// `false` when there was nothing to delete.
+    /// Removes the definition and its history; `false` when there was nothing to delete.
     async fn delete(&self, tenant: &TenantId, name: &AgentName) -> Result<bool, StoreError>;
+    /// Every version, newest first: full snapshots, not deltas.
+    async fn versions(&self, tenant: &TenantId, name: &AgentName) -> Result<Vec<StoredDefinition>, StoreError>;
+    /// One version.
+    async fn version(
+        &self,
+        tenant: &TenantId,
+        name: &AgentName,
+        version: u32,
+    ) -> Result<Option<StoredDefinition>, StoreError>;
 }
+
+// ---- runs -------------------------------------------------------------------------------
 
 /// A run's status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
@@ -85,6 +108,18 @@ pub enum RunStatus {
 impl RunStatus {
     pub fn is_terminal(self) -> bool {
         !matches!(self, Self::Running)
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "Running" => Self::Running,
+            "Completed" => Self::Completed,
+            "Failed" => Self::Failed,
+            "Canceled" => Self::Canceled,
+            "AwaitingApproval" => Self::AwaitingApproval,
+            "AwaitingInput" => Self::AwaitingInput,
+            _ => return None,
+        })
     }
 }
 
@@ -115,6 +150,9 @@ pub struct RunRecord {
     pub user_id: Option<String>,
     pub labels: BTreeMap<String, String>,
     pub heartbeat_at: Option<DateTime<Utc>>,
+    /// Somebody asked this run to stop; the executing turn observes it.
+    #[serde(default)]
+    pub cancel_requested: bool,
 }
 
 /// How a run ended.
@@ -153,24 +191,251 @@ pub struct ToolCallRecord {
     pub late_error: Option<String>,
 }
 
-/// Runs and their tool calls.
+/// What the caller sent, when input recording is on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunInputRecord {
+    pub message: String,
+    pub culture: Option<String>,
+    pub parameters: BTreeMap<String, String>,
+    pub documents: Vec<DocumentInput>,
+}
+
+/// A reference document sent with a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DocumentInput {
+    pub name: String,
+    pub content: String,
+}
+
+/// Filters of the run list and the statistics.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunFilter {
+    pub agent: Option<String>,
+    pub status: Option<RunStatus>,
+    pub session_id: Option<String>,
+    pub user_id: Option<String>,
+    /// Every pair must be present on the run.
+    pub labels: BTreeMap<String, String>,
+    /// Started at or after.
+    pub from: Option<DateTime<Utc>>,
+    /// Started before.
+    pub to: Option<DateTime<Utc>>,
+}
+
+impl RunFilter {
+    pub fn matches(&self, run: &RunRecord) -> bool {
+        self.agent.as_deref().is_none_or(|a| run.agent_name == a)
+            && self.status.is_none_or(|s| run.status == s)
+            && self.session_id.as_deref().is_none_or(|s| run.session_id.as_deref() == Some(s))
+            && self.user_id.as_deref().is_none_or(|u| run.user_id.as_deref() == Some(u))
+            && self.labels.iter().all(|(k, v)| run.labels.get(k) == Some(v))
+            && self.from.is_none_or(|f| run.started_at >= f)
+            && self.to.is_none_or(|t| run.started_at < t)
+    }
+}
+
+/// Aggregates over the runs a filter selects.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunStats {
+    pub total_runs: u64,
+    pub by_status: BTreeMap<RunStatus, u64>,
+    pub by_error_class: BTreeMap<ErrorClass, u64>,
+    pub by_agent: BTreeMap<String, u64>,
+    pub by_user: BTreeMap<String, u64>,
+    /// `key:value` → runs. A run with three labels counts in three rows.
+    pub by_label: BTreeMap<String, u64>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub total_tokens: u64,
+    /// Runs whose usage was measured.
+    pub runs_with_usage: u64,
+    /// Currency → total cost of the runs with a known cost.
+    pub cost: BTreeMap<String, f64>,
+    pub runs_with_cost: u64,
+}
+
+impl RunStats {
+    /// Adds one run (the reference aggregation every store must match).
+    pub fn add(&mut self, run: &RunRecord) {
+        self.total_runs += 1;
+        *self.by_status.entry(run.status).or_default() += 1;
+        if let Some(e) = &run.error {
+            *self.by_error_class.entry(e.error_class).or_default() += 1;
+        }
+        *self.by_agent.entry(run.agent_name.clone()).or_default() += 1;
+        if let Some(u) = &run.user_id {
+            *self.by_user.entry(u.clone()).or_default() += 1;
+        }
+        for (k, v) in &run.labels {
+            *self.by_label.entry(format!("{k}:{v}")).or_default() += 1;
+        }
+        if let Some(u) = &run.usage {
+            self.input_tokens += u.input_tokens;
+            self.output_tokens += u.output_tokens;
+            self.total_tokens += u.total_tokens;
+            self.runs_with_usage += 1;
+        }
+        if let Some(c) = &run.cost {
+            *self.cost.entry(c.currency.clone()).or_default() += c.total_cost;
+            self.runs_with_cost += 1;
+        }
+    }
+}
+
+/// The answer to a cancel request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The flag is set; the executing turn will stop.
+    Requested,
+    /// The run had already ended with this status.
+    AlreadyEnded(RunStatus),
+}
+
+/// Runs and everything recorded about them.
 #[async_trait::async_trait]
 pub trait RunStore: Send + Sync {
     async fn create_run(&self, tenant: &TenantId, run: &RunRecord) -> Result<(), StoreError>;
     async fn finish_run(&self, tenant: &TenantId, id: RunId, end: &RunEnd) -> Result<(), StoreError>;
     async fn get_run(&self, tenant: &TenantId, id: RunId) -> Result<Option<RunRecord>, StoreError>;
+    /// Newest first.
+    async fn list_runs(
+        &self,
+        tenant: &TenantId,
+        filter: &RunFilter,
+        skip: usize,
+        take: usize,
+    ) -> Result<Vec<RunRecord>, StoreError>;
+    async fn stats(&self, tenant: &TenantId, filter: &RunFilter) -> Result<RunStats, StoreError>;
+
+    /// Appends a batch of events (one round trip) and moves the run's heartbeat to `now`.
+    /// Sequence numbers come from the run's single writer; a sequence already stored is a
+    /// `Conflict` and nothing of the batch is written.
+    async fn append_events(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        events: &[RecordedEvent],
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+    /// Events with a sequence above `after`, in order, at most `limit`.
+    async fn read_events(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>, StoreError>;
+
     async fn record_tool_call(&self, tenant: &TenantId, call: &ToolCallRecord) -> Result<(), StoreError>;
     /// Writes a late result onto the same call's record (no second record).
     async fn complete_tool_call_late(&self, tenant: &TenantId, late: &LateCompletion) -> Result<(), StoreError>;
     /// In call order.
     async fn list_tool_calls(&self, tenant: &TenantId, run: RunId) -> Result<Vec<ToolCallRecord>, StoreError>;
+
+    async fn record_input(&self, tenant: &TenantId, run: RunId, input: &RunInputRecord) -> Result<(), StoreError>;
+    async fn get_input(&self, tenant: &TenantId, run: RunId) -> Result<Option<RunInputRecord>, StoreError>;
+
+    /// Sets the cancel flag of a running run. `NotFound` for a run that does not exist.
+    async fn request_cancel(&self, tenant: &TenantId, run: RunId) -> Result<CancelOutcome, StoreError>;
+    async fn is_cancel_requested(&self, tenant: &TenantId, run: RunId) -> Result<bool, StoreError>;
 }
+
+// ---- sessions -----------------------------------------------------------------------------
+
+/// Where a branched session came from (provenance only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionParent {
+    pub session_id: String,
+    /// The last item copied.
+    pub sequence: u64,
+}
+
+/// A session: metadata and its write generation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRecord {
+    pub id: String,
+    /// The agent that last spoke in it.
+    pub agent_name: Option<String>,
+    /// The write generation: 1 after the first save, +1 on every save.
+    pub version: u64,
+    pub item_count: u64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub owner_user_id: Option<String>,
+    pub parent: Option<SessionParent>,
+}
+
+/// One conversation item, at its position.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionItem {
+    /// 0-based position: the number the branch endpoint takes.
+    pub sequence: u64,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub message: Message,
+    pub run_id: Option<RunId>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What a turn appends to a session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionWrite {
+    pub agent_name: String,
+    pub run_id: Option<RunId>,
+    pub messages: Vec<Message>,
+    pub owner_user_id: Option<String>,
+    pub now: DateTime<Utc>,
+}
+
+/// Sessions with optimistic concurrency: the first save creates, every later save must
+/// name the generation it read. Neither overwrites.
+#[async_trait::async_trait]
+pub trait SessionStore: Send + Sync {
+    async fn get(&self, tenant: &TenantId, id: &str) -> Result<Option<SessionRecord>, StoreError>;
+    /// Every item, in sequence order.
+    async fn items(&self, tenant: &TenantId, id: &str) -> Result<Vec<SessionItem>, StoreError>;
+    /// Newest update first.
+    async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<SessionRecord>, StoreError>;
+    /// First save. `Conflict` when the id already exists.
+    async fn try_create(&self, tenant: &TenantId, id: &str, write: &SessionWrite) -> Result<SessionRecord, StoreError>;
+    /// A later save: appends the items only if the generation is still `expected_version`;
+    /// otherwise `Conflict` and nothing is written. `NotFound` if the session is gone.
+    async fn try_append(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+        expected_version: u64,
+        write: &SessionWrite,
+    ) -> Result<SessionRecord, StoreError>;
+    /// Deletes the session and its items; `false` when there was nothing to delete.
+    async fn delete(&self, tenant: &TenantId, id: &str) -> Result<bool, StoreError>;
+    /// Copies items `0..=up_to` of `source` into a new session `new_id` whose parent is
+    /// recorded. `NotFound` when the source does not exist; `Conflict` when `new_id` does.
+    async fn branch(
+        &self,
+        tenant: &TenantId,
+        source: &str,
+        up_to: u64,
+        new_id: &str,
+        owner_user_id: Option<String>,
+        now: DateTime<Utc>,
+    ) -> Result<SessionRecord, StoreError>;
+}
+
+// ---- the bundle ---------------------------------------------------------------------------
 
 /// Every store the runtime uses.
 #[derive(Clone)]
 pub struct Stores {
     pub definitions: Arc<dyn DefinitionStore>,
     pub runs: Arc<dyn RunStore>,
+    pub sessions: Arc<dyn SessionStore>,
     /// Whether the stores survive a restart.
     pub persistent: bool,
 }
@@ -180,6 +445,7 @@ impl Stores {
         Self {
             definitions: Arc::new(memory::MemoryDefinitionStore::default()),
             runs: Arc::new(memory::MemoryRunStore::default()),
+            sessions: Arc::new(memory::MemorySessionStore::default()),
             persistent: false,
         }
     }

@@ -43,6 +43,8 @@ pub struct ToolContext {
     /// Cancelled when the call times out or the run is cancelled. Cooperative: a body that
     /// never looks at it keeps running (and a late result is still recorded).
     pub cancel: CancellationToken,
+    /// The run's event log, for a tool's own `Custom` events.
+    pub events: crate::recorder::EventWriter,
 }
 
 /// A tool failure.

@@ -160,6 +160,8 @@ pub struct CallEnv {
     pub default_max_output_bytes: Option<usize>,
     /// Calls a person already approved (resumed runs).
     pub approved_call_ids: BTreeSet<String>,
+    /// Where tool bodies write their own events.
+    pub events: crate::recorder::EventWriter,
 }
 
 /// What [`execute`] returns: the outcome, and for a call that timed out, the still-running
@@ -295,6 +297,7 @@ pub async fn execute(admitted: Admitted, env: &CallEnv) -> Executed {
         call_id: call.id.clone(),
         caller: env.caller.clone(),
         cancel: call_cancel.clone(),
+        events: env.events.clone(),
     };
     let body = tool.body();
     let mut body_future = async move { body.call(arguments, ctx).await }.boxed();

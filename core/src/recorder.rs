@@ -1,0 +1,247 @@
+//! The run recorder: the single writer of a run's event log.
+//!
+//! Every event gets the next sequence number (gapless from 1) and a timestamp, goes to the
+//! registered [`RunEventSink`]s at once, and is buffered for the store. Message and
+//! reasoning deltas are batched — a streamed answer is a handful of store writes, not one
+//! per token: the buffer is written when any other kind of event arrives, when it holds
+//! `flush_max_events`, when `flush_interval` has passed since the last write, and at the end
+//! of the run. Each write is one [`RunStore::append_events`] call.
+//!
+//! Recording never breaks a run: a failed write is logged and its batch kept for the next
+//! write (up to `max_buffered_events`, beyond which the oldest are dropped and logged); a
+//! sink that fails is disabled for the rest of that run.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::config::{Config, ConfigError};
+use crate::events::{InvalidCustomEvent, RecordedEvent, RunEvent, check_custom_type};
+use crate::names::{RunId, TenantId};
+use crate::ports::Clock;
+use crate::store::RunStore;
+
+/// What is recorded, and how writes are batched (`Tracon:RunRecording:*`).
+#[derive(Debug, Clone)]
+pub struct RecordingSettings {
+    /// Record runs at all (default on).
+    pub enabled: bool,
+    /// Record reasoning deltas (default off: they can run far longer than the answer and
+    /// restate user input). They still stream to the caller.
+    pub record_reasoning_deltas: bool,
+    /// Keep the run's input for `GET /api/runs/{id}/input` (default on).
+    pub record_input: bool,
+    pub flush_max_events: usize,
+    pub flush_interval: Duration,
+    pub max_buffered_events: usize,
+}
+
+impl Default for RecordingSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            record_reasoning_deltas: false,
+            record_input: true,
+            flush_max_events: 256,
+            flush_interval: Duration::from_millis(200),
+            max_buffered_events: 10_000,
+        }
+    }
+}
+
+impl RecordingSettings {
+    pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
+        let d = Self::default();
+        Ok(Self {
+            enabled: config.bool("Tracon:RunRecording:Enabled")?.unwrap_or(d.enabled),
+            record_reasoning_deltas: config
+                .bool("Tracon:RunRecording:RecordReasoningDeltas")?
+                .unwrap_or(d.record_reasoning_deltas),
+            record_input: config.bool("Tracon:RunRecording:RecordInput")?.unwrap_or(d.record_input),
+            flush_max_events: config
+                .parse::<usize>("Tracon:RunRecording:FlushMaxEvents")?
+                .unwrap_or(d.flush_max_events)
+                .max(1),
+            flush_interval: config.seconds("Tracon:RunRecording:FlushIntervalSeconds")?.unwrap_or(d.flush_interval),
+            max_buffered_events: d.max_buffered_events,
+        })
+    }
+}
+
+/// Receives every recorded event as it is written, in addition to the store. It runs on the
+/// hot path: queue the event and return. An `Err` disables the sink for the rest of the run.
+#[async_trait::async_trait]
+pub trait RunEventSink: Send + Sync {
+    async fn on_event(&self, tenant: &TenantId, run: RunId, event: &RecordedEvent) -> Result<(), String>;
+}
+
+struct State {
+    next_sequence: u64,
+    pending: Vec<RecordedEvent>,
+    last_write: DateTime<Utc>,
+    sink_disabled: Vec<bool>,
+}
+
+/// The single writer of one run's log.
+pub struct Recorder {
+    tenant: TenantId,
+    run_id: RunId,
+    store: Arc<dyn RunStore>,
+    clock: Arc<dyn Clock>,
+    settings: RecordingSettings,
+    sinks: Vec<Arc<dyn RunEventSink>>,
+    state: Mutex<State>,
+    /// Serialises store writes so batches land in sequence order.
+    write_lock: tokio::sync::Mutex<()>,
+    writes: AtomicU64,
+}
+
+impl Recorder {
+    pub fn new(
+        tenant: TenantId,
+        run_id: RunId,
+        store: Arc<dyn RunStore>,
+        clock: Arc<dyn Clock>,
+        settings: RecordingSettings,
+        sinks: Vec<Arc<dyn RunEventSink>>,
+    ) -> Self {
+        let now = clock.now();
+        let sink_count = sinks.len();
+        Self {
+            tenant,
+            run_id,
+            store,
+            clock,
+            settings,
+            sinks,
+            state: Mutex::new(State {
+                next_sequence: 1,
+                pending: Vec::new(),
+                last_write: now,
+                sink_disabled: vec![false; sink_count],
+            }),
+            write_lock: tokio::sync::Mutex::new(()),
+            writes: AtomicU64::new(0),
+        }
+    }
+
+    pub fn run_id(&self) -> RunId {
+        self.run_id
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.settings.enabled
+    }
+
+    /// Store writes so far (for tests and the recording benchmark).
+    pub fn store_writes(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed)
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records one event; returns its sequence number, or `None` when it is not recorded.
+    pub async fn record(&self, event: &RunEvent) -> Option<u64> {
+        if !self.settings.enabled {
+            return None;
+        }
+        if matches!(event, RunEvent::ReasoningDelta { .. }) && !self.settings.record_reasoning_deltas {
+            return None;
+        }
+        let now = self.clock.now();
+        let batchable = matches!(event, RunEvent::MessageDelta { .. } | RunEvent::ReasoningDelta { .. });
+        let (recorded, write_now, live_sinks) = {
+            let mut st = self.state();
+            let recorded = RecordedEvent { sequence: st.next_sequence, timestamp: now, event: event.clone() };
+            st.next_sequence += 1;
+            st.pending.push(recorded.clone());
+            let due = (now - st.last_write).to_std().is_ok_and(|d| d >= self.settings.flush_interval);
+            let write_now = !batchable || st.pending.len() >= self.settings.flush_max_events || due;
+            let live: Vec<usize> = (0..self.sinks.len()).filter(|i| !st.sink_disabled[*i]).collect();
+            (recorded, write_now, live)
+        };
+        for i in live_sinks {
+            if let Some(sink) = self.sinks.get(i)
+                && let Err(detail) = sink.on_event(&self.tenant, self.run_id, &recorded).await
+            {
+                tracing::warn!(run_id = %self.run_id, sink = i, detail = %detail, "run event sink failed; disabled for the rest of this run");
+                self.state().sink_disabled[i] = true;
+            }
+        }
+        if write_now {
+            self.flush().await;
+        }
+        Some(recorded.sequence)
+    }
+
+    /// Records a tool's own event (`RunEventType.Custom`).
+    pub async fn record_custom(&self, custom_type: &str, payload: String) -> Result<Option<u64>, InvalidCustomEvent> {
+        check_custom_type(custom_type)?;
+        Ok(self.record(&RunEvent::Custom { custom_type: custom_type.to_owned(), payload }).await)
+    }
+
+    /// Writes everything buffered (one store call). Failures are logged, never raised.
+    pub async fn flush(&self) {
+        let _writer = self.write_lock.lock().await;
+        let batch = std::mem::take(&mut self.state().pending);
+        if batch.is_empty() {
+            return;
+        }
+        let now = self.clock.now();
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        match self.store.append_events(&self.tenant, self.run_id, &batch, now).await {
+            Ok(()) => self.state().last_write = now,
+            Err(e) => {
+                tracing::warn!(run_id = %self.run_id, events = batch.len(), error = ?e, "could not record run events; keeping them for the next write");
+                let mut st = self.state();
+                let mut kept = batch;
+                kept.append(&mut st.pending);
+                if kept.len() > self.settings.max_buffered_events {
+                    let drop = kept.len() - self.settings.max_buffered_events;
+                    tracing::error!(run_id = %self.run_id, dropped = drop, "run event buffer full; dropping the oldest unrecorded events");
+                    kept.drain(..drop);
+                }
+                st.pending = kept;
+                st.last_write = now;
+            }
+        }
+    }
+}
+
+/// What a tool body can write to its run's log.
+#[derive(Clone, Default)]
+pub struct EventWriter(Option<Arc<Recorder>>);
+
+impl EventWriter {
+    pub fn new(recorder: Arc<Recorder>) -> Self {
+        Self(Some(recorder))
+    }
+
+    /// A writer that records nothing (outside a run, or with recording off).
+    pub fn none() -> Self {
+        Self(None)
+    }
+
+    /// Appends a custom event. An invalid `custom_type` (or the reserved `tracon.` prefix)
+    /// is refused; with recording off the event is dropped and `Ok(None)` returned.
+    pub async fn custom(
+        &self,
+        custom_type: &str,
+        payload: impl Into<String>,
+    ) -> Result<Option<u64>, InvalidCustomEvent> {
+        match &self.0 {
+            Some(r) => r.record_custom(custom_type, payload.into()).await,
+            None => check_custom_type(custom_type).map(|()| None),
+        }
+    }
+}
+
+impl std::fmt::Debug for EventWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "EventWriter(run)" } else { "EventWriter(none)" })
+    }
+}

@@ -1,0 +1,638 @@
+//! The store contract: one suite every implementation of the store ports must pass — the
+//! in-memory stores here, the Postgres stores in `tracon-postgres` — unchanged.
+//!
+//! Each check takes a fresh, empty [`Stores`] and covers one behaviour, including tenant
+//! isolation in both directions for every method. [`store_contract_tests!`] expands to one
+//! `#[tokio::test]` per check for a given factory:
+//!
+//! ```text
+//! tracon_core::store_contract_tests!(async { tracon_core::store::Stores::in_memory() });
+//! ```
+
+// A test suite: assertions are its whole point.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, Utc};
+
+use super::{
+    CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, SessionWrite, StoreError, Stores,
+    ToolCallRecord,
+};
+use crate::definition::AgentDefinition;
+use crate::events::{RecordedEvent, RunEvent};
+use crate::failure::{ErrorClass, RunFailure};
+use crate::model::{Message, Usage};
+use crate::names::{AgentName, RunId, TenantId};
+use crate::pricing::CostSnapshot;
+use crate::store::DocumentInput;
+use crate::tools::pipeline::{LateCompletion, ToolCallStatus};
+
+fn a() -> TenantId {
+    TenantId::parse("tenant-a").unwrap()
+}
+fn b() -> TenantId {
+    TenantId::parse("tenant-b").unwrap()
+}
+fn t0() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+}
+fn name(s: &str) -> AgentName {
+    AgentName::parse(s).unwrap()
+}
+fn def(n: &str, instructions: &str) -> AgentDefinition {
+    AgentDefinition::new(n, "scripted", "m").with_instructions(instructions)
+}
+
+fn run_row(agent: &str, started: DateTime<Utc>) -> RunRecord {
+    RunRecord {
+        id: RunId(uuid::Uuid::now_v7()),
+        tenant: None,
+        agent_name: agent.into(),
+        agent_version: Some(1),
+        status: RunStatus::Running,
+        started_at: started,
+        ended_at: None,
+        duration_ms: None,
+        usage: None,
+        cost: None,
+        model_provider: None,
+        model: None,
+        error: None,
+        session_id: None,
+        parent_run_id: None,
+        root_run_id: None,
+        depth: 0,
+        user_id: None,
+        labels: BTreeMap::new(),
+        heartbeat_at: Some(started),
+        cancel_requested: false,
+    }
+}
+
+fn event(sequence: u64, text: &str) -> RecordedEvent {
+    RecordedEvent {
+        sequence,
+        timestamp: t0() + Duration::milliseconds(sequence as i64),
+        event: RunEvent::MessageDelta { text: text.into() },
+    }
+}
+
+fn write(messages: Vec<Message>, now: DateTime<Utc>) -> SessionWrite {
+    SessionWrite { agent_name: "agent".into(), run_id: None, messages, owner_user_id: None, now }
+}
+
+fn conflict<T: std::fmt::Debug>(r: Result<T, StoreError>) -> bool {
+    matches!(r, Err(StoreError::Conflict(_)))
+}
+
+fn not_found<T: std::fmt::Debug>(r: Result<T, StoreError>) -> bool {
+    matches!(r, Err(StoreError::NotFound))
+}
+
+// ---- definitions ----------------------------------------------------------------------------
+
+pub async fn definitions_keep_every_version(s: Stores) {
+    let d = &s.definitions;
+    let v1 = d.create(&a(), def("agent", "one"), t0()).await.unwrap();
+    assert_eq!(v1.version, 1);
+    let v2 = d.update(&a(), def("agent", "two"), t0() + Duration::seconds(1)).await.unwrap();
+    assert_eq!(v2.version, 2);
+    assert_eq!(v2.created_at, v1.created_at);
+    let current = d.get(&a(), &name("agent")).await.unwrap().unwrap();
+    assert_eq!((current.version, current.definition.instructions.as_deref()), (2, Some("two")));
+    let versions = d.versions(&a(), &name("agent")).await.unwrap();
+    assert_eq!(versions.iter().map(|v| v.version).collect::<Vec<_>>(), vec![2, 1], "newest first");
+    assert_eq!(versions[1].definition.instructions.as_deref(), Some("one"), "full snapshots");
+    let old = d.version(&a(), &name("agent"), 1).await.unwrap().unwrap();
+    assert_eq!(old.definition, def("agent", "one"));
+    assert!(d.version(&a(), &name("agent"), 3).await.unwrap().is_none());
+    let list = d.list(&a(), 0, 10).await.unwrap();
+    assert_eq!(list.len(), 1, "the list holds current versions only");
+    assert_eq!(list[0].version, 2);
+}
+
+pub async fn definitions_refuse_duplicates_and_missing_updates(s: Stores) {
+    let d = &s.definitions;
+    d.create(&a(), def("agent", "one"), t0()).await.unwrap();
+    assert!(conflict(d.create(&a(), def("agent", "again"), t0()).await));
+    assert!(not_found(d.update(&a(), def("ghost", "x"), t0()).await));
+    assert_eq!(d.get(&a(), &name("agent")).await.unwrap().unwrap().version, 1);
+}
+
+pub async fn definitions_delete_with_their_history(s: Stores) {
+    let d = &s.definitions;
+    d.create(&a(), def("agent", "one"), t0()).await.unwrap();
+    d.update(&a(), def("agent", "two"), t0()).await.unwrap();
+    assert!(d.delete(&a(), &name("agent")).await.unwrap());
+    assert!(!d.delete(&a(), &name("agent")).await.unwrap());
+    assert!(d.get(&a(), &name("agent")).await.unwrap().is_none());
+    assert!(d.versions(&a(), &name("agent")).await.unwrap().is_empty());
+    let again = d.create(&a(), def("agent", "fresh"), t0()).await.unwrap();
+    assert_eq!(again.version, 1);
+}
+
+pub async fn definitions_list_in_name_order_with_paging(s: Stores) {
+    let d = &s.definitions;
+    for n in ["c", "a", "b"] {
+        d.create(&a(), def(n, n), t0()).await.unwrap();
+    }
+    let names: Vec<String> = d.list(&a(), 0, 10).await.unwrap().into_iter().map(|x| x.definition.name).collect();
+    assert_eq!(names, vec!["a", "b", "c"]);
+    let page: Vec<String> = d.list(&a(), 1, 1).await.unwrap().into_iter().map(|x| x.definition.name).collect();
+    assert_eq!(page, vec!["b"]);
+}
+
+pub async fn definitions_are_isolated_between_tenants(s: Stores) {
+    let d = &s.definitions;
+    for (mine, other) in [(a(), b()), (b(), a())] {
+        d.create(&mine, def("only-mine", "x"), t0()).await.unwrap();
+        assert!(d.get(&other, &name("only-mine")).await.unwrap().is_none());
+        assert!(d.list(&other, 0, 10).await.unwrap().iter().all(|x| x.definition.name != "only-mine"));
+        assert!(d.versions(&other, &name("only-mine")).await.unwrap().is_empty());
+        assert!(d.version(&other, &name("only-mine"), 1).await.unwrap().is_none());
+        assert!(not_found(d.update(&other, def("only-mine", "hijack"), t0()).await));
+        assert!(!d.delete(&other, &name("only-mine")).await.unwrap());
+        assert_eq!(
+            d.get(&mine, &name("only-mine")).await.unwrap().unwrap().definition.instructions.as_deref(),
+            Some("x")
+        );
+        d.delete(&mine, &name("only-mine")).await.unwrap();
+    }
+    // The same name lives independently in both tenants.
+    d.create(&a(), def("shared", "a"), t0()).await.unwrap();
+    d.create(&b(), def("shared", "b"), t0()).await.unwrap();
+    d.update(&b(), def("shared", "b2"), t0()).await.unwrap();
+    assert_eq!(d.get(&a(), &name("shared")).await.unwrap().unwrap().version, 1);
+    assert_eq!(d.get(&b(), &name("shared")).await.unwrap().unwrap().version, 2);
+}
+
+// ---- runs -----------------------------------------------------------------------------------
+
+pub async fn runs_are_created_read_and_finished(s: Stores) {
+    let r = &s.runs;
+    let mut row = run_row("agent", t0());
+    row.session_id = Some("s1".into());
+    row.user_id = Some("u1".into());
+    row.labels.insert("team".into(), "payments".into());
+    r.create_run(&a(), &row).await.unwrap();
+    assert!(conflict(r.create_run(&a(), &row).await));
+    let got = r.get_run(&a(), row.id).await.unwrap().unwrap();
+    assert_eq!((got.status, got.labels.len(), got.user_id.as_deref()), (RunStatus::Running, 1, Some("u1")));
+    let end = RunEnd {
+        status: RunStatus::Failed,
+        ended_at: t0() + Duration::seconds(2),
+        duration_ms: 2000,
+        usage: Some(Usage { input_tokens: 3, output_tokens: 4, total_tokens: 7, ..Usage::default() }),
+        cost: Some(CostSnapshot {
+            currency: "USD".into(),
+            input_cost: 0.1,
+            output_cost: 0.2,
+            total_cost: 0.3,
+            input_per_million: 1.0,
+            output_per_million: 2.0,
+            cached_input_per_million: None,
+        }),
+        model_provider: Some("openai".into()),
+        model: Some("m-2025".into()),
+        error: Some(RunFailure::new(ErrorClass::RateLimited, "limited")),
+    };
+    r.finish_run(&a(), row.id, &end).await.unwrap();
+    let got = r.get_run(&a(), row.id).await.unwrap().unwrap();
+    assert_eq!(got.status, RunStatus::Failed);
+    assert_eq!(got.duration_ms, Some(2000));
+    assert_eq!(got.usage, end.usage);
+    assert_eq!(got.cost, end.cost);
+    assert_eq!(got.model.as_deref(), Some("m-2025"));
+    assert_eq!(got.error, end.error);
+    assert!(not_found(r.finish_run(&a(), RunId(uuid::Uuid::now_v7()), &end).await));
+}
+
+pub async fn runs_list_with_filters_newest_first(s: Stores) {
+    let r = &s.runs;
+    let mut rows = Vec::new();
+    for i in 0..6 {
+        let mut row = run_row(if i % 2 == 0 { "even" } else { "odd" }, t0() + Duration::seconds(i));
+        row.session_id = (i < 2).then(|| "s1".to_owned());
+        row.user_id = Some(format!("u{}", i % 3));
+        if i >= 3 {
+            row.labels.insert("team".into(), "payments".into());
+        }
+        if i == 5 {
+            row.labels.insert("job".into(), "nightly".into());
+        }
+        r.create_run(&a(), &row).await.unwrap();
+        rows.push(row);
+    }
+    let done = RunEnd {
+        status: RunStatus::Completed,
+        ended_at: t0(),
+        duration_ms: 1,
+        usage: None,
+        cost: None,
+        model_provider: None,
+        model: None,
+        error: None,
+    };
+    r.finish_run(&a(), rows[4].id, &done).await.unwrap();
+    let ids = |v: Vec<RunRecord>| v.into_iter().map(|x| x.id).collect::<Vec<_>>();
+    let all = ids(r.list_runs(&a(), &RunFilter::default(), 0, 50).await.unwrap());
+    assert_eq!(all, rows.iter().rev().map(|x| x.id).collect::<Vec<_>>(), "newest first");
+    assert_eq!(ids(r.list_runs(&a(), &RunFilter::default(), 1, 2).await.unwrap()), vec![rows[4].id, rows[3].id]);
+    let f = RunFilter { agent: Some("even".into()), ..RunFilter::default() };
+    assert_eq!(ids(r.list_runs(&a(), &f, 0, 50).await.unwrap()), vec![rows[4].id, rows[2].id, rows[0].id]);
+    let f = RunFilter { status: Some(RunStatus::Completed), ..RunFilter::default() };
+    assert_eq!(ids(r.list_runs(&a(), &f, 0, 50).await.unwrap()), vec![rows[4].id]);
+    let f = RunFilter { session_id: Some("s1".into()), ..RunFilter::default() };
+    assert_eq!(ids(r.list_runs(&a(), &f, 0, 50).await.unwrap()), vec![rows[1].id, rows[0].id]);
+    let f = RunFilter { user_id: Some("u2".into()), ..RunFilter::default() };
+    assert_eq!(ids(r.list_runs(&a(), &f, 0, 50).await.unwrap()), vec![rows[5].id, rows[2].id]);
+    let mut labels = BTreeMap::from([("team".to_owned(), "payments".to_owned())]);
+    let f = RunFilter { labels: labels.clone(), ..RunFilter::default() };
+    assert_eq!(ids(r.list_runs(&a(), &f, 0, 50).await.unwrap()), vec![rows[5].id, rows[4].id, rows[3].id]);
+    labels.insert("job".into(), "nightly".into());
+    let f = RunFilter { labels, ..RunFilter::default() };
+    assert_eq!(ids(r.list_runs(&a(), &f, 0, 50).await.unwrap()), vec![rows[5].id], "every label must match");
+    let f = RunFilter {
+        from: Some(t0() + Duration::seconds(2)),
+        to: Some(t0() + Duration::seconds(4)),
+        ..RunFilter::default()
+    };
+    assert_eq!(
+        ids(r.list_runs(&a(), &f, 0, 50).await.unwrap()),
+        vec![rows[3].id, rows[2].id],
+        "from inclusive, to exclusive"
+    );
+}
+
+pub async fn run_stats_aggregate_the_filtered_runs(s: Stores) {
+    let r = &s.runs;
+    let mut expected = RunStats::default();
+    for i in 0..5u64 {
+        let mut row = run_row(if i < 3 { "x" } else { "y" }, t0() + Duration::seconds(i as i64));
+        row.user_id = (i != 4).then(|| format!("u{}", i % 2));
+        row.labels =
+            BTreeMap::from([("team".to_owned(), format!("t{}", i % 2)), ("env".to_owned(), "prod".to_owned())]);
+        r.create_run(&a(), &row).await.unwrap();
+        let end = RunEnd {
+            status: if i == 1 { RunStatus::Failed } else { RunStatus::Completed },
+            ended_at: t0(),
+            duration_ms: 5,
+            usage: (i != 2).then_some(Usage {
+                input_tokens: 10 * i,
+                output_tokens: i,
+                total_tokens: 11 * i,
+                ..Usage::default()
+            }),
+            cost: (i == 3).then(|| CostSnapshot {
+                currency: "EUR".into(),
+                input_cost: 1.0,
+                output_cost: 0.5,
+                total_cost: 1.5,
+                input_per_million: 1.0,
+                output_per_million: 1.0,
+                cached_input_per_million: None,
+            }),
+            model_provider: None,
+            model: None,
+            error: (i == 1).then(|| RunFailure::new(ErrorClass::Timeout, "t")),
+        };
+        r.finish_run(&a(), row.id, &end).await.unwrap();
+        row.status = end.status;
+        row.usage = end.usage;
+        row.cost = end.cost.clone();
+        row.error = end.error.clone();
+        expected.add(&row);
+    }
+    // Another tenant's runs never count.
+    r.create_run(&b(), &run_row("x", t0())).await.unwrap();
+    let stats = r.stats(&a(), &RunFilter::default()).await.unwrap();
+    assert_eq!(stats, expected);
+    assert_eq!(stats.total_runs, 5);
+    assert_eq!(stats.by_label.get("env:prod"), Some(&5), "a run counts once per label");
+    assert_eq!(stats.by_error_class.get(&ErrorClass::Timeout), Some(&1));
+    let only_y = r.stats(&a(), &RunFilter { agent: Some("y".into()), ..RunFilter::default() }).await.unwrap();
+    assert_eq!(only_y.total_runs, 2);
+}
+
+pub async fn events_append_in_batches_and_read_after_a_cursor(s: Stores) {
+    let r = &s.runs;
+    let row = run_row("agent", t0());
+    r.create_run(&a(), &row).await.unwrap();
+    r.append_events(&a(), row.id, &[event(1, "a"), event(2, "b")], t0() + Duration::seconds(5)).await.unwrap();
+    r.append_events(&a(), row.id, &[event(3, "c")], t0() + Duration::seconds(6)).await.unwrap();
+    let all = r.read_events(&a(), row.id, 0, 100).await.unwrap();
+    assert_eq!(all.iter().map(|e| e.sequence).collect::<Vec<_>>(), vec![1, 2, 3]);
+    assert_eq!(all[1], event(2, "b"), "events round-trip exactly");
+    let after = r.read_events(&a(), row.id, 1, 1).await.unwrap();
+    assert_eq!(after.iter().map(|e| e.sequence).collect::<Vec<_>>(), vec![2]);
+    assert!(r.read_events(&a(), row.id, 3, 100).await.unwrap().is_empty());
+    let heartbeat = r.get_run(&a(), row.id).await.unwrap().unwrap().heartbeat_at;
+    assert_eq!(heartbeat, Some(t0() + Duration::seconds(6)), "appending moves the heartbeat");
+    // A sequence already stored refuses the whole batch.
+    assert!(conflict(r.append_events(&a(), row.id, &[event(4, "d"), event(3, "dup")], t0()).await));
+    assert_eq!(r.read_events(&a(), row.id, 0, 100).await.unwrap().len(), 3, "nothing of a refused batch is written");
+    assert!(not_found(r.append_events(&a(), RunId(uuid::Uuid::now_v7()), &[event(1, "x")], t0()).await));
+}
+
+pub async fn concurrent_appends_to_different_runs_stay_gapless(s: Stores) {
+    let r = s.runs.clone();
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        let row = run_row("agent", t0());
+        r.create_run(&a(), &row).await.unwrap();
+        ids.push(row.id);
+    }
+    let tasks = ids.iter().map(|id| {
+        let r = r.clone();
+        let id = *id;
+        async move {
+            for batch in 0..5u64 {
+                let events: Vec<RecordedEvent> = (1..=4).map(|k| event(batch * 4 + k, "x")).collect();
+                r.append_events(&a(), id, &events, t0()).await.unwrap();
+            }
+        }
+    });
+    futures::future::join_all(tasks).await;
+    for id in ids {
+        let seqs: Vec<u64> = r.read_events(&a(), id, 0, 1000).await.unwrap().into_iter().map(|e| e.sequence).collect();
+        assert_eq!(seqs, (1..=20).collect::<Vec<_>>());
+    }
+}
+
+fn call(run: RunId, id: &str) -> ToolCallRecord {
+    ToolCallRecord {
+        run_id: run,
+        call_id: id.into(),
+        tool_name: "lookup".into(),
+        arguments: r#"{"q":1}"#.into(),
+        effect: Some(crate::tools::ToolEffect::Read),
+        status: ToolCallStatus::TimedOut,
+        result: None,
+        error: Some("timed out".into()),
+        omitted_bytes: None,
+        started_at: t0(),
+        duration_ms: 50,
+        timed_out: true,
+        late_completed_at: None,
+        late_duration_ms: None,
+        late_result: None,
+        late_error: None,
+    }
+}
+
+pub async fn tool_calls_are_stored_individually_with_late_completions(s: Stores) {
+    let r = &s.runs;
+    let row = run_row("agent", t0());
+    r.create_run(&a(), &row).await.unwrap();
+    r.record_tool_call(&a(), &call(row.id, "c1")).await.unwrap();
+    r.record_tool_call(&a(), &call(row.id, "c2")).await.unwrap();
+    let mut updated = call(row.id, "c1");
+    updated.duration_ms = 60;
+    r.record_tool_call(&a(), &updated).await.unwrap();
+    let late = LateCompletion {
+        tenant: a(),
+        run_id: row.id,
+        call_id: "c2".into(),
+        completed_at: t0() + Duration::seconds(9),
+        duration_ms: 9000,
+        result: Ok("finally".into()),
+    };
+    r.complete_tool_call_late(&a(), &late).await.unwrap();
+    let calls = r.list_tool_calls(&a(), row.id).await.unwrap();
+    assert_eq!(
+        calls.iter().map(|c| c.call_id.as_str()).collect::<Vec<_>>(),
+        vec!["c1", "c2"],
+        "in call order, no duplicate"
+    );
+    assert_eq!(calls[0].duration_ms, 60);
+    assert_eq!(calls[1].late_result.as_deref(), Some("finally"));
+    assert_eq!(calls[1].late_duration_ms, Some(9000));
+    assert_eq!(calls[1].error.as_deref(), Some("timed out"), "what the model was told stays");
+    let missing = LateCompletion { call_id: "nope".into(), ..late };
+    assert!(not_found(r.complete_tool_call_late(&a(), &missing).await));
+}
+
+pub async fn run_input_is_recorded(s: Stores) {
+    let r = &s.runs;
+    let row = run_row("agent", t0());
+    r.create_run(&a(), &row).await.unwrap();
+    assert!(r.get_input(&a(), row.id).await.unwrap().is_none());
+    let input = RunInputRecord {
+        message: "hello".into(),
+        culture: Some("tr".into()),
+        parameters: BTreeMap::from([("customer".to_owned(), "Ada".to_owned())]),
+        documents: vec![DocumentInput { name: "a.md".into(), content: "text".into() }],
+    };
+    r.record_input(&a(), row.id, &input).await.unwrap();
+    assert_eq!(r.get_input(&a(), row.id).await.unwrap(), Some(input));
+}
+
+pub async fn cancel_is_a_flag_on_a_running_run(s: Stores) {
+    let r = &s.runs;
+    let row = run_row("agent", t0());
+    r.create_run(&a(), &row).await.unwrap();
+    assert!(!r.is_cancel_requested(&a(), row.id).await.unwrap());
+    assert_eq!(r.request_cancel(&a(), row.id).await.unwrap(), CancelOutcome::Requested);
+    assert!(r.is_cancel_requested(&a(), row.id).await.unwrap());
+    let done = RunEnd {
+        status: RunStatus::Canceled,
+        ended_at: t0(),
+        duration_ms: 1,
+        usage: None,
+        cost: None,
+        model_provider: None,
+        model: None,
+        error: None,
+    };
+    r.finish_run(&a(), row.id, &done).await.unwrap();
+    assert_eq!(r.request_cancel(&a(), row.id).await.unwrap(), CancelOutcome::AlreadyEnded(RunStatus::Canceled));
+    assert!(not_found(r.request_cancel(&a(), RunId(uuid::Uuid::now_v7())).await));
+}
+
+pub async fn runs_are_isolated_between_tenants(s: Stores) {
+    let r = &s.runs;
+    for (mine, other) in [(a(), b()), (b(), a())] {
+        let others_before = r.stats(&other, &RunFilter::default()).await.unwrap().total_runs;
+        let row = run_row("agent", t0());
+        r.create_run(&mine, &row).await.unwrap();
+        r.append_events(&mine, row.id, &[event(1, "secret")], t0()).await.unwrap();
+        r.record_tool_call(&mine, &call(row.id, "c1")).await.unwrap();
+        let input =
+            RunInputRecord { message: "m".into(), culture: None, parameters: BTreeMap::new(), documents: Vec::new() };
+        r.record_input(&mine, row.id, &input).await.unwrap();
+
+        assert!(r.get_run(&other, row.id).await.unwrap().is_none());
+        assert!(r.list_runs(&other, &RunFilter::default(), 0, 100).await.unwrap().iter().all(|x| x.id != row.id));
+        assert_eq!(r.stats(&other, &RunFilter::default()).await.unwrap().total_runs, others_before);
+        assert!(r.read_events(&other, row.id, 0, 100).await.unwrap().is_empty());
+        assert!(r.list_tool_calls(&other, row.id).await.unwrap().is_empty());
+        assert!(r.get_input(&other, row.id).await.unwrap().is_none());
+        assert!(!r.is_cancel_requested(&other, row.id).await.unwrap());
+        assert!(not_found(r.request_cancel(&other, row.id).await));
+        assert!(not_found(r.append_events(&other, row.id, &[event(2, "x")], t0()).await));
+        assert!(not_found(r.record_tool_call(&other, &call(row.id, "c9")).await));
+        assert!(not_found(r.record_input(&other, row.id, &input).await));
+        let end = RunEnd {
+            status: RunStatus::Completed,
+            ended_at: t0(),
+            duration_ms: 1,
+            usage: None,
+            cost: None,
+            model_provider: None,
+            model: None,
+            error: None,
+        };
+        assert!(not_found(r.finish_run(&other, row.id, &end).await));
+        let late = LateCompletion {
+            tenant: other.clone(),
+            run_id: row.id,
+            call_id: "c1".into(),
+            completed_at: t0(),
+            duration_ms: 1,
+            result: Ok("x".into()),
+        };
+        assert!(not_found(r.complete_tool_call_late(&other, &late).await));
+        // Nothing the other tenant tried changed the owner's run.
+        let mine_row = r.get_run(&mine, row.id).await.unwrap().unwrap();
+        assert_eq!(mine_row.status, RunStatus::Running);
+        assert!(!mine_row.cancel_requested);
+        assert_eq!(r.read_events(&mine, row.id, 0, 100).await.unwrap().len(), 1);
+        assert_eq!(r.list_tool_calls(&mine, row.id).await.unwrap().len(), 1);
+    }
+    let only_a = r.stats(&a(), &RunFilter::default()).await.unwrap();
+    assert_eq!(only_a.total_runs, 1);
+}
+
+// ---- sessions -----------------------------------------------------------------------------------
+
+pub async fn sessions_create_once_and_append_against_the_generation_read(s: Stores) {
+    let ss = &s.sessions;
+    let first = ss.try_create(&a(), "s1", &write(vec![Message::user("hi"), assistant("hello")], t0())).await.unwrap();
+    assert_eq!((first.version, first.item_count), (1, 2));
+    assert!(conflict(ss.try_create(&a(), "s1", &write(vec![Message::user("again")], t0())).await));
+    let second =
+        ss.try_append(&a(), "s1", 1, &write(vec![Message::user("more"), assistant("sure")], t0())).await.unwrap();
+    assert_eq!((second.version, second.item_count), (2, 4));
+    // A writer that read generation 1 lost the race: refused, nothing written.
+    assert!(conflict(ss.try_append(&a(), "s1", 1, &write(vec![Message::user("stale")], t0())).await));
+    let items = ss.items(&a(), "s1").await.unwrap();
+    assert_eq!(items.iter().map(|i| i.sequence).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+    assert_eq!(items[2].message, Message::user("more"));
+    assert!(not_found(ss.try_append(&a(), "ghost", 1, &write(vec![Message::user("x")], t0())).await));
+    assert_eq!(ss.get(&a(), "s1").await.unwrap().unwrap().version, 2);
+}
+
+pub async fn concurrent_saves_of_one_generation_let_exactly_one_through(s: Stores) {
+    let ss = s.sessions.clone();
+    ss.try_create(&a(), "race", &write(vec![Message::user("start")], t0())).await.unwrap();
+    let attempts = (0..50).map(|i| {
+        let ss = ss.clone();
+        async move { ss.try_append(&a(), "race", 1, &write(vec![Message::user(format!("turn {i}"))], t0())).await }
+    });
+    let results = futures::future::join_all(attempts).await;
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), 1);
+    assert!(results.iter().filter(|r| r.is_err()).all(|r| matches!(r, Err(StoreError::Conflict(_)))));
+    let session = ss.get(&a(), "race").await.unwrap().unwrap();
+    assert_eq!((session.version, session.item_count), (2, 2));
+}
+
+pub async fn sessions_list_newest_first_and_delete(s: Stores) {
+    let ss = &s.sessions;
+    for (i, id) in ["old", "mid", "new"].iter().enumerate() {
+        ss.try_create(&a(), id, &write(vec![Message::user("x")], t0() + Duration::seconds(i as i64))).await.unwrap();
+    }
+    let ids: Vec<String> = ss.list(&a(), 0, 10).await.unwrap().into_iter().map(|x| x.id).collect();
+    assert_eq!(ids, vec!["new", "mid", "old"]);
+    let page: Vec<String> = ss.list(&a(), 1, 1).await.unwrap().into_iter().map(|x| x.id).collect();
+    assert_eq!(page, vec!["mid"]);
+    assert!(ss.delete(&a(), "mid").await.unwrap());
+    assert!(!ss.delete(&a(), "mid").await.unwrap());
+    assert!(ss.get(&a(), "mid").await.unwrap().is_none());
+    assert!(ss.items(&a(), "mid").await.unwrap().is_empty());
+}
+
+pub async fn branching_copies_items_and_leaves_the_parent_alone(s: Stores) {
+    let ss = &s.sessions;
+    let messages: Vec<Message> = (0..6).map(|i| Message::user(format!("m{i}"))).collect();
+    ss.try_create(&a(), "parent", &write(messages, t0())).await.unwrap();
+    let parent_before = ss.items(&a(), "parent").await.unwrap();
+    let branch = ss.branch(&a(), "parent", 3, "child", Some("u1".into()), t0() + Duration::seconds(1)).await.unwrap();
+    assert_eq!(branch.item_count, 4);
+    let parent = branch.parent.clone().unwrap();
+    assert_eq!((parent.session_id.as_str(), parent.sequence), ("parent", 3));
+    assert_eq!(branch.owner_user_id.as_deref(), Some("u1"));
+    let child_items = ss.items(&a(), "child").await.unwrap();
+    assert_eq!(
+        child_items.iter().map(|i| i.message.clone()).collect::<Vec<_>>(),
+        parent_before[..4].iter().map(|i| i.message.clone()).collect::<Vec<_>>()
+    );
+    // Writing to the branch never changes the parent.
+    ss.try_append(&a(), "child", 1, &write(vec![Message::user("branch only")], t0())).await.unwrap();
+    assert_eq!(ss.items(&a(), "parent").await.unwrap(), parent_before);
+    assert_eq!(ss.get(&a(), "parent").await.unwrap().unwrap().version, 1);
+    assert!(not_found(ss.branch(&a(), "ghost", 0, "x", None, t0()).await));
+    assert!(conflict(ss.branch(&a(), "parent", 1, "child", None, t0()).await));
+}
+
+pub async fn sessions_are_isolated_between_tenants(s: Stores) {
+    let ss = &s.sessions;
+    for (mine, other) in [(a(), b()), (b(), a())] {
+        ss.try_create(&mine, "private", &write(vec![Message::user("secret")], t0())).await.unwrap();
+        assert!(ss.get(&other, "private").await.unwrap().is_none());
+        assert!(ss.items(&other, "private").await.unwrap().is_empty());
+        assert!(ss.list(&other, 0, 100).await.unwrap().iter().all(|x| x.id != "private"));
+        assert!(not_found(ss.try_append(&other, "private", 1, &write(vec![Message::user("x")], t0())).await));
+        assert!(!ss.delete(&other, "private").await.unwrap());
+        assert!(not_found(ss.branch(&other, "private", 0, "stolen", None, t0()).await));
+        assert_eq!(ss.items(&mine, "private").await.unwrap().len(), 1);
+        assert!(ss.delete(&mine, "private").await.unwrap());
+    }
+    // The same id lives independently in both tenants.
+    ss.try_create(&a(), "same", &write(vec![Message::user("a")], t0())).await.unwrap();
+    ss.try_create(&b(), "same", &write(vec![Message::user("b1"), Message::user("b2")], t0())).await.unwrap();
+    assert_eq!(ss.get(&a(), "same").await.unwrap().unwrap().item_count, 1);
+    assert_eq!(ss.get(&b(), "same").await.unwrap().unwrap().item_count, 2);
+}
+
+fn assistant(text: &str) -> Message {
+    Message::Assistant { text: Some(text.into()), tool_calls: Vec::new(), reasoning: Vec::new() }
+}
+
+/// One `#[tokio::test]` per contract check, for stores made by `$make` (an expression
+/// evaluating to a future of a fresh [`Stores`]).
+#[macro_export]
+macro_rules! store_contract_tests {
+    ($make:expr) => {
+        $crate::store_contract_tests!(@tests $make;
+            definitions_keep_every_version,
+            definitions_refuse_duplicates_and_missing_updates,
+            definitions_delete_with_their_history,
+            definitions_list_in_name_order_with_paging,
+            definitions_are_isolated_between_tenants,
+            runs_are_created_read_and_finished,
+            runs_list_with_filters_newest_first,
+            run_stats_aggregate_the_filtered_runs,
+            events_append_in_batches_and_read_after_a_cursor,
+            concurrent_appends_to_different_runs_stay_gapless,
+            tool_calls_are_stored_individually_with_late_completions,
+            run_input_is_recorded,
+            cancel_is_a_flag_on_a_running_run,
+            runs_are_isolated_between_tenants,
+            sessions_create_once_and_append_against_the_generation_read,
+            concurrent_saves_of_one_generation_let_exactly_one_through,
+            sessions_list_newest_first_and_delete,
+            branching_copies_items_and_leaves_the_parent_alone,
+            sessions_are_isolated_between_tenants,
+        );
+    };
+    (@tests $make:expr; $($check:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() {
+                $crate::store::contract::$check($make.await).await;
+            }
+        )*
+    };
+}

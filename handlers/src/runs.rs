@@ -1,0 +1,302 @@
+//! `/api/runs` and `/api/stats`: reading what happened.
+//!
+//! A run is read back from the store, so any instance answers for a run any other
+//! instance executed. `GET /api/runs/{id}/events` replays the recorded log after
+//! `Last-Event-ID` and follows a live run by polling the store (with backoff) until its
+//! terminal event; the frames depend only on stored events, so replay and live are the
+//! same bytes. A cancel sets a flag in the store that the executing turn observes.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use bytes::BytesMut;
+use chrono::{DateTime, Utc};
+use futures::stream;
+use serde::Serialize;
+use tracon_core::names::{RunId, TenantId};
+use tracon_core::store::{CancelOutcome, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, ToolCallRecord};
+use utoipa::ToSchema;
+
+use crate::agents::tenant;
+use crate::error::{ApiError, ApiResult, ProblemDetails};
+use crate::extract::Paging;
+use crate::sse;
+use crate::state::AppState;
+
+/// Events read per store round trip while replaying.
+const READ_BATCH: usize = 500;
+/// First pause between polls of a live run; doubles up to `follow_poll_max`.
+const POLL_START: Duration = Duration::from_millis(25);
+
+fn run_id(raw: &str) -> ApiResult<RunId> {
+    // A malformed id cannot name a run: the same answer as a missing one.
+    RunId::parse(raw).ok_or_else(run_not_found)
+}
+
+fn run_not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "run_not_found", "The run does not exist.")
+}
+
+async fn load(state: &AppState, tenant: &TenantId, id: RunId) -> ApiResult<RunRecord> {
+    state.runtime.stores.runs.get_run(tenant, id).await?.ok_or_else(run_not_found)
+}
+
+/// Query parameters of the run list and the statistics, parsed with clear errors.
+fn filter(uri: &Uri) -> ApiResult<RunFilter> {
+    let mut f = RunFilter::default();
+    for (key, value) in form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes()) {
+        let value = value.into_owned();
+        let bad = |what: &str| ApiError::bad_request("validation_failed", what.to_owned()).with("field", key.as_ref());
+        match key.as_ref() {
+            "agent" => f.agent = Some(value),
+            "status" => {
+                f.status = Some(RunStatus::parse(&value).ok_or_else(|| {
+                    bad("'status' is one of Running, Completed, Failed, Canceled, AwaitingApproval, AwaitingInput.")
+                })?)
+            }
+            "sessionId" => f.session_id = Some(value),
+            "userId" => f.user_id = Some(value),
+            "label" => {
+                let (k, v) = value.split_once(':').ok_or_else(|| bad("'label' is written key:value."))?;
+                f.labels.insert(k.to_owned(), v.to_owned());
+            }
+            "from" => f.from = Some(timestamp(&value).ok_or_else(|| bad("'from' is an RFC 3339 timestamp."))?),
+            "to" => f.to = Some(timestamp(&value).ok_or_else(|| bad("'to' is an RFC 3339 timestamp."))?),
+            _ => {}
+        }
+    }
+    Ok(f)
+}
+
+fn timestamp(s: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s).ok().map(|d| d.with_timezone(&Utc))
+}
+
+/// List runs, newest first. Filters: `agent`, `status`, `sessionId`, `userId`,
+/// `label=key:value` (repeatable, all must match), `from`/`to` (RFC 3339, on start time).
+#[utoipa::path(get, path = "/api/runs", tag = "runs",
+    params(
+        ("agent" = Option<String>, Query, description = "Agent name"),
+        ("status" = Option<String>, Query, description = "Run status"),
+        ("sessionId" = Option<String>, Query, description = "Session id"),
+        ("userId" = Option<String>, Query, description = "Attributed user id"),
+        ("label" = Option<String>, Query, description = "key:value; repeatable"),
+        ("from" = Option<String>, Query, description = "Started at or after (RFC 3339)"),
+        ("to" = Option<String>, Query, description = "Started before (RFC 3339)"),
+        ("skip" = Option<u32>, Query, description = "Items to skip"),
+        ("take" = Option<u32>, Query, description = "Items to return, 1..200 (default 50)")),
+    responses((status = 200, body = [RunRecord]), (status = 400, body = ProblemDetails, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "runs.list", skip_all)]
+pub async fn list(State(state): State<AppState>, uri: Uri, paging: Paging) -> ApiResult<Json<Vec<RunRecord>>> {
+    let f = filter(&uri)?;
+    Ok(Json(state.runtime.stores.runs.list_runs(&tenant(), &f, paging.skip, paging.take).await?))
+}
+
+/// Read a run's summary: status, timings, usage, cost, error class. Not the conversation.
+#[utoipa::path(get, path = "/api/runs/{id}", tag = "runs", params(("id" = String, Path, description = "Run id")),
+    responses((status = 200, body = RunRecord), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "runs.get", skip_all)]
+pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<RunRecord>> {
+    Ok(Json(load(&state, &tenant(), run_id(&id)?).await?))
+}
+
+/// A run's tool calls, in call order: name, arguments, result, duration, error, effect,
+/// late completion.
+#[utoipa::path(get, path = "/api/runs/{id}/tools", tag = "runs", params(("id" = String, Path, description = "Run id")),
+    responses((status = 200, body = [ToolCallRecord]), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "runs.tools", skip_all)]
+pub async fn tools(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Vec<ToolCallRecord>>> {
+    let (tenant, id) = (tenant(), run_id(&id)?);
+    load(&state, &tenant, id).await?;
+    Ok(Json(state.runtime.stores.runs.list_tool_calls(&tenant, id).await?))
+}
+
+/// What the caller sent, when input recording is on.
+#[utoipa::path(get, path = "/api/runs/{id}/input", tag = "runs", params(("id" = String, Path, description = "Run id")),
+    responses((status = 200, body = RunInputRecord), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "runs.input", skip_all)]
+pub async fn input(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<RunInputRecord>> {
+    let (tenant, id) = (tenant(), run_id(&id)?);
+    load(&state, &tenant, id).await?;
+    state.runtime.stores.runs.get_input(&tenant, id).await?.map(Json).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "input_not_recorded",
+            "This run's input was not recorded (Tracon__RunRecording__RecordInput is off).",
+        )
+    })
+}
+
+/// Two runs side by side.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Comparison {
+    pub a: RunRecord,
+    pub b: RunRecord,
+}
+
+/// Both summaries, verbatim; the client draws the comparison.
+#[utoipa::path(get, path = "/api/runs/{a}/compare/{b}", tag = "runs",
+    params(("a" = String, Path, description = "Run id"), ("b" = String, Path, description = "Run id")),
+    responses((status = 200, body = Comparison), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "runs.compare", skip_all)]
+pub async fn compare(
+    State(state): State<AppState>,
+    Path((a, b)): Path<(String, String)>,
+) -> ApiResult<Json<Comparison>> {
+    let tenant = tenant();
+    let a = load(&state, &tenant, run_id(&a)?).await?;
+    let b = load(&state, &tenant, run_id(&b)?).await?;
+    Ok(Json(Comparison { a, b }))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelAccepted {
+    pub run_id: RunId,
+    pub status: &'static str,
+}
+
+/// Ask a running run to stop. Works from any instance: the flag is in the store, and the
+/// executing turn observes it between model chunks and before every model and tool call.
+#[utoipa::path(post, path = "/api/runs/{id}/cancel", tag = "runs", params(("id" = String, Path, description = "Run id")),
+    responses((status = 202, body = CancelAccepted),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "runs.cancel", skip_all)]
+pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+    let id = run_id(&id)?;
+    match state.runtime.stores.runs.request_cancel(&tenant(), id).await {
+        Ok(CancelOutcome::Requested) => {
+            state.drain.cancel_local(id);
+            Ok((StatusCode::ACCEPTED, Json(CancelAccepted { run_id: id, status: "CancelRequested" })).into_response())
+        }
+        Ok(CancelOutcome::AlreadyEnded(status)) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "run_not_running",
+            format!("The run has already ended ({status:?})."),
+        )
+        .with("status", status)),
+        Err(tracon_core::store::StoreError::NotFound) => Err(run_not_found()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Counts by status, error class, agent, user and label; tokens and cost. Takes the run
+/// list's filters.
+#[utoipa::path(get, path = "/api/stats", tag = "runs",
+    params(("agent" = Option<String>, Query, description = "Agent name"),
+        ("from" = Option<String>, Query, description = "Started at or after (RFC 3339)"),
+        ("to" = Option<String>, Query, description = "Started before (RFC 3339)")),
+    responses((status = 200, body = RunStats), (status = 400, body = ProblemDetails, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "runs.stats", skip_all)]
+pub async fn stats(State(state): State<AppState>, uri: Uri) -> ApiResult<Json<RunStats>> {
+    let f = filter(&uri)?;
+    Ok(Json(state.runtime.stores.runs.stats(&tenant(), &f).await?))
+}
+
+/// The recorded event log as server-sent events (`run.started`, `message.delta`,
+/// `tool.invoking`, …, each with `id: <sequence>`). Resumes after `Last-Event-ID`; follows a
+/// live run until its terminal event.
+#[utoipa::path(get, path = "/api/runs/{id}/events", tag = "runs",
+    params(("id" = String, Path, description = "Run id"),
+        ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this sequence number")),
+    responses((status = 200, description = "The recorded log", content_type = "text/event-stream", body = String),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "runs.events", skip_all)]
+pub async fn events(State(state): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> ApiResult<Response> {
+    let (tenant, id) = (tenant(), run_id(&id)?);
+    load(&state, &tenant, id).await?;
+    let after = match headers.get("last-event-id") {
+        None => 0,
+        Some(v) => v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()).ok_or_else(|| {
+            ApiError::bad_request("validation_failed", "Last-Event-ID is the sequence number of an event.")
+        })?,
+    };
+    let follow = Follow {
+        state: state.clone(),
+        tenant,
+        run: id,
+        after,
+        pause: Duration::ZERO,
+        started: state.runtime.platform.clock.now(),
+        done: false,
+        quiet_polls_after_end: 0,
+    };
+    let body = stream::unfold(follow, |mut f| async move {
+        let chunk = f.next_chunk().await?;
+        Some((Ok::<_, std::convert::Infallible>(chunk), f))
+    });
+    Ok(sse::response(Body::from_stream(body)))
+}
+
+/// The state of one follower of a run's log.
+struct Follow {
+    state: AppState,
+    tenant: TenantId,
+    run: RunId,
+    after: u64,
+    pause: Duration,
+    started: DateTime<Utc>,
+    done: bool,
+    /// Polls that found nothing new after the run row said it ended.
+    quiet_polls_after_end: u32,
+}
+
+impl Follow {
+    /// The next chunk of frames, or `None` when the stream ends.
+    async fn next_chunk(&mut self) -> Option<bytes::Bytes> {
+        let runtime = &self.state.runtime;
+        let clock = runtime.platform.clock.clone();
+        loop {
+            if self.done {
+                return None;
+            }
+            if !self.pause.is_zero() {
+                clock.sleep(self.pause).await;
+            }
+            let events = match runtime.stores.runs.read_events(&self.tenant, self.run, self.after, READ_BATCH).await {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::warn!(run_id = %self.run, error = ?e, "reading the run log failed; ending the stream");
+                    return None;
+                }
+            };
+            if !events.is_empty() {
+                let mut buf = BytesMut::new();
+                for e in &events {
+                    sse::put_log_frame(&mut buf, e);
+                    self.after = e.sequence;
+                    if e.event.is_terminal() {
+                        self.done = true;
+                    }
+                }
+                self.pause = Duration::ZERO;
+                self.quiet_polls_after_end = 0;
+                return Some(buf.freeze());
+            }
+            // Nothing new: is the run still live?
+            let elapsed = (clock.now() - self.started).to_std().unwrap_or_default();
+            if elapsed >= self.state.http.follow_timeout {
+                return None;
+            }
+            let ended = matches!(
+                runtime.stores.runs.get_run(&self.tenant, self.run).await,
+                Ok(Some(r)) if r.status.is_terminal()
+            );
+            if ended {
+                // The row closes just before the terminal event is written; give the
+                // writer a few polls, then stop (a log whose end was never recorded).
+                self.quiet_polls_after_end += 1;
+                if self.quiet_polls_after_end > 8 {
+                    return None;
+                }
+            }
+            self.pause =
+                if self.pause.is_zero() { POLL_START } else { (self.pause * 2).min(self.state.http.follow_poll_max) };
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! `/api/sessions`: conversations between turns.
+//!
+//! A session's history is stored as ordered items, so `GET /api/sessions/{id}` returns
+//! `messages` in sequence; a message's `sequence` is the number the branch endpoint takes.
+//! Branching copies items into a new session — the parent is never touched, and the
+//! pointer back to it is provenance only.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use serde::{Deserialize, Serialize};
+use tracon_core::identity::Caller;
+use tracon_core::names::SessionId;
+use tracon_core::ports::new_id;
+use tracon_core::store::{SessionItem, SessionRecord, StoreError};
+use utoipa::ToSchema;
+
+use crate::agents::tenant;
+use crate::error::{ApiError, ApiResult, ProblemDetails};
+use crate::extract::{ApiJson, Paging};
+use crate::state::AppState;
+
+/// A session with its conversation.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionView {
+    #[serde(flatten)]
+    pub session: SessionRecord,
+    /// The conversation, in sequence order.
+    pub messages: Vec<SessionItem>,
+}
+
+fn session_not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "session_not_found", "The session does not exist.")
+}
+
+fn session_id(raw: &str) -> ApiResult<SessionId> {
+    // An id that cannot exist answers like a missing one.
+    SessionId::parse(raw).map_err(|_| session_not_found())
+}
+
+/// List sessions, most recently updated first.
+#[utoipa::path(get, path = "/api/sessions", tag = "sessions",
+    params(("skip" = Option<u32>, Query, description = "Items to skip"), ("take" = Option<u32>, Query, description = "Items to return, 1..200 (default 50)")),
+    responses((status = 200, body = [SessionRecord])))]
+#[tracing::instrument(name = "sessions.list", skip_all)]
+pub async fn list(State(state): State<AppState>, paging: Paging) -> ApiResult<Json<Vec<SessionRecord>>> {
+    Ok(Json(state.runtime.stores.sessions.list(&tenant(), paging.skip, paging.take).await?))
+}
+
+/// Read a session and its messages.
+#[utoipa::path(get, path = "/api/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+    responses((status = 200, body = SessionView), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "sessions.get", skip_all)]
+pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<SessionView>> {
+    let (tenant, id) = (tenant(), session_id(&id)?);
+    let sessions = &state.runtime.stores.sessions;
+    let session = sessions.get(&tenant, id.as_str()).await?.ok_or_else(session_not_found)?;
+    let messages = sessions.items(&tenant, id.as_str()).await?;
+    Ok(Json(SessionView { session, messages }))
+}
+
+/// Delete a session and its history.
+#[utoipa::path(delete, path = "/api/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
+    responses((status = 204), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "sessions.delete", skip_all)]
+pub async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+    let id = session_id(&id)?;
+    if state.runtime.stores.sessions.delete(&tenant(), id.as_str()).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(session_not_found())
+    }
+}
+
+/// What to branch.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BranchRequest {
+    /// The last item to copy (0-based, as in `messages[].sequence`).
+    pub sequence: u64,
+    /// The new session's id; generated when absent.
+    #[serde(default)]
+    pub session_id: Option<String>,
+}
+
+/// Copy items `0..=sequence` into a new session. The parent is unchanged.
+#[utoipa::path(post, path = "/api/sessions/{id}/branch", tag = "sessions", request_body = BranchRequest,
+    params(("id" = String, Path, description = "Session id")),
+    responses((status = 201, body = SessionView),
+        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "sessions.branch", skip_all)]
+pub async fn branch(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<BranchRequest>,
+) -> ApiResult<Response> {
+    let (tenant, source) = (tenant(), session_id(&id)?);
+    // A branch is a copy, not a handover: it belongs to whoever branches.
+    let owner = crate::run::attribute(&state, &tenant, &caller, &headers)?.user_id;
+    let sessions = &state.runtime.stores.sessions;
+    let parent = sessions.get(&tenant, source.as_str()).await?.ok_or_else(session_not_found)?;
+    if body.sequence >= parent.item_count {
+        return Err(ApiError::bad_request(
+            "invalid_sequence",
+            format!("The session has {} messages; 'sequence' must be below that.", parent.item_count),
+        )
+        .with("field", "sequence"));
+    }
+    let clock = state.runtime.platform.clock.clone();
+    let new_id = match body.session_id {
+        Some(raw) => SessionId::parse(&raw)
+            .map_err(|e| ApiError::bad_request("validation_failed", e.0).with("field", "sessionId"))?,
+        None => {
+            SessionId::parse(&new_id(clock.as_ref()).to_string()).map_err(|e| ApiError::internal("SessionId", &e.0))?
+        }
+    };
+    let record = sessions
+        .branch(&tenant, source.as_str(), body.sequence, new_id.as_str(), owner, clock.now())
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound => session_not_found(),
+            StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "session_exists", m),
+            other => other.into(),
+        })?;
+    let messages = sessions.items(&tenant, new_id.as_str()).await?;
+    let mut response = (StatusCode::CREATED, Json(SessionView { session: record, messages })).into_response();
+    if let Ok(location) = HeaderValue::from_str(&format!("/api/sessions/{new_id}")) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
