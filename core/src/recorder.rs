@@ -2,10 +2,11 @@
 //!
 //! Every event gets the next sequence number (gapless from 1) and a timestamp, goes to the
 //! registered [`RunEventSink`]s at once, and is buffered for the store. Message and
-//! reasoning deltas are batched — a streamed answer is a handful of store writes, not one
-//! per token: the buffer is written when any other kind of event arrives, when it holds
-//! `flush_max_events`, when `flush_interval` has passed since the last write, and at the end
-//! of the run. Each write is one [`RunStore::append_events`] call.
+//! reasoning deltas are batched, so the number of store writes does not grow with the number
+//! of tokens: the buffer is written when any other kind of event arrives (a tool call, the
+//! end of a model turn — so followers see those at once), when `flush_interval` has passed
+//! since the last write, at the end of the run, and — only as a memory bound — when it holds
+//! `flush_max_events`. Each write is one [`RunStore::append_events`] call.
 //!
 //! Recording never breaks a run: a failed write is logged and its batch kept for the next
 //! write (up to `max_buffered_events`, beyond which the oldest are dropped and logged); a
@@ -44,7 +45,7 @@ impl Default for RecordingSettings {
             enabled: true,
             record_reasoning_deltas: false,
             record_input: true,
-            flush_max_events: 256,
+            flush_max_events: 4096,
             flush_interval: Duration::from_millis(200),
             max_buffered_events: 10_000,
         }

@@ -295,3 +295,30 @@ async fn sigterm_lets_an_in_flight_run_finish_then_exits() {
     // The listener is closed: new connections are refused.
     assert!(reqwest::Client::new().get(server.url("/api/meta")).send().await.is_err());
 }
+
+#[tokio::test]
+async fn a_run_is_read_back_with_its_log_tools_and_session_from_the_real_binary() {
+    let server = Tracon::start(&[]).await;
+    let (_, frames, _) =
+        run(&server, "support", json!({"message": "Where is order 77?", "sessionId": "e2e-session"})).await;
+    let run_id = frames[0].data["runId"].as_str().unwrap().to_owned();
+    let client = reqwest::Client::new();
+    let get = |path: String| {
+        let client = client.clone();
+        let url = server.url(&path);
+        async move { client.get(url).send().await.unwrap() }
+    };
+    let run_row: Value = get(format!("/api/runs/{run_id}")).await.json().await.unwrap();
+    assert_eq!(run_row["status"], "Completed");
+    assert_eq!(run_row["sessionId"], "e2e-session");
+    let log = get(format!("/api/runs/{run_id}/events")).await.text().await.unwrap();
+    let log = support::parse_frames(&log);
+    assert_eq!(log.first().unwrap().event, "run.started");
+    assert_eq!(log.last().unwrap().event, "run.completed");
+    let tools: Value = get(format!("/api/runs/{run_id}/tools")).await.json().await.unwrap();
+    assert_eq!(tools[0]["toolName"], "get_order_status");
+    let session: Value = get("/api/sessions/e2e-session".into()).await.json().await.unwrap();
+    assert_eq!(session["messages"][0]["text"], "Where is order 77?");
+    let stats: Value = get("/api/stats".into()).await.json().await.unwrap();
+    assert_eq!(stats["totalRuns"], 1);
+}

@@ -1,0 +1,241 @@
+//! `bench-recording`: what recording a run costs.
+//!
+//! 1. **Store writes per streamed run.** Runs an agent whose (scripted) model streams N
+//!    text deltas, for N = 10 … 10 000, through the real run service against the in-memory
+//!    store wrapped in a counter, and reports `append_events` calls and events recorded.
+//!    Deltas are batched: the writes must not grow with N.
+//! 2. **Events per second the recorder sustains.** Records M message deltas through one
+//!    [`Recorder`] into (a) a store that does nothing and (b) the in-memory store, with the
+//!    default batching and with a write per event (`flush_max_events = 1`), and reports the
+//!    medians of several rounds and the ratio.
+//!
+//! ```text
+//! cargo run --release -p tracon-tests --bin bench-recording
+//! ```
+
+// A report tool: its output is the point.
+#![allow(clippy::print_stdout)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
+use tracon_core::definition::AgentDefinition;
+use tracon_core::events::{RecordedEvent, RunEvent};
+use tracon_core::model::ModelProvider;
+use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
+use tracon_core::names::{AgentName, RunId, TenantId};
+use tracon_core::ports::{Clock, tokio_rt};
+use tracon_core::recorder::{Recorder, RecordingSettings};
+use tracon_core::runs::{self, RunRequest};
+use tracon_core::runtime::RuntimeBuilder;
+use tracon_core::store::memory::MemoryRunStore;
+use tracon_core::store::{
+    CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStore, StoreError, Stores, ToolCallRecord,
+};
+use tracon_core::tools::pipeline::LateCompletion;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Wraps a store and counts event writes; `inner = None` discards everything.
+struct Counting {
+    inner: Option<MemoryRunStore>,
+    appends: AtomicU64,
+    events: AtomicU64,
+}
+
+impl Counting {
+    fn new(inner: Option<MemoryRunStore>) -> Self {
+        Self { inner, appends: AtomicU64::new(0), events: AtomicU64::new(0) }
+    }
+}
+
+macro_rules! delegate {
+    ($self:ident, $default:expr, $s:ident => $call:expr) => {
+        match &$self.inner {
+            Some($s) => $call.await,
+            None => Ok($default),
+        }
+    };
+}
+
+#[async_trait::async_trait]
+impl RunStore for Counting {
+    async fn create_run(&self, t: &TenantId, r: &RunRecord) -> Result<(), StoreError> {
+        delegate!(self, (), s => s.create_run(t, r))
+    }
+    async fn finish_run(&self, t: &TenantId, id: RunId, e: &RunEnd) -> Result<(), StoreError> {
+        delegate!(self, (), s => s.finish_run(t, id, e))
+    }
+    async fn get_run(&self, t: &TenantId, id: RunId) -> Result<Option<RunRecord>, StoreError> {
+        delegate!(self, None, s => s.get_run(t, id))
+    }
+    async fn list_runs(&self, t: &TenantId, f: &RunFilter, a: usize, b: usize) -> Result<Vec<RunRecord>, StoreError> {
+        delegate!(self, Vec::new(), s => s.list_runs(t, f, a, b))
+    }
+    async fn stats(&self, t: &TenantId, f: &RunFilter) -> Result<RunStats, StoreError> {
+        delegate!(self, RunStats::default(), s => s.stats(t, f))
+    }
+    async fn append_events(
+        &self,
+        t: &TenantId,
+        id: RunId,
+        ev: &[RecordedEvent],
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.appends.fetch_add(1, Ordering::Relaxed);
+        self.events.fetch_add(ev.len() as u64, Ordering::Relaxed);
+        delegate!(self, (), s => s.append_events(t, id, ev, now))
+    }
+    async fn read_events(
+        &self,
+        t: &TenantId,
+        id: RunId,
+        after: u64,
+        n: usize,
+    ) -> Result<Vec<RecordedEvent>, StoreError> {
+        delegate!(self, Vec::new(), s => s.read_events(t, id, after, n))
+    }
+    async fn record_tool_call(&self, t: &TenantId, c: &ToolCallRecord) -> Result<(), StoreError> {
+        delegate!(self, (), s => s.record_tool_call(t, c))
+    }
+    async fn complete_tool_call_late(&self, t: &TenantId, l: &LateCompletion) -> Result<(), StoreError> {
+        delegate!(self, (), s => s.complete_tool_call_late(t, l))
+    }
+    async fn list_tool_calls(&self, t: &TenantId, id: RunId) -> Result<Vec<ToolCallRecord>, StoreError> {
+        delegate!(self, Vec::new(), s => s.list_tool_calls(t, id))
+    }
+    async fn record_input(&self, t: &TenantId, id: RunId, i: &RunInputRecord) -> Result<(), StoreError> {
+        delegate!(self, (), s => s.record_input(t, id, i))
+    }
+    async fn get_input(&self, t: &TenantId, id: RunId) -> Result<Option<RunInputRecord>, StoreError> {
+        delegate!(self, None, s => s.get_input(t, id))
+    }
+    async fn request_cancel(&self, t: &TenantId, id: RunId) -> Result<CancelOutcome, StoreError> {
+        delegate!(self, CancelOutcome::Requested, s => s.request_cancel(t, id))
+    }
+    async fn is_cancel_requested(&self, t: &TenantId, id: RunId) -> Result<bool, StoreError> {
+        delegate!(self, false, s => s.is_cancel_requested(t, id))
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+async fn writes_per_run(deltas: usize) -> Result<(u64, u64, f64), BoxError> {
+    let counting = Arc::new(Counting::new(Some(MemoryRunStore::default())));
+    let mut stores = Stores::in_memory();
+    stores.runs = counting.clone();
+    let text: String = (0..deltas).map(|i| format!("t{i} ")).collect();
+    let provider =
+        ScriptedProvider::with_turns("script", vec![ScriptedTurn::text(text.trim_end()).with_usage(10, deltas as u64)]);
+    let runtime = RuntimeBuilder::new(tokio_rt::platform())
+        .stores(stores)
+        .add_provider(Arc::new(provider) as Arc<dyn ModelProvider>)
+        .add_agent(AgentDefinition::new("a", "script", "m"))
+        .build()?;
+    let request = RunRequest {
+        tenant: TenantId::default_tenant(),
+        agent: AgentName::parse("a")?,
+        message: "go".into(),
+        culture: None,
+        parameters: BTreeMap::new(),
+        documents: Vec::new(),
+        session_id: None,
+        caller: tracon_core::identity::Caller::internal(),
+        attribution: Default::default(),
+    };
+    let prepared = runs::prepare(&runtime, request).await.map_err(|e| format!("{e:?}"))?;
+    let started = Instant::now();
+    let outcome = runs::execute(&runtime, prepared, CancellationToken::new(), None).await;
+    let seconds = started.elapsed().as_secs_f64();
+    let events = counting.events.load(Ordering::Relaxed);
+    Ok((outcome.event_writes, events, events as f64 / seconds))
+}
+
+async fn recorder_rate(store: Option<MemoryRunStore>, settings: RecordingSettings, events: usize) -> f64 {
+    let counting: Arc<dyn RunStore> = Arc::new(Counting::new(store));
+    let clock: Arc<dyn Clock> = Arc::new(tokio_rt::TokioClock);
+    let run_id = RunId(uuid_v7());
+    let tenant = TenantId::default_tenant();
+    let row = RunRecord {
+        id: run_id,
+        tenant: None,
+        agent_name: "a".into(),
+        agent_version: None,
+        status: tracon_core::store::RunStatus::Running,
+        started_at: clock.now(),
+        ended_at: None,
+        duration_ms: None,
+        usage: None,
+        cost: None,
+        model_provider: None,
+        model: None,
+        error: None,
+        session_id: None,
+        parent_run_id: None,
+        root_run_id: None,
+        depth: 0,
+        user_id: None,
+        labels: BTreeMap::new(),
+        heartbeat_at: None,
+        cancel_requested: false,
+    };
+    let _ = counting.create_run(&tenant, &row).await;
+    let recorder = Recorder::new(tenant, run_id, counting, clock, settings, Vec::new());
+    let delta = RunEvent::MessageDelta { text: "token ".into() };
+    let started = Instant::now();
+    for _ in 0..events {
+        recorder.record(&delta).await;
+    }
+    recorder.flush().await;
+    events as f64 / started.elapsed().as_secs_f64()
+}
+
+fn uuid_v7() -> uuid::Uuid {
+    tracon_core::ports::new_id(&tokio_rt::TokioClock)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<(), BoxError> {
+    println!("== Tracon recording cost ==");
+    println!("command: cargo run --release -p tracon-tests --bin bench-recording");
+    println!();
+    println!("-- store writes per streamed run (scripted model, in-memory store) --");
+    println!("{:>8} {:>14} {:>16} {:>18}", "deltas", "store writes", "events recorded", "events/s (run)");
+    for deltas in [10, 100, 1_000, 10_000] {
+        let (writes, events, rate) = writes_per_run(deltas).await?;
+        println!("{deltas:>8} {writes:>14} {events:>16} {rate:>18.0}");
+    }
+    println!();
+    println!("-- events/second one recorder sustains (median of 7 rounds of 200 000 deltas) --");
+    const EVENTS: usize = 200_000;
+    let batched = RecordingSettings::default();
+    let per_event = RecordingSettings { flush_max_events: 1, ..RecordingSettings::default() };
+    let mut rows = Vec::new();
+    for (label, memory, settings) in [
+        ("no-op store, batched", false, batched.clone()),
+        ("memory store, batched", true, batched),
+        ("no-op store, write per event", false, per_event.clone()),
+        ("memory store, write per event", true, per_event),
+    ] {
+        let mut rates = Vec::new();
+        for _ in 0..7 {
+            let store = memory.then(|| MemoryRunStore::with_max_runs(10));
+            rates.push(recorder_rate(store, settings.clone(), EVENTS).await);
+        }
+        rows.push((label, median(rates)));
+    }
+    for (label, rate) in &rows {
+        println!("{label:<32} {rate:>14.0} events/s");
+    }
+    if let (Some(b), Some(p)) = (rows.get(1), rows.get(3)) {
+        println!("batched / write-per-event on the memory store: {:.1}x", b.1 / p.1);
+    }
+    Ok(())
+}
