@@ -56,7 +56,10 @@ impl CancelWatch {
         run_id: RunId,
         interval: Duration,
     ) -> Self {
-        Self { store, clock, tenant, run_id, interval, last_check: None }
+        // The run was created a moment ago: nobody has had a chance to cancel it yet, so the
+        // first read waits one interval.
+        let last_check = Some(clock.now());
+        Self { store, clock, tenant, run_id, interval, last_check }
     }
 
     /// Whether a cancel was requested; reads the store at most every `interval`.
@@ -102,6 +105,16 @@ impl Emitter {
             && tx.send(event).await.is_err()
         {
             // The caller went away.
+            self.tx = None;
+            self.cancel.cancel();
+        }
+    }
+
+    /// Sends an event to the caller only (it was recorded another way).
+    pub async fn send_live(&mut self, event: RunEvent) {
+        if let Some(tx) = &self.tx
+            && tx.send(event).await.is_err()
+        {
             self.tx = None;
             self.cancel.cancel();
         }

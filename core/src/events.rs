@@ -147,6 +147,25 @@ impl RunEvent {
         }
     }
 
+    /// The event's type name, as its JSON `type` field spells it.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Self::RunStarted { .. } => "RunStarted",
+            Self::MessageDelta { .. } => "MessageDelta",
+            Self::ReasoningDelta { .. } => "ReasoningDelta",
+            Self::MessageCompleted { .. } => "MessageCompleted",
+            Self::ToolInvoking { .. } => "ToolInvoking",
+            Self::ToolInvoked { .. } => "ToolInvoked",
+            Self::ToolFailed { .. } => "ToolFailed",
+            Self::RunAwaitingApproval { .. } => "RunAwaitingApproval",
+            Self::RunCompleted { .. } => "RunCompleted",
+            Self::RunFailed { .. } => "RunFailed",
+            Self::RunCanceled { .. } => "RunCanceled",
+            Self::DocumentsAttached { .. } => "DocumentsAttached",
+            Self::Custom { .. } => "Custom",
+        }
+    }
+
     /// Whether this event ends the run.
     pub fn is_terminal(&self) -> bool {
         matches!(
@@ -171,6 +190,14 @@ mod tests {
             assert!(check_custom_type(bad).is_err(), "{bad}");
         }
         assert!(check_custom_type(&"a".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn type_names_match_the_json_tag() {
+        let e = RunEvent::Custom { custom_type: "a".into(), payload: "{}".into() };
+        assert_eq!(serde_json::to_value(&e).unwrap()["type"], e.type_name());
+        let e = RunEvent::RunAwaitingApproval { requests: vec![] };
+        assert_eq!(serde_json::to_value(&e).unwrap()["type"], e.type_name());
     }
 
     #[test]

@@ -1,12 +1,14 @@
 //! The run recorder: the single writer of a run's event log.
 //!
 //! Every event gets the next sequence number (gapless from 1) and a timestamp, goes to the
-//! registered [`RunEventSink`]s at once, and is buffered for the store. Message and
-//! reasoning deltas are batched, so the number of store writes does not grow with the number
-//! of tokens: the buffer is written when any other kind of event arrives (a tool call, the
-//! end of a model turn — so followers see those at once), when `flush_interval` has passed
-//! since the last write, at the end of the run, and — only as a memory bound — when it holds
-//! `flush_max_events`. Each write is one [`RunStore::append_events`] call.
+//! registered [`RunEventSink`]s at once, and is buffered for the store. Deltas (and the
+//! start, the end of a model turn, attached documents) are batched, so the number of store
+//! writes does not grow with the number of tokens: the buffer is written when a tool call
+//! starts or settles or a custom event arrives (followers see those at once), when
+//! `flush_interval` has passed since the last write, and — only as a memory bound — when it
+//! holds `flush_max_events`. Each write is one [`RunStore::append_events`] call; the last
+//! batch, with the terminal event, is written by the statement that closes the run row. A
+//! run without tool calls is therefore two round trips: open the row, close it.
 //!
 //! Recording never breaks a run: a failed write is logged and its batch kept for the next
 //! write (up to `max_buffered_events`, beyond which the oldest are dropped and logged); a
@@ -136,6 +138,11 @@ impl Recorder {
         self.settings.enabled
     }
 
+    /// Events recorded but not yet written.
+    pub fn pending(&self) -> usize {
+        self.state().pending.len()
+    }
+
     /// Store writes so far (for tests and the recording benchmark).
     pub fn store_writes(&self) -> u64 {
         self.writes.load(Ordering::Relaxed)
@@ -147,6 +154,16 @@ impl Recorder {
 
     /// Records one event; returns its sequence number, or `None` when it is not recorded.
     pub async fn record(&self, event: &RunEvent) -> Option<u64> {
+        self.record_inner(event, false).await
+    }
+
+    /// Records an event but leaves writing it to [`take_pending`](Self::take_pending) — the
+    /// terminal event, which travels with the statement that closes the run row.
+    pub async fn record_held(&self, event: &RunEvent) -> Option<u64> {
+        self.record_inner(event, true).await
+    }
+
+    async fn record_inner(&self, event: &RunEvent, hold: bool) -> Option<u64> {
         if !self.settings.enabled {
             return None;
         }
@@ -154,14 +171,24 @@ impl Recorder {
             return None;
         }
         let now = self.clock.now();
-        let batchable = matches!(event, RunEvent::MessageDelta { .. } | RunEvent::ReasoningDelta { .. });
+        // What a follower needs promptly (a tool call starting or settling, a custom event)
+        // is written at once; the rest rides with the next write.
+        let batchable = hold
+            || matches!(
+                event,
+                RunEvent::RunStarted { .. }
+                    | RunEvent::MessageDelta { .. }
+                    | RunEvent::ReasoningDelta { .. }
+                    | RunEvent::MessageCompleted { .. }
+                    | RunEvent::DocumentsAttached { .. }
+            );
         let (recorded, write_now, live_sinks) = {
             let mut st = self.state();
             let recorded = RecordedEvent { sequence: st.next_sequence, timestamp: now, event: event.clone() };
             st.next_sequence += 1;
             st.pending.push(recorded.clone());
             let due = (now - st.last_write).to_std().is_ok_and(|d| d >= self.settings.flush_interval);
-            let write_now = !batchable || st.pending.len() >= self.settings.flush_max_events || due;
+            let write_now = !hold && (!batchable || st.pending.len() >= self.settings.flush_max_events || due);
             let live: Vec<usize> = (0..self.sinks.len()).filter(|i| !st.sink_disabled[*i]).collect();
             (recorded, write_now, live)
         };
@@ -183,6 +210,25 @@ impl Recorder {
     pub async fn record_custom(&self, custom_type: &str, payload: String) -> Result<Option<u64>, InvalidCustomEvent> {
         check_custom_type(custom_type)?;
         Ok(self.record(&RunEvent::Custom { custom_type: custom_type.to_owned(), payload }).await)
+    }
+
+    /// Takes every event not yet written (for the statement that closes the run). Give them
+    /// back with [`restore`](Self::restore) if that statement fails.
+    pub async fn take_pending(&self) -> Vec<RecordedEvent> {
+        let _writer = self.write_lock.lock().await;
+        std::mem::take(&mut self.state().pending)
+    }
+
+    /// Puts events taken by [`take_pending`](Self::take_pending) back in front.
+    pub fn restore(&self, mut events: Vec<RecordedEvent>) {
+        let mut st = self.state();
+        events.append(&mut st.pending);
+        st.pending = events;
+    }
+
+    /// Counts one store write made on the recorder's behalf.
+    pub fn count_write(&self) {
+        self.writes.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Writes everything buffered (one store call). Failures are logged, never raised.

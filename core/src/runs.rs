@@ -85,6 +85,7 @@ pub struct PreparedRun {
     pub agent: Arc<CompiledAgent>,
     pub request: RunRequest,
     pub session: Option<LoadedSession>,
+    pub started_at: chrono::DateTime<chrono::Utc>,
 }
 
 /// How a run ended.
@@ -129,7 +130,64 @@ pub async fn prepare(runtime: &Runtime, request: RunRequest) -> Result<PreparedR
             }
         }
     };
-    Ok(PreparedRun { run_id: RunId(new_id(runtime.platform.clock.as_ref())), agent, request, session })
+    let run_id = RunId(new_id(runtime.platform.clock.as_ref()));
+    let started_at = runtime.platform.clock.now();
+    open_record(runtime, run_id, &agent, &request, session.as_ref(), started_at).await?;
+    Ok(PreparedRun { run_id, agent, request, session, started_at })
+}
+
+/// Writes the run row (with its input) before anything streams. A store that cannot be
+/// reached refuses the run (`503`): better no run than one nobody can ever read back. Any
+/// other write failure is logged and the run goes on — recording never breaks a run.
+async fn open_record(
+    runtime: &Runtime,
+    run_id: RunId,
+    agent: &CompiledAgent,
+    request: &RunRequest,
+    session: Option<&LoadedSession>,
+    started_at: chrono::DateTime<chrono::Utc>,
+) -> Result<(), StartError> {
+    let recording = &runtime.settings.recording;
+    if !recording.enabled {
+        return Ok(());
+    }
+    let row = RunRecord {
+        id: run_id,
+        tenant: None,
+        agent_name: agent.name.clone(),
+        agent_version: agent.version,
+        status: RunStatus::Running,
+        started_at,
+        ended_at: None,
+        duration_ms: None,
+        usage: None,
+        cost: None,
+        model_provider: None,
+        model: None,
+        error: None,
+        session_id: session.map(|s| s.id.as_str().to_owned()),
+        parent_run_id: None,
+        root_run_id: None,
+        depth: 0,
+        user_id: request.attribution.user_id.clone(),
+        labels: request.attribution.labels.clone(),
+        heartbeat_at: Some(started_at),
+        cancel_requested: false,
+    };
+    let input = recording.record_input.then(|| RunInputRecord {
+        message: request.message.clone(),
+        culture: request.culture.clone(),
+        parameters: request.parameters.clone(),
+        documents: request.documents.clone(),
+    });
+    match runtime.stores.runs.create_run(&request.tenant, &row, input.as_ref()).await {
+        Ok(()) => Ok(()),
+        Err(e @ StoreError::Unavailable { .. }) => Err(StartError::Store(e)),
+        Err(e) => {
+            tracing::warn!(run_id = %run_id, error = ?e, "could not record the run; it goes on");
+            Ok(())
+        }
+    }
 }
 
 fn check_documents(documents: &[DocumentInput]) -> Result<(), StartError> {
@@ -173,9 +231,8 @@ pub async fn execute(
     cancel: CancellationToken,
     events: Option<mpsc::Sender<RunEvent>>,
 ) -> RunOutcome {
-    let PreparedRun { run_id, agent, request, session } = prepared;
+    let PreparedRun { run_id, agent, request, session, started_at } = prepared;
     let clock = runtime.platform.clock.clone();
-    let started_at = clock.now();
     let tenant = request.tenant.clone();
     let store = runtime.stores.runs.clone();
     let recording = &runtime.settings.recording;
@@ -187,46 +244,6 @@ pub async fn execute(
         recording.clone(),
         runtime.event_sinks.clone(),
     ));
-
-    if recording.enabled {
-        let row = RunRecord {
-            id: run_id,
-            tenant: None,
-            agent_name: agent.name.clone(),
-            agent_version: agent.version,
-            status: RunStatus::Running,
-            started_at,
-            ended_at: None,
-            duration_ms: None,
-            usage: None,
-            cost: None,
-            model_provider: None,
-            model: None,
-            error: None,
-            session_id: session.as_ref().map(|s| s.id.as_str().to_owned()),
-            parent_run_id: None,
-            root_run_id: None,
-            depth: 0,
-            user_id: request.attribution.user_id.clone(),
-            labels: request.attribution.labels.clone(),
-            heartbeat_at: Some(started_at),
-            cancel_requested: false,
-        };
-        if let Err(e) = store.create_run(&tenant, &row).await {
-            tracing::warn!(run_id = %run_id, error = ?e, "could not record the run; it goes on");
-        }
-        if recording.record_input {
-            let input = RunInputRecord {
-                message: request.message.clone(),
-                culture: request.culture.clone(),
-                parameters: request.parameters.clone(),
-                documents: request.documents.clone(),
-            };
-            if let Err(e) = store.record_input(&tenant, run_id, &input).await {
-                tracing::warn!(run_id = %run_id, error = ?e, "could not record the run's input");
-            }
-        }
-    }
 
     let watch =
         CancelWatch::new(store.clone(), clock.clone(), tenant.clone(), run_id, runtime.settings.cancel_check_interval);
@@ -333,8 +350,6 @@ pub async fn execute(
             RunEvent::RunFailed { error: failure }
         }
     };
-    // The row is closed before the terminal event goes out, so whoever sees the event and
-    // reads the run finds it ended.
     let ended_at = clock.now();
     let run_end = RunEnd {
         status: outcome.status,
@@ -346,14 +361,48 @@ pub async fn execute(
         model: outcome.model.clone(),
         error: outcome.failure.clone(),
     };
-    if recording.enabled
-        && let Err(e) = store.finish_run(&tenant, run_id, &run_end).await
-    {
-        tracing::warn!(run_id = %run_id, error = ?e, "could not record the end of the run");
+    // The terminal event and every event still buffered go with the statement that closes
+    // the row; only then does the caller see the end.
+    recorder.record_held(&terminal).await;
+    let mut row_open = false;
+    if recording.enabled {
+        let last = recorder.take_pending().await;
+        recorder.count_write();
+        if let Err(e) = store.finish_run(&tenant, run_id, &run_end, &last).await {
+            tracing::warn!(run_id = %run_id, error = ?e, "could not record the end of the run");
+            row_open = matches!(e, StoreError::Unavailable { .. });
+            if row_open {
+                recorder.restore(last);
+            }
+        }
     }
-    emitter.emit(terminal).await;
-    recorder.flush().await;
+    emitter.send_live(terminal).await;
     outcome.event_writes = recorder.store_writes();
+    if row_open {
+        // The store went away during the run. Keep trying in the background so the record
+        // ends complete once it is back, instead of holding the caller.
+        let (store, recorder, clock, run_end) = (store.clone(), recorder.clone(), clock.clone(), run_end.clone());
+        runtime.platform.spawner.spawn(Box::pin(async move {
+            let mut pause = std::time::Duration::from_millis(250);
+            for _ in 0..12 {
+                clock.sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(10));
+                let last = recorder.take_pending().await;
+                match store.finish_run(&tenant, run_id, &run_end, &last).await {
+                    Ok(()) => {
+                        tracing::info!(run_id = %run_id, "recorded the end of the run after the store came back");
+                        return;
+                    }
+                    Err(StoreError::Unavailable { .. }) => recorder.restore(last),
+                    Err(e) => {
+                        tracing::warn!(run_id = %run_id, error = ?e, "gave up recording the end of the run");
+                        return;
+                    }
+                }
+            }
+            tracing::error!(run_id = %run_id, "the store stayed unreachable; this run's record is incomplete");
+        }));
+    }
     tracing::info!(
         run_id = %run_id,
         agent = %agent.name,

@@ -611,15 +611,15 @@ async fn foreign_error_text_never_reaches_a_response_or_a_stored_field() {
 struct Broken;
 
 fn down<T>() -> Result<T, StoreError> {
-    Err(StoreError::Unavailable { detail: "connection refused".into() })
+    Err(StoreError::Internal { detail: "disk full".into() })
 }
 
 #[async_trait::async_trait]
 impl RunStore for Broken {
-    async fn create_run(&self, _: &TenantId, _: &RunRecord) -> Result<(), StoreError> {
+    async fn create_run(&self, _: &TenantId, _: &RunRecord, _: Option<&RunInputRecord>) -> Result<(), StoreError> {
         down()
     }
-    async fn finish_run(&self, _: &TenantId, _: RunId, _: &RunEnd) -> Result<(), StoreError> {
+    async fn finish_run(&self, _: &TenantId, _: RunId, _: &RunEnd, _: &[RecordedEvent]) -> Result<(), StoreError> {
         down()
     }
     async fn get_run(&self, _: &TenantId, _: RunId) -> Result<Option<RunRecord>, StoreError> {
@@ -732,6 +732,71 @@ impl SessionStore for Broken {
     ) -> Result<SessionRecord, StoreError> {
         down()
     }
+}
+
+/// A store that cannot be reached at all.
+struct Unreachable;
+
+#[async_trait::async_trait]
+impl RunStore for Unreachable {
+    async fn create_run(&self, _: &TenantId, _: &RunRecord, _: Option<&RunInputRecord>) -> Result<(), StoreError> {
+        Err(StoreError::Unavailable { detail: "connection refused".into() })
+    }
+    async fn finish_run(&self, t: &TenantId, r: RunId, e: &RunEnd, ev: &[RecordedEvent]) -> Result<(), StoreError> {
+        Broken.finish_run(t, r, e, ev).await
+    }
+    async fn get_run(&self, t: &TenantId, r: RunId) -> Result<Option<RunRecord>, StoreError> {
+        RunStore::get_run(&Broken, t, r).await
+    }
+    async fn list_runs(&self, t: &TenantId, f: &RunFilter, a: usize, b: usize) -> Result<Vec<RunRecord>, StoreError> {
+        Broken.list_runs(t, f, a, b).await
+    }
+    async fn stats(&self, t: &TenantId, f: &RunFilter) -> Result<RunStats, StoreError> {
+        Broken.stats(t, f).await
+    }
+    async fn append_events(
+        &self,
+        t: &TenantId,
+        r: RunId,
+        e: &[RecordedEvent],
+        n: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), StoreError> {
+        Broken.append_events(t, r, e, n).await
+    }
+    async fn read_events(&self, t: &TenantId, r: RunId, a: u64, l: usize) -> Result<Vec<RecordedEvent>, StoreError> {
+        Broken.read_events(t, r, a, l).await
+    }
+    async fn record_tool_call(&self, t: &TenantId, c: &ToolCallRecord) -> Result<(), StoreError> {
+        Broken.record_tool_call(t, c).await
+    }
+    async fn complete_tool_call_late(&self, t: &TenantId, l: &LateCompletion) -> Result<(), StoreError> {
+        Broken.complete_tool_call_late(t, l).await
+    }
+    async fn list_tool_calls(&self, t: &TenantId, r: RunId) -> Result<Vec<ToolCallRecord>, StoreError> {
+        Broken.list_tool_calls(t, r).await
+    }
+    async fn record_input(&self, t: &TenantId, r: RunId, i: &RunInputRecord) -> Result<(), StoreError> {
+        Broken.record_input(t, r, i).await
+    }
+    async fn get_input(&self, t: &TenantId, r: RunId) -> Result<Option<RunInputRecord>, StoreError> {
+        Broken.get_input(t, r).await
+    }
+    async fn request_cancel(&self, t: &TenantId, r: RunId) -> Result<CancelOutcome, StoreError> {
+        Broken.request_cancel(t, r).await
+    }
+    async fn is_cancel_requested(&self, t: &TenantId, r: RunId) -> Result<bool, StoreError> {
+        Broken.is_cancel_requested(t, r).await
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_store_refuses_a_run_with_503_before_anything_streams() {
+    let mut stores = Stores::in_memory();
+    stores.runs = Arc::new(Unreachable);
+    let app = app(&Options { stores, ..Options::default() });
+    let (status, doc) = json_of(&app, req(Method::POST, "/api/agents/chat/run", Some(json!({"message": "hi"})))).await;
+    assert_eq!((status, doc["errorType"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("store_unavailable")));
+    assert!(!doc.to_string().contains("connection refused"));
 }
 
 #[tokio::test]

@@ -3,6 +3,8 @@
 //! [`mock`] is a mock model server that speaks the OpenAI Chat Completions and Anthropic
 //! Messages wire formats, answering from scripts, so end-to-end tests and load tests run
 //! real providers against it without a network or a key. The `mock-model` binary serves it
-//! stand-alone.
+//! stand-alone. [`chaos`] is a TCP proxy that cuts connections on demand, to take a database
+//! away and give it back.
 
+pub mod chaos;
 pub mod mock;

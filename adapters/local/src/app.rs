@@ -13,6 +13,8 @@ use tracon_core::pricing::Pricing;
 use tracon_core::runtime::{Runtime, RuntimeBuilder, RuntimeSettings};
 use tracon_core::store::{Stores, memory};
 use tracon_handlers::{AppState, HttpSettings};
+use tracon_postgres::pg::{self, PgSettings};
+use tracon_postgres::protect::Protection;
 
 use crate::demo;
 
@@ -20,12 +22,36 @@ use crate::demo;
 const DEMO_OPENAI_MODEL: &str = "gpt-4o-mini";
 const DEMO_ANTHROPIC_MODEL: &str = "claude-3-5-haiku-latest";
 
-/// Reads every setting, registers providers, tools and the demo agent. Every problem is
-/// reported at once.
-pub fn build(config: &Config) -> Result<AppState, String> {
-    let runtime = build_runtime(config)?;
+/// Reads every setting, opens the stores (Postgres when a database URL is given, memory
+/// otherwise), registers providers, tools and the demo agent.
+pub async fn build(config: &Config, database_url: Option<&str>) -> Result<AppState, String> {
+    let stores = match database_url {
+        Some(url) => {
+            let settings = PgSettings::from_config(url, config).map_err(|e| e.to_string())?;
+            let protection = Protection::from_config(config).map_err(|e| e.to_string())?;
+            if protection.enabled() {
+                tracing::info!("at-rest content protection is on");
+            }
+            pg::stores(&settings, protection).await.map_err(|e| e.to_string())?.0
+        }
+        None => memory_stores(config)?,
+    };
+    let runtime = build_runtime(config, stores)?;
     let http = HttpSettings::from_config(config).map_err(|e| e.to_string())?;
     Ok(AppState::new(Arc::new(runtime), http))
+}
+
+fn memory_stores(config: &Config) -> Result<Stores, String> {
+    let max_runs = config
+        .parse::<usize>("Tracon:Storage:Memory:MaxRuns")
+        .map_err(|e| e.to_string())?
+        .unwrap_or(memory::DEFAULT_MAX_RUNS);
+    Ok(Stores {
+        definitions: Arc::new(memory::MemoryDefinitionStore::default()),
+        runs: Arc::new(memory::MemoryRunStore::with_max_runs(max_runs)),
+        sessions: Arc::new(memory::MemorySessionStore::default()),
+        persistent: false,
+    })
 }
 
 pub fn http_client() -> Result<reqwest::Client, String> {
@@ -38,20 +64,10 @@ pub fn http_client() -> Result<reqwest::Client, String> {
         .map_err(|e| format!("could not build the HTTP client: {e}"))
 }
 
-fn build_runtime(config: &Config) -> Result<Runtime, String> {
+fn build_runtime(config: &Config, stores: Stores) -> Result<Runtime, String> {
     let client = http_client()?;
     let settings = RuntimeSettings::from_config(config).map_err(|e| e.to_string())?;
     let pricing = Pricing::from_config(config).map_err(|e| e.to_string())?;
-    let max_runs = config
-        .parse::<usize>("Tracon:Storage:Memory:MaxRuns")
-        .map_err(|e| e.to_string())?
-        .unwrap_or(memory::DEFAULT_MAX_RUNS);
-    let stores = Stores {
-        definitions: Arc::new(memory::MemoryDefinitionStore::default()),
-        runs: Arc::new(memory::MemoryRunStore::with_max_runs(max_runs)),
-        sessions: Arc::new(memory::MemorySessionStore::default()),
-        persistent: false,
-    };
     let mut builder = RuntimeBuilder::new(tokio_rt::platform()).settings(settings).pricing(pricing).stores(stores);
     if let Some(prefix) = config.get("Tracon:Attribution:LabelHeaderPrefix") {
         builder = builder.attribution(Arc::new(HeaderLabels::new(prefix)));

@@ -1,5 +1,9 @@
-//! `tracon` — the local server: every endpoint group on one port, in-memory stores, a
-//! demo agent that works without any key. `tracon` and `tracon serve` are the same.
+//! `tracon` — the local server: every endpoint group on one port, a demo agent that works
+//! without any key; in-memory stores by default, Postgres with `--database-url`.
+//!
+//! - `tracon` / `tracon serve` — serve the HTTP API;
+//! - `tracon migrate` — apply the database migrations and exit (`0 applied` when current);
+//! - `tracon migrate status` — list pending migrations without writing.
 
 // The request path allocates many small, short-lived buffers (JSON, SSE frames, HTTP);
 // mimalloc serves those markedly cheaper than the system allocator (see bench-run).
@@ -16,6 +20,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use tracon_core::config::Config;
+use tracon_postgres::pg::{self, PgSettings};
 
 #[derive(Parser)]
 #[command(name = "tracon", version, about = "Tracon: an agent control plane")]
@@ -30,6 +35,8 @@ struct Cli {
 enum Command {
     /// Serve the HTTP API (the default).
     Serve(ServeArgs),
+    /// Apply the database migrations (or, with `status`, list the pending ones).
+    Migrate(MigrateArgs),
 }
 
 #[derive(clap::Args, Clone)]
@@ -40,6 +47,24 @@ struct ServeArgs {
     /// How long in-flight runs may finish after SIGTERM / Ctrl-C before they are cancelled.
     #[arg(long, env = "TRACON_DRAIN_TIMEOUT_SECONDS", default_value_t = 30.0)]
     drain_timeout_seconds: f64,
+    /// PostgreSQL connection string; without it every store is in memory.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+}
+
+#[derive(clap::Args, Clone)]
+struct MigrateArgs {
+    #[command(subcommand)]
+    action: Option<MigrateAction>,
+    /// PostgreSQL connection string.
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
+    database_url: Option<String>,
+}
+
+#[derive(Subcommand, Clone)]
+enum MigrateAction {
+    /// List the migrations not yet applied, without writing anything.
+    Status,
 }
 
 fn main() -> ExitCode {
@@ -49,10 +74,6 @@ fn main() -> ExitCode {
         eprintln!("tracon: {e}");
         return ExitCode::from(2);
     }
-    let args = match cli.command {
-        Some(Command::Serve(a)) => a,
-        None => cli.serve,
-    };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -60,12 +81,47 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let drain = Duration::from_secs_f64(args.drain_timeout_seconds.max(0.0));
-    match runtime.block_on(server::serve(config, args.listen, drain)) {
+    let result = match cli.command {
+        Some(Command::Migrate(args)) => runtime.block_on(migrate(&config, args)),
+        Some(Command::Serve(args)) => runtime.block_on(serve(config, args)),
+        None => runtime.block_on(serve(config, cli.serve)),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tracon: {e}");
             ExitCode::from(1)
         }
     }
+}
+
+async fn serve(config: Config, args: ServeArgs) -> Result<(), String> {
+    let drain = Duration::from_secs_f64(args.drain_timeout_seconds.max(0.0));
+    server::serve(config, args.listen, args.database_url, drain).await
+}
+
+async fn migrate(config: &Config, args: MigrateArgs) -> Result<(), String> {
+    let url = args.database_url.ok_or("set DATABASE_URL or --database-url to the database to migrate")?;
+    let settings = PgSettings::from_config(&url, config).map_err(|e| e.to_string())?;
+    let pool = pg::connect(&settings).await.map_err(|e| e.to_string())?;
+    let mut out = std::io::stdout().lock();
+    match args.action {
+        None => {
+            let applied = pg::migrate(&pool, &settings.schema).await.map_err(|e| e.to_string())?;
+            report(&mut out, format_args!("{applied} applied (schema {})", settings.schema))
+        }
+        Some(MigrateAction::Status) => {
+            let pending = pg::pending(&pool, &settings.schema).await.map_err(|e| e.to_string())?;
+            report(&mut out, format_args!("{} pending (schema {})", pending.len(), settings.schema))?;
+            for name in pending {
+                report(&mut out, format_args!("  {name}"))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The CLI's own output (the only thing `tracon migrate` prints to stdout).
+fn report(out: &mut impl std::io::Write, line: std::fmt::Arguments<'_>) -> Result<(), String> {
+    writeln!(out, "{line}").map_err(|e| e.to_string())
 }

@@ -19,7 +19,7 @@ use crate::app;
 pub fn init_logging(config: &Config) -> Result<(), String> {
     let level = config.get("Tracon:Logging:Level").unwrap_or("info");
     let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(format!("{level},hyper=warn,reqwest=warn")))
+        .or_else(|_| EnvFilter::try_new(format!("{level},hyper=warn,reqwest=warn,sqlx=warn")))
         .map_err(|e| format!("invalid log filter: {e}"))?;
     let format = config.first(&["TRACON_LOG_FORMAT", "Tracon:Logging:Format"]).unwrap_or("human");
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -37,8 +37,13 @@ async fn peer_addr(ConnectInfo(addr): ConnectInfo<SocketAddr>, mut request: Requ
     next.run(request).await
 }
 
-pub async fn serve(config: Config, listen: SocketAddr, drain_timeout: Duration) -> Result<(), String> {
-    let state = app::build(&config)?;
+pub async fn serve(
+    config: Config,
+    listen: SocketAddr,
+    database_url: Option<String>,
+    drain_timeout: Duration,
+) -> Result<(), String> {
+    let state = app::build(&config, database_url.as_deref()).await?;
     let drain = state.drain.clone();
     if !state.http.allow_remote_access && !listen.ip().is_loopback() {
         tracing::warn!(%listen, "listening on a non-loopback address without authentication: only loopback callers will be served");
@@ -56,7 +61,18 @@ pub async fn serve(config: Config, listen: SocketAddr, drain_timeout: Duration) 
     });
     tracing::info!(address = %format!("http://{local}"), persistent_storage = state.runtime.stores.persistent, "tracon listening");
     if !state.runtime.stores.persistent {
-        tracing::warn!("storage is in memory: definitions, runs and sessions are lost when the process exits");
+        let production = config
+            .first(&["TRACON_ENVIRONMENT", "Tracon:Environment"])
+            .is_some_and(|e| e.eq_ignore_ascii_case("production"));
+        let stores = "agent definitions and their versions, runs with their events, tool calls and input, sessions";
+        if production {
+            tracing::warn!(
+                stores,
+                "running in Production on in-memory storage: these stores will not survive a restart (set DATABASE_URL)"
+            );
+        } else {
+            tracing::info!(stores, "storage is in memory; set DATABASE_URL to keep it");
+        }
     }
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

@@ -176,8 +176,8 @@ pub async fn runs_are_created_read_and_finished(s: Stores) {
     row.session_id = Some("s1".into());
     row.user_id = Some("u1".into());
     row.labels.insert("team".into(), "payments".into());
-    r.create_run(&a(), &row).await.unwrap();
-    assert!(conflict(r.create_run(&a(), &row).await));
+    r.create_run(&a(), &row, None).await.unwrap();
+    assert!(conflict(r.create_run(&a(), &row, None).await));
     let got = r.get_run(&a(), row.id).await.unwrap().unwrap();
     assert_eq!((got.status, got.labels.len(), got.user_id.as_deref()), (RunStatus::Running, 1, Some("u1")));
     let end = RunEnd {
@@ -198,7 +198,12 @@ pub async fn runs_are_created_read_and_finished(s: Stores) {
         model: Some("m-2025".into()),
         error: Some(RunFailure::new(ErrorClass::RateLimited, "limited")),
     };
-    r.finish_run(&a(), row.id, &end).await.unwrap();
+    r.finish_run(&a(), row.id, &end, &[event(1, "last words")]).await.unwrap();
+    assert_eq!(
+        r.read_events(&a(), row.id, 0, 10).await.unwrap(),
+        vec![event(1, "last words")],
+        "closed with its last events"
+    );
     let got = r.get_run(&a(), row.id).await.unwrap().unwrap();
     assert_eq!(got.status, RunStatus::Failed);
     assert_eq!(got.duration_ms, Some(2000));
@@ -206,7 +211,7 @@ pub async fn runs_are_created_read_and_finished(s: Stores) {
     assert_eq!(got.cost, end.cost);
     assert_eq!(got.model.as_deref(), Some("m-2025"));
     assert_eq!(got.error, end.error);
-    assert!(not_found(r.finish_run(&a(), RunId(uuid::Uuid::now_v7()), &end).await));
+    assert!(not_found(r.finish_run(&a(), RunId(uuid::Uuid::now_v7()), &end, &[]).await));
 }
 
 pub async fn runs_list_with_filters_newest_first(s: Stores) {
@@ -222,7 +227,7 @@ pub async fn runs_list_with_filters_newest_first(s: Stores) {
         if i == 5 {
             row.labels.insert("job".into(), "nightly".into());
         }
-        r.create_run(&a(), &row).await.unwrap();
+        r.create_run(&a(), &row, None).await.unwrap();
         rows.push(row);
     }
     let done = RunEnd {
@@ -235,7 +240,7 @@ pub async fn runs_list_with_filters_newest_first(s: Stores) {
         model: None,
         error: None,
     };
-    r.finish_run(&a(), rows[4].id, &done).await.unwrap();
+    r.finish_run(&a(), rows[4].id, &done, &[]).await.unwrap();
     let ids = |v: Vec<RunRecord>| v.into_iter().map(|x| x.id).collect::<Vec<_>>();
     let all = ids(r.list_runs(&a(), &RunFilter::default(), 0, 50).await.unwrap());
     assert_eq!(all, rows.iter().rev().map(|x| x.id).collect::<Vec<_>>(), "newest first");
@@ -274,7 +279,7 @@ pub async fn run_stats_aggregate_the_filtered_runs(s: Stores) {
         row.user_id = (i != 4).then(|| format!("u{}", i % 2));
         row.labels =
             BTreeMap::from([("team".to_owned(), format!("t{}", i % 2)), ("env".to_owned(), "prod".to_owned())]);
-        r.create_run(&a(), &row).await.unwrap();
+        r.create_run(&a(), &row, None).await.unwrap();
         let end = RunEnd {
             status: if i == 1 { RunStatus::Failed } else { RunStatus::Completed },
             ended_at: t0(),
@@ -298,7 +303,7 @@ pub async fn run_stats_aggregate_the_filtered_runs(s: Stores) {
             model: None,
             error: (i == 1).then(|| RunFailure::new(ErrorClass::Timeout, "t")),
         };
-        r.finish_run(&a(), row.id, &end).await.unwrap();
+        r.finish_run(&a(), row.id, &end, &[]).await.unwrap();
         row.status = end.status;
         row.usage = end.usage;
         row.cost = end.cost.clone();
@@ -306,7 +311,7 @@ pub async fn run_stats_aggregate_the_filtered_runs(s: Stores) {
         expected.add(&row);
     }
     // Another tenant's runs never count.
-    r.create_run(&b(), &run_row("x", t0())).await.unwrap();
+    r.create_run(&b(), &run_row("x", t0()), None).await.unwrap();
     let stats = r.stats(&a(), &RunFilter::default()).await.unwrap();
     assert_eq!(stats, expected);
     assert_eq!(stats.total_runs, 5);
@@ -319,7 +324,7 @@ pub async fn run_stats_aggregate_the_filtered_runs(s: Stores) {
 pub async fn events_append_in_batches_and_read_after_a_cursor(s: Stores) {
     let r = &s.runs;
     let row = run_row("agent", t0());
-    r.create_run(&a(), &row).await.unwrap();
+    r.create_run(&a(), &row, None).await.unwrap();
     r.append_events(&a(), row.id, &[event(1, "a"), event(2, "b")], t0() + Duration::seconds(5)).await.unwrap();
     r.append_events(&a(), row.id, &[event(3, "c")], t0() + Duration::seconds(6)).await.unwrap();
     let all = r.read_events(&a(), row.id, 0, 100).await.unwrap();
@@ -341,7 +346,7 @@ pub async fn concurrent_appends_to_different_runs_stay_gapless(s: Stores) {
     let mut ids = Vec::new();
     for _ in 0..20 {
         let row = run_row("agent", t0());
-        r.create_run(&a(), &row).await.unwrap();
+        r.create_run(&a(), &row, None).await.unwrap();
         ids.push(row.id);
     }
     let tasks = ids.iter().map(|id| {
@@ -385,7 +390,7 @@ fn call(run: RunId, id: &str) -> ToolCallRecord {
 pub async fn tool_calls_are_stored_individually_with_late_completions(s: Stores) {
     let r = &s.runs;
     let row = run_row("agent", t0());
-    r.create_run(&a(), &row).await.unwrap();
+    r.create_run(&a(), &row, None).await.unwrap();
     r.record_tool_call(&a(), &call(row.id, "c1")).await.unwrap();
     r.record_tool_call(&a(), &call(row.id, "c2")).await.unwrap();
     let mut updated = call(row.id, "c1");
@@ -416,8 +421,13 @@ pub async fn tool_calls_are_stored_individually_with_late_completions(s: Stores)
 
 pub async fn run_input_is_recorded(s: Stores) {
     let r = &s.runs;
+    let with_input = run_row("agent", t0());
+    let first =
+        RunInputRecord { message: "first".into(), culture: None, parameters: BTreeMap::new(), documents: Vec::new() };
+    r.create_run(&a(), &with_input, Some(&first)).await.unwrap();
+    assert_eq!(r.get_input(&a(), with_input.id).await.unwrap(), Some(first), "written with the row");
     let row = run_row("agent", t0());
-    r.create_run(&a(), &row).await.unwrap();
+    r.create_run(&a(), &row, None).await.unwrap();
     assert!(r.get_input(&a(), row.id).await.unwrap().is_none());
     let input = RunInputRecord {
         message: "hello".into(),
@@ -432,7 +442,7 @@ pub async fn run_input_is_recorded(s: Stores) {
 pub async fn cancel_is_a_flag_on_a_running_run(s: Stores) {
     let r = &s.runs;
     let row = run_row("agent", t0());
-    r.create_run(&a(), &row).await.unwrap();
+    r.create_run(&a(), &row, None).await.unwrap();
     assert!(!r.is_cancel_requested(&a(), row.id).await.unwrap());
     assert_eq!(r.request_cancel(&a(), row.id).await.unwrap(), CancelOutcome::Requested);
     assert!(r.is_cancel_requested(&a(), row.id).await.unwrap());
@@ -446,7 +456,7 @@ pub async fn cancel_is_a_flag_on_a_running_run(s: Stores) {
         model: None,
         error: None,
     };
-    r.finish_run(&a(), row.id, &done).await.unwrap();
+    r.finish_run(&a(), row.id, &done, &[]).await.unwrap();
     assert_eq!(r.request_cancel(&a(), row.id).await.unwrap(), CancelOutcome::AlreadyEnded(RunStatus::Canceled));
     assert!(not_found(r.request_cancel(&a(), RunId(uuid::Uuid::now_v7())).await));
 }
@@ -456,7 +466,7 @@ pub async fn runs_are_isolated_between_tenants(s: Stores) {
     for (mine, other) in [(a(), b()), (b(), a())] {
         let others_before = r.stats(&other, &RunFilter::default()).await.unwrap().total_runs;
         let row = run_row("agent", t0());
-        r.create_run(&mine, &row).await.unwrap();
+        r.create_run(&mine, &row, None).await.unwrap();
         r.append_events(&mine, row.id, &[event(1, "secret")], t0()).await.unwrap();
         r.record_tool_call(&mine, &call(row.id, "c1")).await.unwrap();
         let input =
@@ -484,7 +494,7 @@ pub async fn runs_are_isolated_between_tenants(s: Stores) {
             model: None,
             error: None,
         };
-        assert!(not_found(r.finish_run(&other, row.id, &end).await));
+        assert!(not_found(r.finish_run(&other, row.id, &end, &[]).await));
         let late = LateCompletion {
             tenant: other.clone(),
             run_id: row.id,

@@ -129,6 +129,24 @@ struct Runs {
     order: VecDeque<(TenantId, RunId)>,
 }
 
+/// Appends a batch all-or-nothing, like one INSERT statement: a sequence already stored
+/// (or out of order within the batch) refuses the whole batch.
+fn append_checked(log: &mut Vec<RecordedEvent>, events: &[RecordedEvent]) -> Result<(), StoreError> {
+    let last = log.last().map_or(0, |l| l.sequence);
+    let mut expected = last;
+    for ev in events {
+        if ev.sequence <= last {
+            return Err(StoreError::Conflict(format!("event {} of this run is already stored", ev.sequence)));
+        }
+        if ev.sequence <= expected {
+            return Err(StoreError::Conflict("event sequences in a batch must increase".into()));
+        }
+        expected = ev.sequence;
+    }
+    log.extend_from_slice(events);
+    Ok(())
+}
+
 impl Default for MemoryRunStore {
     fn default() -> Self {
         Self::with_max_runs(DEFAULT_MAX_RUNS)
@@ -155,7 +173,12 @@ impl MemoryRunStore {
 
 #[async_trait::async_trait]
 impl RunStore for MemoryRunStore {
-    async fn create_run(&self, tenant: &TenantId, run: &RunRecord) -> Result<(), StoreError> {
+    async fn create_run(
+        &self,
+        tenant: &TenantId,
+        run: &RunRecord,
+        input: Option<&RunInputRecord>,
+    ) -> Result<(), StoreError> {
         let mut inner = lock(&self.inner);
         let key = (tenant.clone(), run.id);
         if inner.rows.contains_key(&key) {
@@ -163,7 +186,7 @@ impl RunStore for MemoryRunStore {
         }
         let mut row = run.clone();
         row.tenant = Some(tenant.clone());
-        inner.rows.insert(key.clone(), RunEntry { row, events: Vec::new(), calls: Vec::new(), input: None });
+        inner.rows.insert(key.clone(), RunEntry { row, events: Vec::new(), calls: Vec::new(), input: input.cloned() });
         inner.order.push_back(key);
         while inner.rows.len() > self.max_runs {
             let Some(oldest) = inner.order.pop_front() else { break };
@@ -172,8 +195,15 @@ impl RunStore for MemoryRunStore {
         Ok(())
     }
 
-    async fn finish_run(&self, tenant: &TenantId, id: RunId, end: &RunEnd) -> Result<(), StoreError> {
+    async fn finish_run(
+        &self,
+        tenant: &TenantId,
+        id: RunId,
+        end: &RunEnd,
+        events: &[RecordedEvent],
+    ) -> Result<(), StoreError> {
         self.with_entry(tenant, id, |e| {
+            append_checked(&mut e.events, events)?;
             let run = &mut e.row;
             run.status = end.status;
             run.ended_at = Some(end.ended_at);
@@ -230,19 +260,7 @@ impl RunStore for MemoryRunStore {
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         self.with_entry(tenant, run, |e| {
-            let last = e.events.last().map_or(0, |l| l.sequence);
-            // All or nothing, like one INSERT statement.
-            let mut expected = last;
-            for ev in events {
-                if ev.sequence <= last {
-                    return Err(StoreError::Conflict(format!("event {} of this run is already stored", ev.sequence)));
-                }
-                if ev.sequence <= expected {
-                    return Err(StoreError::Conflict("event sequences in a batch must increase".into()));
-                }
-                expected = ev.sequence;
-            }
-            e.events.extend_from_slice(events);
+            append_checked(&mut e.events, events)?;
             e.row.heartbeat_at = Some(now);
             Ok(())
         })

@@ -297,8 +297,23 @@ pub enum CancelOutcome {
 /// Runs and everything recorded about them.
 #[async_trait::async_trait]
 pub trait RunStore: Send + Sync {
-    async fn create_run(&self, tenant: &TenantId, run: &RunRecord) -> Result<(), StoreError>;
-    async fn finish_run(&self, tenant: &TenantId, id: RunId, end: &RunEnd) -> Result<(), StoreError>;
+    /// Writes the run row, with its recorded input when there is one (one round trip).
+    async fn create_run(
+        &self,
+        tenant: &TenantId,
+        run: &RunRecord,
+        input: Option<&RunInputRecord>,
+    ) -> Result<(), StoreError>;
+    /// Closes the run row and appends its last events, together (one round trip): whoever
+    /// sees the terminal event finds the row ended. The events follow the
+    /// [`append_events`](Self::append_events) rules; `NotFound` for a missing run.
+    async fn finish_run(
+        &self,
+        tenant: &TenantId,
+        id: RunId,
+        end: &RunEnd,
+        events: &[RecordedEvent],
+    ) -> Result<(), StoreError>;
     async fn get_run(&self, tenant: &TenantId, id: RunId) -> Result<Option<RunRecord>, StoreError>;
     /// Newest first.
     async fn list_runs(

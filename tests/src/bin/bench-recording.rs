@@ -64,11 +64,15 @@ macro_rules! delegate {
 
 #[async_trait::async_trait]
 impl RunStore for Counting {
-    async fn create_run(&self, t: &TenantId, r: &RunRecord) -> Result<(), StoreError> {
-        delegate!(self, (), s => s.create_run(t, r))
+    async fn create_run(&self, t: &TenantId, r: &RunRecord, i: Option<&RunInputRecord>) -> Result<(), StoreError> {
+        delegate!(self, (), s => s.create_run(t, r, i))
     }
-    async fn finish_run(&self, t: &TenantId, id: RunId, e: &RunEnd) -> Result<(), StoreError> {
-        delegate!(self, (), s => s.finish_run(t, id, e))
+    async fn finish_run(&self, t: &TenantId, id: RunId, e: &RunEnd, ev: &[RecordedEvent]) -> Result<(), StoreError> {
+        if !ev.is_empty() {
+            self.appends.fetch_add(1, Ordering::Relaxed);
+            self.events.fetch_add(ev.len() as u64, Ordering::Relaxed);
+        }
+        delegate!(self, (), s => s.finish_run(t, id, e, ev))
     }
     async fn get_run(&self, t: &TenantId, id: RunId) -> Result<Option<RunRecord>, StoreError> {
         delegate!(self, None, s => s.get_run(t, id))
@@ -186,7 +190,7 @@ async fn recorder_rate(store: Option<MemoryRunStore>, settings: RecordingSetting
         heartbeat_at: None,
         cancel_requested: false,
     };
-    let _ = counting.create_run(&tenant, &row).await;
+    let _ = counting.create_run(&tenant, &row, None).await;
     let recorder = Recorder::new(tenant, run_id, counting, clock, settings, Vec::new());
     let delta = RunEvent::MessageDelta { text: "token ".into() };
     let started = Instant::now();

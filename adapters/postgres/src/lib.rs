@@ -1,0 +1,12 @@
+//! Tracon's store ports on PostgreSQL.
+//!
+//! - [`sql`] — every statement, in one place: the sqlx stores here and the Worker's
+//!   tokio-postgres stores run the same text;
+//! - [`protect`] — at-rest content protection (AES-256-GCM behind a per-value header);
+//! - [`pg`] (feature `sqlx`) — the sqlx stores, the pool, migrations and SQLSTATE mapping.
+
+pub mod protect;
+pub mod sql;
+
+#[cfg(feature = "sqlx")]
+pub mod pg;

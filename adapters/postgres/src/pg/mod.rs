@@ -1,0 +1,291 @@
+//! The sqlx stores: connection pool, migrations, and the mapping of database errors.
+//!
+//! [`PgSettings`] come from configuration (`DATABASE_URL`, `Tracon:PostgreSql:*`).
+//! [`connect`] builds a pool whose connections use the configured schema (`search_path`)
+//! and statement timeout; [`migrate`] applies the embedded migrations under sqlx's advisory
+//! lock, so concurrent starters serialise, and fails loudly when an applied migration was
+//! edited. Errors are mapped by SQLSTATE, never by message text.
+
+mod definitions;
+mod runs;
+mod sessions;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::migrate::{MigrateError, Migrator};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Executor, PgPool};
+use tracon_core::config::{Config, ConfigError};
+use tracon_core::store::{StoreError, Stores};
+
+use crate::protect::Protection;
+use crate::sql::is_schema_name;
+
+pub use definitions::PgDefinitionStore;
+pub use runs::PgRunStore;
+pub use sessions::PgSessionStore;
+
+/// The migrations under `migrations/`, embedded in the binary.
+pub static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
+
+/// How to reach Postgres.
+#[derive(Clone)]
+pub struct PgSettings {
+    pub url: String,
+    pub schema: String,
+    pub auto_apply_migrations: bool,
+    pub max_connections: u32,
+    pub min_connections: u32,
+    pub acquire_timeout: Duration,
+    /// `statement_timeout` of every connection.
+    pub statement_timeout: Duration,
+}
+
+impl std::fmt::Debug for PgSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may carry a password.
+        f.debug_struct("PgSettings")
+            .field("schema", &self.schema)
+            .field("auto_apply_migrations", &self.auto_apply_migrations)
+            .field("max_connections", &self.max_connections)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgSettings {
+    pub fn new(url: &str) -> Self {
+        Self {
+            url: url.to_owned(),
+            schema: "tracon".into(),
+            auto_apply_migrations: true,
+            max_connections: 10,
+            min_connections: 0,
+            acquire_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// `url` (from `--database-url` / `DATABASE_URL`) plus `Tracon:PostgreSql:SchemaName`,
+    /// `AutoApplyMigrations`, `MaxConnections`, `MinConnections`, `AcquireTimeoutSeconds`,
+    /// `CommandTimeoutSeconds`.
+    pub fn from_config(url: &str, config: &Config) -> Result<Self, ConfigError> {
+        let d = Self::new(url);
+        let schema = config.get("Tracon:PostgreSql:SchemaName").unwrap_or("tracon").to_owned();
+        if !is_schema_name(&schema) {
+            return Err(ConfigError::Message(format!(
+                "Tracon:PostgreSql:SchemaName '{schema}' must be a lowercase identifier (letters, digits, '_')."
+            )));
+        }
+        Ok(Self {
+            schema,
+            auto_apply_migrations: config.bool("Tracon:PostgreSql:AutoApplyMigrations")?.unwrap_or(true),
+            max_connections: config.parse("Tracon:PostgreSql:MaxConnections")?.unwrap_or(d.max_connections).max(1),
+            min_connections: config.parse("Tracon:PostgreSql:MinConnections")?.unwrap_or(d.min_connections),
+            acquire_timeout: config.seconds("Tracon:PostgreSql:AcquireTimeoutSeconds")?.unwrap_or(d.acquire_timeout),
+            statement_timeout: config
+                .seconds("Tracon:PostgreSql:CommandTimeoutSeconds")?
+                .unwrap_or(d.statement_timeout),
+            ..d
+        })
+    }
+}
+
+/// Why connecting or migrating failed (the message names no secret).
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("invalid database URL: {0}")]
+    Url(String),
+    #[error("cannot reach PostgreSQL: {0}")]
+    Connect(String),
+    #[error(
+        "migration {version} was changed after it was applied to this database; startup refuses to run against a schema that is not what the code expects. Restore the original migration file, or drop and recreate schema '{schema}'."
+    )]
+    Tampered { version: i64, schema: String },
+    #[error("the database has migration {0} that this build does not know; it was migrated by a newer version")]
+    Unknown(i64),
+    #[error("migrating failed: {0}")]
+    Migrate(String),
+    #[error("the schema is not current: {0} migration(s) pending; run `tracon migrate` or turn AutoApplyMigrations on")]
+    Pending(usize),
+}
+
+/// A pool whose connections work inside `settings.schema`.
+pub async fn connect(settings: &PgSettings) -> Result<PgPool, SetupError> {
+    let options: PgConnectOptions = settings.url.parse().map_err(|e: sqlx::Error| SetupError::Url(e.to_string()))?;
+    let options = options
+        .options([
+            ("search_path", settings.schema.as_str()),
+            ("statement_timeout", &format!("{}", settings.statement_timeout.as_millis())),
+        ])
+        .disable_statement_logging();
+    PgPoolOptions::new()
+        .max_connections(settings.max_connections)
+        .min_connections(settings.min_connections)
+        .acquire_timeout(settings.acquire_timeout)
+        .connect_with(options)
+        .await
+        .map_err(|e| SetupError::Connect(e.to_string()))
+}
+
+/// Applies pending migrations (creating the schema first). Returns how many this call
+/// applied. Concurrent callers serialise on an advisory lock scoped to the schema, taken on
+/// the connection that migrates, so each counts only its own work.
+pub async fn migrate(pool: &PgPool, schema: &str) -> Result<usize, SetupError> {
+    if !is_schema_name(schema) {
+        return Err(SetupError::Migrate(format!("'{schema}' is not a valid schema name")));
+    }
+    let failed = |e: sqlx::Error| SetupError::Migrate(e.to_string());
+    let mut conn = pool.acquire().await.map_err(|e| SetupError::Connect(e.to_string()))?;
+    let lock_key = format!("tracon.migrate.{schema}");
+    sqlx::query("SELECT pg_advisory_lock(hashtext($1))").bind(&lock_key).execute(&mut *conn).await.map_err(failed)?;
+    let result = async {
+        conn.execute(format!("CREATE SCHEMA IF NOT EXISTS {schema}").as_str()).await.map_err(failed)?;
+        let before = applied_versions(&mut conn).await?;
+        MIGRATOR.run(&mut *conn).await.map_err(|e| match e {
+            MigrateError::VersionMismatch(version) => SetupError::Tampered { version, schema: schema.to_owned() },
+            MigrateError::VersionMissing(version) => SetupError::Unknown(version),
+            other => SetupError::Migrate(other.to_string()),
+        })?;
+        let after = applied_versions(&mut conn).await?;
+        Ok(after.len().saturating_sub(before.len()))
+    }
+    .await;
+    if let Err(e) = sqlx::query("SELECT pg_advisory_unlock(hashtext($1))").bind(&lock_key).execute(&mut *conn).await {
+        // The lock goes with the connection; make sure the pool does not keep it.
+        tracing::warn!(error = %e, "could not release the migration lock; closing the connection");
+        drop(conn.detach());
+    }
+    result
+}
+
+/// The embedded migrations not yet applied to the database, without writing anything.
+/// An applied migration whose checksum differs is reported as tampered.
+pub async fn pending(pool: &PgPool, schema: &str) -> Result<Vec<String>, SetupError> {
+    let applied = applied_checksums(pool, schema).await?;
+    let mut out = Vec::new();
+    for m in MIGRATOR.iter() {
+        match applied.iter().find(|(v, _)| *v == m.version) {
+            Some((_, checksum)) if checksum.as_slice() != &*m.checksum => {
+                return Err(SetupError::Tampered { version: m.version, schema: schema.to_owned() });
+            }
+            Some(_) => {}
+            None => out.push(format!("{} {}", m.version, m.description)),
+        }
+    }
+    Ok(out)
+}
+
+async fn applied_versions(conn: &mut sqlx::PgConnection) -> Result<Vec<i64>, SetupError> {
+    let exists: Option<String> = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations')::text")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| SetupError::Migrate(e.to_string()))?;
+    if exists.is_none() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|e| SetupError::Migrate(e.to_string()))
+}
+
+async fn applied_checksums(pool: &PgPool, schema: &str) -> Result<Vec<(i64, Vec<u8>)>, SetupError> {
+    let exists: Option<String> = sqlx::query_scalar("SELECT to_regclass($1)::text")
+        .bind(format!("{schema}._sqlx_migrations"))
+        .fetch_one(pool)
+        .await
+        .map_err(|e| SetupError::Connect(e.to_string()))?;
+    if exists.is_none() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations WHERE success ORDER BY version")
+        .fetch_all(pool)
+        .await
+        .map_err(|e| SetupError::Migrate(e.to_string()))
+}
+
+/// Connects, migrates (or checks that nothing is pending), and builds every store.
+pub async fn stores(settings: &PgSettings, protection: Protection) -> Result<(Stores, PgPool), SetupError> {
+    let pool = connect(settings).await?;
+    if settings.auto_apply_migrations {
+        let applied = migrate(&pool, &settings.schema).await?;
+        if applied > 0 {
+            tracing::info!(applied, schema = %settings.schema, "applied database migrations");
+        }
+    } else {
+        let pending = pending(&pool, &settings.schema).await?;
+        if !pending.is_empty() {
+            return Err(SetupError::Pending(pending.len()));
+        }
+    }
+    Ok((stores_on(pool.clone(), protection), pool))
+}
+
+/// The stores over an existing, migrated pool.
+pub fn stores_on(pool: PgPool, protection: Protection) -> Stores {
+    let protection = Arc::new(protection);
+    Stores {
+        definitions: Arc::new(PgDefinitionStore::new(pool.clone())),
+        runs: Arc::new(PgRunStore::new(pool.clone(), protection.clone())),
+        sessions: Arc::new(PgSessionStore::new(pool, protection)),
+        persistent: true,
+    }
+}
+
+/// Maps a database error by SQLSTATE (never by message text). The detail stays in
+/// `StoreError` for the log.
+pub fn map_err(e: sqlx::Error) -> StoreError {
+    match &e {
+        sqlx::Error::Database(db) => match db.code().as_deref() {
+            Some("23505") => StoreError::Conflict("The record already exists or was changed concurrently.".into()),
+            Some("23503") => StoreError::NotFound,
+            Some(code) if code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "53300" | "57014") => {
+                StoreError::Unavailable { detail: format!("SQLSTATE {code}: {db}") }
+            }
+            Some(code) => StoreError::Internal { detail: format!("SQLSTATE {code}: {db}") },
+            None => StoreError::Internal { detail: db.to_string() },
+        },
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => StoreError::Unavailable { detail: e.to_string() },
+        _ => StoreError::Internal { detail: e.to_string() },
+    }
+}
+
+/// Whether an error is a serialization failure or deadlock worth retrying.
+fn retryable(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("40001" | "40P01")))
+}
+
+/// Runs `op`, retrying serialization failures and deadlocks a few times.
+pub(crate) async fn retrying<T, F, Fut>(mut op: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
+{
+    let mut attempt = 0u32;
+    loop {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) if retryable(&e) && attempt < 4 => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(5 * 2u64.pow(attempt))).await;
+            }
+            Err(e) => return Err(map_err(e)),
+        }
+    }
+}
+
+/// A protected value that could not be opened: the read fails closed.
+pub(crate) fn unreadable(e: crate::protect::ProtectionError) -> StoreError {
+    StoreError::Internal { detail: format!("content protection: {e}") }
+}
+
+/// A stored JSON value that does not decode: a bug or a foreign write.
+pub(crate) fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Internal { detail: format!("stored {what} does not decode: {e}") }
+}

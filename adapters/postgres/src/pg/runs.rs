@@ -1,0 +1,524 @@
+//! Runs, their event log, tool calls and recorded input on Postgres.
+//!
+//! An event batch is one statement (one round trip) that inserts every event and moves the
+//! heartbeat. Run input, event payloads and tool arguments and results are protected
+//! values (see [`crate::protect`]).
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sqlx::postgres::PgRow;
+use sqlx::{PgPool, Row};
+use tracon_core::events::{RecordedEvent, RunEvent};
+use tracon_core::names::{RunId, TenantId};
+use tracon_core::store::{
+    CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, RunStore, StoreError,
+    ToolCallRecord,
+};
+use tracon_core::tools::pipeline::LateCompletion;
+
+use super::{corrupt, map_err, retrying, unreadable};
+use crate::protect::{Place, Protection};
+use crate::sql;
+
+pub struct PgRunStore {
+    pool: PgPool,
+    protection: Arc<Protection>,
+}
+
+impl PgRunStore {
+    pub fn new(pool: PgPool, protection: Arc<Protection>) -> Self {
+        Self { pool, protection }
+    }
+}
+
+fn to_json<T: Serialize>(v: &T) -> Result<serde_json::Value, StoreError> {
+    serde_json::to_value(v).map_err(|e| corrupt("value", e))
+}
+
+fn from_json<T: DeserializeOwned>(v: Option<serde_json::Value>, what: &str) -> Result<Option<T>, StoreError> {
+    v.map(|v| serde_json::from_value(v).map_err(|e| corrupt(what, e))).transpose()
+}
+
+/// An enum's serde name (`Succeeded`, `Read`).
+fn enum_text<T: Serialize>(v: &T) -> Result<String, StoreError> {
+    match serde_json::to_value(v).map_err(|e| corrupt("enum", e))? {
+        serde_json::Value::String(s) => Ok(s),
+        other => Err(corrupt("enum", other)),
+    }
+}
+
+fn enum_parse<T: DeserializeOwned>(s: &str, what: &str) -> Result<T, StoreError> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned())).map_err(|e| corrupt(what, e))
+}
+
+fn status_text(s: RunStatus) -> Result<String, StoreError> {
+    enum_text(&s)
+}
+
+fn run_record(row: &PgRow, tenant: &TenantId) -> Result<RunRecord, StoreError> {
+    let status: String = row.try_get("status").map_err(map_err)?;
+    let labels: serde_json::Value = row.try_get("labels").map_err(map_err)?;
+    let depth: i32 = row.try_get("depth").map_err(map_err)?;
+    let version: Option<i32> = row.try_get("agent_version").map_err(map_err)?;
+    let duration: Option<i64> = row.try_get("duration_ms").map_err(map_err)?;
+    Ok(RunRecord {
+        id: RunId(row.try_get("id").map_err(map_err)?),
+        tenant: Some(tenant.clone()),
+        agent_name: row.try_get("agent_name").map_err(map_err)?,
+        agent_version: version.map(|v| v.max(0) as u32),
+        status: RunStatus::parse(&status).ok_or_else(|| corrupt("run status", &status))?,
+        started_at: row.try_get("started_at").map_err(map_err)?,
+        ended_at: row.try_get("ended_at").map_err(map_err)?,
+        duration_ms: duration.map(|d| d.max(0) as u64),
+        usage: from_json(row.try_get("usage").map_err(map_err)?, "usage")?,
+        cost: from_json(row.try_get("cost").map_err(map_err)?, "cost")?,
+        model_provider: row.try_get("model_provider").map_err(map_err)?,
+        model: row.try_get("model").map_err(map_err)?,
+        error: from_json(row.try_get("error").map_err(map_err)?, "error")?,
+        session_id: row.try_get("session_id").map_err(map_err)?,
+        parent_run_id: row.try_get::<Option<uuid::Uuid>, _>("parent_run_id").map_err(map_err)?.map(RunId),
+        root_run_id: row.try_get::<Option<uuid::Uuid>, _>("root_run_id").map_err(map_err)?.map(RunId),
+        depth: depth.max(0) as u32,
+        user_id: row.try_get("user_id").map_err(map_err)?,
+        labels: serde_json::from_value(labels).map_err(|e| corrupt("labels", e))?,
+        heartbeat_at: row.try_get("heartbeat_at").map_err(map_err)?,
+        cancel_requested: row.try_get("cancel_requested").map_err(map_err)?,
+    })
+}
+
+/// Binds the run filter as `$2`…`$8` after the tenant.
+fn bind_filter<'q>(
+    q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    f: &'q RunFilter,
+) -> Result<sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>, StoreError> {
+    let status = f.status.map(status_text).transpose()?;
+    Ok(q.bind(f.agent.as_deref())
+        .bind(status)
+        .bind(f.session_id.as_deref())
+        .bind(f.user_id.as_deref())
+        .bind(to_json(&f.labels)?)
+        .bind(f.from)
+        .bind(f.to))
+}
+
+/// An event batch as the parallel arrays the statements `unnest`.
+struct EventArrays {
+    sequences: Vec<i64>,
+    kinds: Vec<&'static str>,
+    times: Vec<DateTime<Utc>>,
+    payloads: Vec<Vec<u8>>,
+}
+
+fn duplicate_event(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Conflict(_) => StoreError::Conflict("an event sequence of this run is already stored".into()),
+        other => other,
+    }
+}
+
+impl PgRunStore {
+    fn event_arrays(&self, tenant: &TenantId, run: RunId, events: &[RecordedEvent]) -> Result<EventArrays, StoreError> {
+        let mut batch = EventArrays {
+            sequences: Vec::with_capacity(events.len()),
+            kinds: Vec::with_capacity(events.len()),
+            times: Vec::with_capacity(events.len()),
+            payloads: Vec::with_capacity(events.len()),
+        };
+        for e in events {
+            let seq = i64::try_from(e.sequence).map_err(|_| corrupt("sequence", e.sequence))?;
+            let json = serde_json::to_string(&e.event).map_err(|e| corrupt("event", e))?;
+            let row = format!("{}/{}", run, e.sequence);
+            batch.payloads.push(self.protection.seal(&Self::event_place(tenant, &row), &json));
+            batch.sequences.push(seq);
+            batch.kinds.push(e.event.type_name());
+            batch.times.push(e.timestamp);
+        }
+        Ok(batch)
+    }
+
+    fn event_place<'a>(tenant: &'a TenantId, row: &'a str) -> Place<'a> {
+        Place { tenant: tenant.as_str(), table: "run_events", column: "payload", row }
+    }
+
+    fn seal_opt(&self, tenant: &TenantId, column: &'static str, row: &str, v: Option<&str>) -> Option<Vec<u8>> {
+        v.map(|text| self.protection.seal(&Place { tenant: tenant.as_str(), table: "tool_calls", column, row }, text))
+    }
+
+    fn open_opt(
+        &self,
+        tenant: &TenantId,
+        column: &'static str,
+        row: &str,
+        v: Option<Vec<u8>>,
+    ) -> Result<Option<String>, StoreError> {
+        v.map(|bytes| {
+            self.protection
+                .open(&Place { tenant: tenant.as_str(), table: "tool_calls", column, row }, &bytes)
+                .map_err(unreadable)
+        })
+        .transpose()
+    }
+}
+
+#[async_trait::async_trait]
+impl RunStore for PgRunStore {
+    async fn create_run(
+        &self,
+        tenant: &TenantId,
+        run: &RunRecord,
+        input: Option<&RunInputRecord>,
+    ) -> Result<(), StoreError> {
+        let input = match input {
+            Some(i) => {
+                let json = serde_json::to_string(i).map_err(|e| corrupt("input", e))?;
+                let row = run.id.to_string();
+                Some(
+                    self.protection
+                        .seal(&Place { tenant: tenant.as_str(), table: "runs", column: "input", row: &row }, &json),
+                )
+            }
+            None => None,
+        };
+        sqlx::query(sql::RUN_INSERT)
+            .bind(tenant.as_str())
+            .bind(run.id.0)
+            .bind(&run.agent_name)
+            .bind(run.agent_version.map(|v| i32::try_from(v).unwrap_or(i32::MAX)))
+            .bind(status_text(run.status)?)
+            .bind(run.started_at)
+            .bind(run.session_id.as_deref())
+            .bind(run.parent_run_id.map(|r| r.0))
+            .bind(run.root_run_id.map(|r| r.0))
+            .bind(i32::try_from(run.depth).unwrap_or(i32::MAX))
+            .bind(run.user_id.as_deref())
+            .bind(to_json(&run.labels)?)
+            .bind(run.heartbeat_at)
+            .bind(run.cancel_requested)
+            .bind(input)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn finish_run(
+        &self,
+        tenant: &TenantId,
+        id: RunId,
+        end: &RunEnd,
+        events: &[RecordedEvent],
+    ) -> Result<(), StoreError> {
+        let usage = end.usage.as_ref().map(to_json).transpose()?;
+        let cost = end.cost.as_ref().map(to_json).transpose()?;
+        let error = end.error.as_ref().map(to_json).transpose()?;
+        let status = status_text(end.status)?;
+        let batch = self.event_arrays(tenant, id, events)?;
+        let done = retrying(|| {
+            sqlx::query(sql::RUN_FINISH)
+                .bind(tenant.as_str())
+                .bind(id.0)
+                .bind(&status)
+                .bind(end.ended_at)
+                .bind(i64::try_from(end.duration_ms).unwrap_or(i64::MAX))
+                .bind(&usage)
+                .bind(&cost)
+                .bind(end.model_provider.as_deref())
+                .bind(end.model.as_deref())
+                .bind(&error)
+                .bind(&batch.sequences)
+                .bind(&batch.kinds)
+                .bind(&batch.times)
+                .bind(&batch.payloads)
+                .execute(&self.pool)
+        })
+        .await
+        .map_err(duplicate_event)?;
+        if done.rows_affected() == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+    }
+
+    async fn get_run(&self, tenant: &TenantId, id: RunId) -> Result<Option<RunRecord>, StoreError> {
+        let row = sqlx::query(sql::RUN_GET)
+            .bind(tenant.as_str())
+            .bind(id.0)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
+        row.as_ref().map(|r| run_record(r, tenant)).transpose()
+    }
+
+    async fn list_runs(
+        &self,
+        tenant: &TenantId,
+        filter: &RunFilter,
+        skip: usize,
+        take: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let q = bind_filter(sqlx::query(sql::RUN_LIST).bind(tenant.as_str()), filter)?;
+        let rows = q.bind(skip as i64).bind(take as i64).fetch_all(&self.pool).await.map_err(map_err)?;
+        rows.iter().map(|r| run_record(r, tenant)).collect()
+    }
+
+    async fn stats(&self, tenant: &TenantId, filter: &RunFilter) -> Result<RunStats, StoreError> {
+        let q = bind_filter(sqlx::query(sql::RUN_STATS).bind(tenant.as_str()), filter)?;
+        let rows = q.fetch_all(&self.pool).await.map_err(map_err)?;
+        let mut s = RunStats::default();
+        for row in rows {
+            let dim: String = row.try_get("dim").map_err(map_err)?;
+            let key: Option<String> = row.try_get("key").map_err(map_err)?;
+            let key = key.unwrap_or_default();
+            let n: i64 = row.try_get("n").map_err(map_err)?;
+            let n = n.max(0) as u64;
+            let amount: Option<f64> = row.try_get("amount").map_err(map_err)?;
+            let tokens: Option<i64> = row.try_get("tokens").map_err(map_err)?;
+            let tokens = tokens.unwrap_or(0).max(0) as u64;
+            match dim.as_str() {
+                "total" => s.total_runs = n,
+                "status" => {
+                    s.by_status.insert(RunStatus::parse(&key).ok_or_else(|| corrupt("run status", &key))?, n);
+                }
+                "error" => {
+                    s.by_error_class.insert(enum_parse(&key, "error class")?, n);
+                }
+                "agent" => {
+                    s.by_agent.insert(key, n);
+                }
+                "user" => {
+                    s.by_user.insert(key, n);
+                }
+                "label" => {
+                    s.by_label.insert(key, n);
+                }
+                "cost" => {
+                    s.cost.insert(key, amount.unwrap_or(0.0));
+                    s.runs_with_cost += n;
+                }
+                "usage" => s.runs_with_usage = n,
+                "tokens" => match key.as_str() {
+                    "input" => s.input_tokens = tokens,
+                    "output" => s.output_tokens = tokens,
+                    _ => s.total_tokens = tokens,
+                },
+                _ => {}
+            }
+        }
+        Ok(s)
+    }
+
+    async fn append_events(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        events: &[RecordedEvent],
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let batch = self.event_arrays(tenant, run, events)?;
+        let done = sqlx::query(sql::EVENTS_APPEND)
+            .bind(tenant.as_str())
+            .bind(run.0)
+            .bind(&batch.sequences)
+            .bind(&batch.kinds)
+            .bind(&batch.times)
+            .bind(&batch.payloads)
+            .bind(now)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| duplicate_event(map_err(e)))?;
+        if done.rows_affected() == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+    }
+
+    async fn read_events(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>, StoreError> {
+        let rows = sqlx::query(sql::EVENTS_READ)
+            .bind(tenant.as_str())
+            .bind(run.0)
+            .bind(i64::try_from(after).unwrap_or(i64::MAX))
+            .bind(limit as i64)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        rows.iter()
+            .map(|row| {
+                let seq: i64 = row.try_get("sequence").map_err(map_err)?;
+                let payload: Vec<u8> = row.try_get("payload").map_err(map_err)?;
+                let place_row = format!("{run}/{seq}");
+                let json =
+                    self.protection.open(&Self::event_place(tenant, &place_row), &payload).map_err(unreadable)?;
+                let event: RunEvent = serde_json::from_str(&json).map_err(|e| corrupt("event", e))?;
+                Ok(RecordedEvent {
+                    sequence: seq.max(0) as u64,
+                    timestamp: row.try_get("occurred_at").map_err(map_err)?,
+                    event,
+                })
+            })
+            .collect()
+    }
+
+    async fn record_tool_call(&self, tenant: &TenantId, call: &ToolCallRecord) -> Result<(), StoreError> {
+        let row = format!("{}/{}", call.run_id, call.call_id);
+        let arguments = self.protection.seal(
+            &Place { tenant: tenant.as_str(), table: "tool_calls", column: "arguments", row: &row },
+            &call.arguments,
+        );
+        let effect = call.effect.as_ref().map(enum_text).transpose()?;
+        sqlx::query(sql::TOOL_UPSERT)
+            .bind(tenant.as_str())
+            .bind(call.run_id.0)
+            .bind(&call.call_id)
+            .bind(&call.tool_name)
+            .bind(effect)
+            .bind(enum_text(&call.status)?)
+            .bind(arguments)
+            .bind(self.seal_opt(tenant, "result", &row, call.result.as_deref()))
+            .bind(self.seal_opt(tenant, "error", &row, call.error.as_deref()))
+            .bind(call.omitted_bytes.map(|b| i64::try_from(b).unwrap_or(i64::MAX)))
+            .bind(call.started_at)
+            .bind(i64::try_from(call.duration_ms).unwrap_or(i64::MAX))
+            .bind(call.timed_out)
+            .bind(call.late_completed_at)
+            .bind(call.late_duration_ms.map(|d| i64::try_from(d).unwrap_or(i64::MAX)))
+            .bind(self.seal_opt(tenant, "late_result", &row, call.late_result.as_deref()))
+            .bind(self.seal_opt(tenant, "late_error", &row, call.late_error.as_deref()))
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn complete_tool_call_late(&self, tenant: &TenantId, late: &LateCompletion) -> Result<(), StoreError> {
+        let row = format!("{}/{}", late.run_id, late.call_id);
+        let (result, error) = match &late.result {
+            Ok(text) => (self.seal_opt(tenant, "late_result", &row, Some(text)), None),
+            Err(e) => (None, self.seal_opt(tenant, "late_error", &row, Some(e))),
+        };
+        let done = sqlx::query(sql::TOOL_LATE)
+            .bind(tenant.as_str())
+            .bind(late.run_id.0)
+            .bind(&late.call_id)
+            .bind(late.completed_at)
+            .bind(i64::try_from(late.duration_ms).unwrap_or(i64::MAX))
+            .bind(result)
+            .bind(error)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        if done.rows_affected() == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+    }
+
+    async fn list_tool_calls(&self, tenant: &TenantId, run: RunId) -> Result<Vec<ToolCallRecord>, StoreError> {
+        let rows = sqlx::query(sql::TOOL_LIST)
+            .bind(tenant.as_str())
+            .bind(run.0)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        rows.iter()
+            .map(|r| {
+                let call_id: String = r.try_get("call_id").map_err(map_err)?;
+                let row = format!("{run}/{call_id}");
+                let effect: Option<String> = r.try_get("effect").map_err(map_err)?;
+                let status: String = r.try_get("status").map_err(map_err)?;
+                let arguments: Vec<u8> = r.try_get("arguments").map_err(map_err)?;
+                let omitted: Option<i64> = r.try_get("omitted_bytes").map_err(map_err)?;
+                let duration: i64 = r.try_get("duration_ms").map_err(map_err)?;
+                let late_duration: Option<i64> = r.try_get("late_duration_ms").map_err(map_err)?;
+                Ok(ToolCallRecord {
+                    run_id: run,
+                    arguments: self
+                        .protection
+                        .open(
+                            &Place { tenant: tenant.as_str(), table: "tool_calls", column: "arguments", row: &row },
+                            &arguments,
+                        )
+                        .map_err(unreadable)?,
+                    tool_name: r.try_get("tool_name").map_err(map_err)?,
+                    effect: effect.map(|e| enum_parse(&e, "tool effect")).transpose()?,
+                    status: enum_parse(&status, "tool status")?,
+                    result: self.open_opt(tenant, "result", &row, r.try_get("result").map_err(map_err)?)?,
+                    error: self.open_opt(tenant, "error", &row, r.try_get("error").map_err(map_err)?)?,
+                    omitted_bytes: omitted.map(|o| o.max(0) as u64),
+                    started_at: r.try_get("started_at").map_err(map_err)?,
+                    duration_ms: duration.max(0) as u64,
+                    timed_out: r.try_get("timed_out").map_err(map_err)?,
+                    late_completed_at: r.try_get("late_completed_at").map_err(map_err)?,
+                    late_duration_ms: late_duration.map(|d| d.max(0) as u64),
+                    late_result: self.open_opt(
+                        tenant,
+                        "late_result",
+                        &row,
+                        r.try_get("late_result").map_err(map_err)?,
+                    )?,
+                    late_error: self.open_opt(tenant, "late_error", &row, r.try_get("late_error").map_err(map_err)?)?,
+                    call_id,
+                })
+            })
+            .collect()
+    }
+
+    async fn record_input(&self, tenant: &TenantId, run: RunId, input: &RunInputRecord) -> Result<(), StoreError> {
+        let json = serde_json::to_string(input).map_err(|e| corrupt("input", e))?;
+        let row = run.to_string();
+        let sealed =
+            self.protection.seal(&Place { tenant: tenant.as_str(), table: "runs", column: "input", row: &row }, &json);
+        let done = sqlx::query(sql::RUN_SET_INPUT)
+            .bind(tenant.as_str())
+            .bind(run.0)
+            .bind(sealed)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        if done.rows_affected() == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+    }
+
+    async fn get_input(&self, tenant: &TenantId, run: RunId) -> Result<Option<RunInputRecord>, StoreError> {
+        let stored: Option<Option<Vec<u8>>> = sqlx::query_scalar(sql::RUN_GET_INPUT)
+            .bind(tenant.as_str())
+            .bind(run.0)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
+        let Some(Some(bytes)) = stored else { return Ok(None) };
+        let row = run.to_string();
+        let json = self
+            .protection
+            .open(&Place { tenant: tenant.as_str(), table: "runs", column: "input", row: &row }, &bytes)
+            .map_err(unreadable)?;
+        serde_json::from_str(&json).map(Some).map_err(|e| corrupt("input", e))
+    }
+
+    async fn request_cancel(&self, tenant: &TenantId, run: RunId) -> Result<CancelOutcome, StoreError> {
+        let row = sqlx::query(sql::RUN_CANCEL)
+            .bind(tenant.as_str())
+            .bind(run.0)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_err)?;
+        let status: Option<String> = row.try_get("status").map_err(map_err)?;
+        let requested: bool = row.try_get("requested").map_err(map_err)?;
+        match status {
+            None => Err(StoreError::NotFound),
+            Some(_) if requested => Ok(CancelOutcome::Requested),
+            Some(s) => Ok(CancelOutcome::AlreadyEnded(RunStatus::parse(&s).ok_or_else(|| corrupt("run status", &s))?)),
+        }
+    }
+
+    async fn is_cancel_requested(&self, tenant: &TenantId, run: RunId) -> Result<bool, StoreError> {
+        let flag: Option<bool> = sqlx::query_scalar(sql::RUN_CANCEL_FLAG)
+            .bind(tenant.as_str())
+            .bind(run.0)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(flag.unwrap_or(false))
+    }
+}

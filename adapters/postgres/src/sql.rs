@@ -1,0 +1,224 @@
+//! Every statement the Postgres stores run — the one SQL text shared by the sqlx stores
+//! (native hosts) and the tokio-postgres stores (Cloudflare Workers).
+//!
+//! Statements are unqualified: connections set `search_path` to the configured schema.
+//! Every statement on a tenant-owned table filters by `tenant_id = $1`. Optional filters
+//! use `($n::type IS NULL OR column = $n)` so each statement stays one fixed text.
+
+// ---- agent definitions -----------------------------------------------------------------
+
+pub const DEF_GET: &str = "SELECT version, definition, created_at, written_at FROM agent_definitions \
+     WHERE tenant_id = $1 AND name = $2 ORDER BY version DESC LIMIT 1";
+
+pub const DEF_LIST: &str = "SELECT DISTINCT ON (name) version, definition, created_at, written_at \
+     FROM agent_definitions WHERE tenant_id = $1 ORDER BY name, version DESC OFFSET $2 LIMIT $3";
+
+/// Version 1; a duplicate is a unique violation.
+pub const DEF_CREATE: &str = "INSERT INTO agent_definitions (tenant_id, name, version, definition, created_at, written_at) \
+     VALUES ($1, $2, 1, $3, $4, $4)";
+
+/// The next version; no row when the definition does not exist.
+pub const DEF_UPDATE: &str = "INSERT INTO agent_definitions (tenant_id, name, version, definition, created_at, written_at) \
+     SELECT $1, $2, max(version) + 1, $3, min(created_at), $4 FROM agent_definitions \
+     WHERE tenant_id = $1 AND name = $2 HAVING count(*) > 0 \
+     RETURNING version, created_at";
+
+pub const DEF_DELETE: &str = "DELETE FROM agent_definitions WHERE tenant_id = $1 AND name = $2";
+
+pub const DEF_VERSIONS: &str = "SELECT version, definition, created_at, written_at FROM agent_definitions \
+     WHERE tenant_id = $1 AND name = $2 ORDER BY version DESC";
+
+pub const DEF_VERSION: &str = "SELECT version, definition, created_at, written_at FROM agent_definitions \
+     WHERE tenant_id = $1 AND name = $2 AND version = $3";
+
+// ---- runs --------------------------------------------------------------------------------
+
+/// `$1` tenant … `$14` cancel_requested, `$15` input (protected, nullable).
+pub const RUN_INSERT: &str = "INSERT INTO runs (tenant_id, id, agent_name, agent_version, status, started_at, session_id, \
+     parent_run_id, root_run_id, depth, user_id, labels, heartbeat_at, cancel_requested, input) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)";
+
+/// Closes the row and appends the run's last events (`$11`…`$14` as arrays) in one
+/// statement, so the terminal event is never visible on an open row.
+pub const RUN_FINISH: &str = "WITH ins AS (INSERT INTO run_events (tenant_id, run_id, sequence, event_type, occurred_at, payload) \
+     SELECT $1, $2, u.seq, u.kind, u.at, u.payload \
+     FROM unnest($11::bigint[], $12::text[], $13::timestamptz[], $14::bytea[]) AS u(seq, kind, at, payload) RETURNING 1) \
+     UPDATE runs SET status = $3, ended_at = $4, duration_ms = $5, usage = $6, cost = $7, \
+     model_provider = $8, model = $9, error = $10, heartbeat_at = $4 \
+     WHERE tenant_id = $1 AND id = $2";
+
+pub const RUN_GET: &str = "SELECT id, agent_name, agent_version, status, started_at, ended_at, duration_ms, usage, cost, \
+     model_provider, model, error, session_id, parent_run_id, root_run_id, depth, user_id, labels, heartbeat_at, \
+     cancel_requested FROM runs WHERE tenant_id = $1 AND id = $2";
+
+/// The run filter, on `$2`…`$8`: agent, status, session, user, labels (`@>`), from, to.
+macro_rules! run_filter {
+    () => {
+        "tenant_id = $1 AND ($2::text IS NULL OR agent_name = $2) AND ($3::text IS NULL OR status = $3) \
+         AND ($4::text IS NULL OR session_id = $4) AND ($5::text IS NULL OR user_id = $5) \
+         AND labels @> $6::jsonb AND ($7::timestamptz IS NULL OR started_at >= $7) \
+         AND ($8::timestamptz IS NULL OR started_at < $8)"
+    };
+}
+
+pub const RUN_LIST: &str = concat!(
+    "SELECT id, agent_name, agent_version, status, started_at, ended_at, duration_ms, usage, cost, \
+     model_provider, model, error, session_id, parent_run_id, root_run_id, depth, user_id, labels, heartbeat_at, \
+     cancel_requested FROM runs WHERE ",
+    run_filter!(),
+    " ORDER BY started_at DESC, id DESC OFFSET $9 LIMIT $10"
+);
+
+/// Rows of `(dimension, key, runs, amount, tokens)`.
+pub const RUN_STATS: &str = concat!(
+    "WITH f AS (SELECT status, error, agent_name, user_id, labels, usage, cost FROM runs WHERE ",
+    run_filter!(),
+    ") \
+     SELECT 'total' AS dim, '' AS key, count(*) AS n, NULL::float8 AS amount, NULL::bigint AS tokens FROM f \
+     UNION ALL SELECT 'status', status, count(*), NULL, NULL FROM f GROUP BY status \
+     UNION ALL SELECT 'error', error->>'errorClass', count(*), NULL, NULL FROM f WHERE error IS NOT NULL GROUP BY 2 \
+     UNION ALL SELECT 'agent', agent_name, count(*), NULL, NULL FROM f GROUP BY 2 \
+     UNION ALL SELECT 'user', user_id, count(*), NULL, NULL FROM f WHERE user_id IS NOT NULL GROUP BY 2 \
+     UNION ALL SELECT 'label', l.key || ':' || l.value, count(*), NULL, NULL FROM f, jsonb_each_text(f.labels) AS l GROUP BY 2 \
+     UNION ALL SELECT 'cost', cost->>'currency', count(*), sum((cost->>'totalCost')::float8), NULL FROM f \
+         WHERE cost IS NOT NULL GROUP BY 2 \
+     UNION ALL SELECT 'usage', '', count(*), NULL, NULL FROM f WHERE usage IS NOT NULL \
+     UNION ALL SELECT 'tokens', 'input', 0, NULL, coalesce(sum((usage->>'inputTokens')::bigint), 0)::bigint FROM f \
+     UNION ALL SELECT 'tokens', 'output', 0, NULL, coalesce(sum((usage->>'outputTokens')::bigint), 0)::bigint FROM f \
+     UNION ALL SELECT 'tokens', 'total', 0, NULL, coalesce(sum((usage->>'totalTokens')::bigint), 0)::bigint FROM f"
+);
+
+pub const RUN_SET_INPUT: &str = "UPDATE runs SET input = $3 WHERE tenant_id = $1 AND id = $2";
+
+pub const RUN_GET_INPUT: &str = "SELECT input FROM runs WHERE tenant_id = $1 AND id = $2";
+
+/// `(status before, whether the flag was set)`; no status when the run does not exist.
+pub const RUN_CANCEL: &str = "WITH target AS (SELECT status FROM runs WHERE tenant_id = $1 AND id = $2), \
+     upd AS (UPDATE runs SET cancel_requested = true WHERE tenant_id = $1 AND id = $2 AND status = 'Running' RETURNING 1) \
+     SELECT (SELECT status FROM target) AS status, EXISTS (SELECT 1 FROM upd) AS requested";
+
+pub const RUN_CANCEL_FLAG: &str = "SELECT cancel_requested FROM runs WHERE tenant_id = $1 AND id = $2";
+
+// ---- run events ----------------------------------------------------------------------------
+
+/// One batch in one round trip: the events (`$3`…`$6` as arrays) and the heartbeat (`$7`).
+/// A missing run is a foreign-key violation, a stored sequence a unique violation, and the
+/// whole statement is written or nothing is.
+pub const EVENTS_APPEND: &str = "WITH ins AS (INSERT INTO run_events (tenant_id, run_id, sequence, event_type, occurred_at, payload) \
+     SELECT $1, $2, u.seq, u.kind, u.at, u.payload \
+     FROM unnest($3::bigint[], $4::text[], $5::timestamptz[], $6::bytea[]) AS u(seq, kind, at, payload) RETURNING 1) \
+     UPDATE runs SET heartbeat_at = $7 WHERE tenant_id = $1 AND id = $2 AND EXISTS (SELECT 1 FROM ins)";
+
+pub const EVENTS_READ: &str = "SELECT sequence, occurred_at, payload FROM run_events \
+     WHERE tenant_id = $1 AND run_id = $2 AND sequence > $3 ORDER BY sequence LIMIT $4";
+
+// ---- tool calls ------------------------------------------------------------------------------
+
+pub const TOOL_UPSERT: &str = "INSERT INTO tool_calls (tenant_id, run_id, call_id, position, tool_name, effect, status, \
+     arguments, result, error, omitted_bytes, started_at, duration_ms, timed_out, late_completed_at, late_duration_ms, \
+     late_result, late_error) \
+     VALUES ($1, $2, $3, (SELECT count(*) FROM tool_calls WHERE tenant_id = $1 AND run_id = $2), \
+     $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
+     ON CONFLICT (tenant_id, run_id, call_id) DO UPDATE SET tool_name = EXCLUDED.tool_name, effect = EXCLUDED.effect, \
+     status = EXCLUDED.status, arguments = EXCLUDED.arguments, result = EXCLUDED.result, error = EXCLUDED.error, \
+     omitted_bytes = EXCLUDED.omitted_bytes, started_at = EXCLUDED.started_at, duration_ms = EXCLUDED.duration_ms, \
+     timed_out = EXCLUDED.timed_out, late_completed_at = EXCLUDED.late_completed_at, \
+     late_duration_ms = EXCLUDED.late_duration_ms, late_result = EXCLUDED.late_result, late_error = EXCLUDED.late_error";
+
+pub const TOOL_LATE: &str = "UPDATE tool_calls SET late_completed_at = $4, late_duration_ms = $5, late_result = $6, \
+     late_error = $7 WHERE tenant_id = $1 AND run_id = $2 AND call_id = $3";
+
+pub const TOOL_LIST: &str = "SELECT call_id, tool_name, effect, status, arguments, result, error, omitted_bytes, \
+     started_at, duration_ms, timed_out, late_completed_at, late_duration_ms, late_result, late_error \
+     FROM tool_calls WHERE tenant_id = $1 AND run_id = $2 ORDER BY position, started_at, call_id";
+
+// ---- sessions ----------------------------------------------------------------------------------
+
+pub const SESSION_GET: &str = "SELECT id, agent_name, version, item_count, created_at, updated_at, owner_user_id, \
+     parent_session_id, parent_sequence FROM sessions WHERE tenant_id = $1 AND id = $2";
+
+pub const SESSION_ITEMS: &str = "SELECT sequence, run_id, created_at, content FROM session_items \
+     WHERE tenant_id = $1 AND session_id = $2 ORDER BY sequence";
+
+pub const SESSION_LIST: &str = "SELECT id, agent_name, version, item_count, created_at, updated_at, owner_user_id, \
+     parent_session_id, parent_sequence FROM sessions WHERE tenant_id = $1 \
+     ORDER BY updated_at DESC, id OFFSET $2 LIMIT $3";
+
+/// A new session (generation 1, or a branch with its parent) and its items in one
+/// statement; an existing id is a unique violation. `$10`/`$11`: item sequences and
+/// contents; `$12`: items' run id.
+pub const SESSION_CREATE: &str = "WITH s AS (INSERT INTO sessions (tenant_id, id, agent_name, version, item_count, \
+     created_at, updated_at, owner_user_id, parent_session_id, parent_sequence) \
+     VALUES ($1, $2, $3, 1, $4, $5, $5, $6, $7, $8) RETURNING id) \
+     INSERT INTO session_items (tenant_id, session_id, sequence, run_id, created_at, content) \
+     SELECT $1, s.id, u.seq, $9, $5, u.content FROM s, unnest($10::bigint[], $11::bytea[]) AS u(seq, content)";
+
+/// The item count the generation `$3` has (no row when the generation moved on).
+pub const SESSION_COUNT_AT: &str = "SELECT item_count FROM sessions WHERE tenant_id = $1 AND id = $2 AND version = $3";
+
+/// Appends items only if the generation is still `$3`; returns the new generation and count.
+pub const SESSION_APPEND: &str = "WITH s AS (UPDATE sessions SET version = version + 1, item_count = item_count + $4, \
+     updated_at = $5, agent_name = $6 WHERE tenant_id = $1 AND id = $2 AND version = $3 \
+     RETURNING id, version, item_count), \
+     ins AS (INSERT INTO session_items (tenant_id, session_id, sequence, run_id, created_at, content) \
+     SELECT $1, s.id, u.seq, $7, $5, u.content FROM s, unnest($8::bigint[], $9::bytea[]) AS u(seq, content) RETURNING 1) \
+     SELECT version, item_count FROM s";
+
+pub const SESSION_DELETE: &str = "DELETE FROM sessions WHERE tenant_id = $1 AND id = $2";
+
+// ---- schema ------------------------------------------------------------------------------------
+
+/// Whether a schema name is safe to splice into `CREATE SCHEMA` / `SET search_path`
+/// (identifiers cannot be bound as parameters).
+pub fn is_schema_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 63
+        && chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_names_are_plain_identifiers() {
+        assert!(is_schema_name("tracon"));
+        assert!(is_schema_name("tracon_test_1"));
+        for bad in ["", "Tracon", "1x", "a-b", "a;drop", "a b", &"a".repeat(64)] {
+            assert!(!is_schema_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_tenant_statement_filters_by_tenant() {
+        for s in [
+            DEF_GET,
+            DEF_LIST,
+            DEF_UPDATE,
+            DEF_DELETE,
+            DEF_VERSIONS,
+            DEF_VERSION,
+            RUN_FINISH,
+            RUN_GET,
+            RUN_LIST,
+            RUN_STATS,
+            RUN_SET_INPUT,
+            RUN_GET_INPUT,
+            RUN_CANCEL,
+            RUN_CANCEL_FLAG,
+            EVENTS_APPEND,
+            EVENTS_READ,
+            TOOL_LATE,
+            TOOL_LIST,
+            SESSION_GET,
+            SESSION_ITEMS,
+            SESSION_LIST,
+            SESSION_COUNT_AT,
+            SESSION_APPEND,
+            SESSION_DELETE,
+        ] {
+            assert!(s.contains("tenant_id = $1"), "{s}");
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! `bench-postgres`: what recording to Postgres costs per run, against in-memory storage.
+//!
+//! Starts the mock model server in-process and two release `tracon` servers against it —
+//! one on in-memory stores, one on Postgres (a fresh schema) — and drives the same
+//! workload through both: `POST /api/agents/support/run` in a session-less run, the demo
+//! agent on the `openai` provider pointed at the mock (one model call per run, no tool
+//! call). Reports runs/second, p50/p99 latency, the Postgres − memory difference at p50,
+//! and database round trips per run (transactions committed, from `pg_stat_database`;
+//! every statement runs in its own transaction).
+//!
+//! ```text
+//! cargo build --release -p tracon -p tracon-tests
+//! DATABASE_URL=postgres://… cargo run --release -p tracon-tests --bin bench-postgres -- [--requests 2000] [--concurrency 1,16]
+//! ```
+//! Target: recording to Postgres adds under 2 ms at p50 per run over in-memory.
+
+// A report tool: its output is the point.
+#![allow(clippy::print_stdout)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde_json::json;
+use tracon_tests::mock::{MockConfig, MockServer};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+#[derive(Parser)]
+struct Args {
+    /// Runs measured per concurrency level (after a warm-up).
+    #[arg(long, default_value_t = 2000)]
+    requests: usize,
+    /// Concurrency levels.
+    #[arg(long, value_delimiter = ',', default_value = "1,16")]
+    concurrency: Vec<usize>,
+    /// The tracon binary.
+    #[arg(long, default_value = "target/release/tracon")]
+    tracon: PathBuf,
+    /// Postgres to record into (default: TRACON_TEST_DATABASE_URL, then DATABASE_URL).
+    #[arg(long)]
+    database_url: Option<String>,
+}
+
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn spawn(bin: &PathBuf, mock: &str, db: Option<(&str, &str)>) -> Result<Server, BoxError> {
+    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let mut cmd = Command::new(bin);
+    cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env_clear()
+        .env("RUST_LOG", "warn")
+        .env("OPENAI_API_KEY", "bench-key")
+        .env("Tracon__Providers__OpenAI__Endpoint", format!("{mock}/v1"))
+        .env("Tracon__Providers__OpenAI__DefaultModel", "bench")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some((url, schema)) = db {
+        cmd.env("DATABASE_URL", url)
+            .env("Tracon__PostgreSql__SchemaName", schema)
+            .env("Tracon__PostgreSql__MaxConnections", "16");
+    }
+    let server = Server { child: cmd.spawn()?, base: format!("http://127.0.0.1:{port}") };
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(r) = client.get(format!("{}/api/meta", server.base)).send().await
+            && r.status().is_success()
+        {
+            return Ok(server);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Err("tracon did not start within 30 s".into())
+}
+
+async fn drive(
+    client: &reqwest::Client,
+    base: &str,
+    concurrency: usize,
+    total: usize,
+) -> Result<(Vec<u64>, f64), BoxError> {
+    let url = Arc::new(format!("{base}/api/agents/support/run"));
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..concurrency {
+        let (client, url, next) = (client.clone(), url.clone(), next.clone());
+        workers.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
+                let t = Instant::now();
+                let body = client
+                    .post(url.as_str())
+                    .json(&json!({"message": "Where is order 4182?"}))
+                    .send()
+                    .await?
+                    .text()
+                    .await?;
+                if !body.contains("event: done") {
+                    return Err::<Vec<u64>, BoxError>(format!("a run did not complete: {body}").into());
+                }
+                out.push(t.elapsed().as_micros() as u64);
+            }
+            Ok(out)
+        }));
+    }
+    let mut all = Vec::with_capacity(total);
+    for w in workers {
+        all.extend(w.await??);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    all.sort_unstable();
+    Ok((all, seconds))
+}
+
+fn pct(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize - 1;
+    sorted[i.min(sorted.len() - 1)] as f64 / 1000.0
+}
+
+/// Transactions committed in this database so far. Backends report their counters to the
+/// statistics system in the background, so wait for them to land first.
+async fn commits(pool: &sqlx::PgPool) -> Result<i64, BoxError> {
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut conn = pool.acquire().await?;
+    sqlx::query("SELECT pg_stat_clear_snapshot()").execute(&mut *conn).await?;
+    Ok(sqlx::query_scalar("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+        .fetch_one(&mut *conn)
+        .await?)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<(), BoxError> {
+    let args = Args::parse();
+    let url = args
+        .database_url
+        .clone()
+        .or_else(|| std::env::var("TRACON_TEST_DATABASE_URL").ok())
+        .or_else(|| std::env::var("DATABASE_URL").ok())
+        .ok_or("give --database-url (or set DATABASE_URL) to a Postgres database you may create a schema in")?;
+    if !args.tracon.exists() {
+        return Err(format!("{} is missing: cargo build --release -p tracon", args.tracon.display()).into());
+    }
+    let mock = MockServer::start(MockConfig::default()).await?;
+    let schema = format!("bench_{}", std::process::id());
+    let memory = spawn(&args.tracon, &mock.base_url(), None).await?;
+    let postgres = spawn(&args.tracon, &mock.base_url(), Some((&url, &schema))).await?;
+    let pool = sqlx::PgPool::connect(&url).await?;
+    let client = reqwest::Client::builder().pool_max_idle_per_host(256).tcp_nodelay(true).build()?;
+
+    println!("== Tracon on Postgres vs in-memory ==");
+    println!(
+        "command: cargo run --release -p tracon-tests --bin bench-postgres -- --requests {} --concurrency {}",
+        args.requests,
+        args.concurrency.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
+    );
+    println!("cores: {}", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    println!();
+    println!("{:>4} {:<9} {:>9} {:>9} {:>9} {:>14}", "C", "storage", "runs/s", "p50 ms", "p99 ms", "round trips/run");
+    let mut worst_added = 0.0f64;
+    for &c in &args.concurrency {
+        let mut p50s = [0.0; 2];
+        for (i, (name, server)) in [("memory", &memory), ("postgres", &postgres)].into_iter().enumerate() {
+            drive(&client, &server.base, c, 200.max(c * 4)).await?; // warm-up
+            let before = if i == 1 { commits(&pool).await? } else { 0 };
+            let (lat, seconds) = drive(&client, &server.base, c, args.requests).await?;
+            // The two reads of the statistics are themselves two transactions.
+            let after = if i == 1 { commits(&pool).await? - 2 } else { 0 };
+            let trips =
+                if i == 1 { format!("{:.2}", (after - before) as f64 / args.requests as f64) } else { "—".into() };
+            p50s[i] = pct(&lat, 50.0);
+            println!(
+                "{c:>4} {name:<9} {:>9.0} {:>9.3} {:>9.3} {trips:>14}",
+                args.requests as f64 / seconds,
+                pct(&lat, 50.0),
+                pct(&lat, 99.0)
+            );
+        }
+        let added = p50s[1] - p50s[0];
+        worst_added = worst_added.max(added);
+        println!("     postgres − memory at p50: {added:.3} ms");
+    }
+    println!();
+    println!(
+        "target: recording to Postgres adds < 2 ms p50 per run: {}",
+        if worst_added < 2.0 { "met" } else { "NOT MET" }
+    );
+    let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).execute(&pool).await;
+    Ok(())
+}

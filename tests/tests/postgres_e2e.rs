@@ -1,0 +1,294 @@
+//! End-to-end on Postgres: the real binary restarted, the database cut away and given back,
+//! migrations run twice and concurrently and tampered with, content protection on disk.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Tracon, of_kind, run, text_of, tracon_bin};
+use tracon_tests::chaos::ChaosProxy;
+use tracon_tests::mock::{MockConfig, MockServer, MockTurn};
+
+fn database_url() -> String {
+    std::env::var("TRACON_TEST_DATABASE_URL").or_else(|_| std::env::var("DATABASE_URL")).unwrap_or_else(|_| {
+        panic!("These tests need PostgreSQL: run ./scripts/test (it provisions one), or set TRACON_TEST_DATABASE_URL.")
+    })
+}
+
+fn fresh_schema() -> String {
+    format!("e_{}", uuid_like())
+}
+
+fn uuid_like() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("{:x}{:x}", nanos, std::process::id())
+}
+
+async fn db() -> sqlx::PgPool {
+    sqlx::PgPool::connect(&database_url()).await.unwrap()
+}
+
+async fn start_on_pg(schema: &str, url: &str, extra: &[(&str, &str)]) -> Tracon {
+    let mut env = vec![("DATABASE_URL", url), ("Tracon__PostgreSql__SchemaName", schema)];
+    env.extend_from_slice(extra);
+    Tracon::start(&env).await
+}
+
+#[tokio::test]
+async fn after_a_kill_and_restart_runs_events_tools_and_sessions_are_all_readable() {
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    mock.script(
+        "restart-model",
+        vec![
+            MockTurn::tool_call("get_order_status", json!({"orderId": "4182"})),
+            MockTurn::text("Order 4182 is on its way.").with_usage(30, 6),
+        ],
+    );
+    let endpoint = format!("{}/v1", mock.base_url());
+    let provider = [
+        ("OPENAI_API_KEY", "k"),
+        ("Tracon__Providers__OpenAI__Endpoint", endpoint.as_str()),
+        ("Tracon__Providers__OpenAI__DefaultModel", "restart-model"),
+    ];
+    let (schema, url) = (fresh_schema(), database_url());
+    let mut first = start_on_pg(&schema, &url, &provider).await;
+    let (_, frames, raw) =
+        run(&first, "support", json!({"message": "Where is order 4182?", "sessionId": "kept"})).await;
+    assert_eq!(frames.last().unwrap().event, "done", "{raw}");
+    let run_id = frames[0].data["runId"].as_str().unwrap().to_owned();
+    first.child.kill().unwrap(); // SIGKILL: no drain, no goodbye
+    first.child.wait().unwrap();
+
+    let second = start_on_pg(&schema, &url, &provider).await;
+    let client = reqwest::Client::new();
+    let get = |path: String| {
+        let (client, url) = (client.clone(), second.url(&path));
+        async move { client.get(url).send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let run_row = get(format!("/api/runs/{run_id}")).await;
+    assert_eq!(run_row["status"], "Completed");
+    assert_eq!(run_row["usage"]["inputTokens"], 42, "12 from the tool turn + 30");
+    let log = client.get(second.url(&format!("/api/runs/{run_id}/events"))).send().await.unwrap().text().await.unwrap();
+    let log = support::parse_frames(&log);
+    assert_eq!(log.first().unwrap().event, "run.started");
+    assert_eq!(log.last().unwrap().event, "run.completed");
+    let tools = get(format!("/api/runs/{run_id}/tools")).await;
+    assert_eq!(tools[0]["toolName"], "get_order_status");
+    assert!(tools[0]["result"].as_str().unwrap().contains("4182"));
+    let session = get("/api/sessions/kept".into()).await;
+    assert_eq!(session["messages"].as_array().unwrap().len(), 4);
+
+    // The next turn in the session is sent the history.
+    let (_, frames, _) = run(&second, "support", json!({"message": "And when?", "sessionId": "kept"})).await;
+    assert_eq!(frames.last().unwrap().event, "done");
+    let requests = mock.requests("restart-model");
+    let last = requests.last().unwrap()["body"]["messages"].to_string();
+    assert!(
+        last.contains("Where is order 4182?")
+            && last.contains("Order 4182 is on its way.")
+            && last.contains("And when?"),
+        "{last}"
+    );
+    let session = get("/api/sessions/kept".into()).await;
+    assert_eq!(session["messages"].as_array().unwrap().len(), 6);
+    assert_eq!(get("/api/meta".into()).await["storage"]["persistent"], true);
+}
+
+#[tokio::test]
+async fn when_the_database_goes_away_requests_get_503_and_the_server_recovers_on_its_own() {
+    let url = database_url();
+    let target: SocketAddr = {
+        let u = reqwest::Url::parse(&url).unwrap();
+        let host = u.host_str().unwrap().replace("localhost", "127.0.0.1");
+        format!("{host}:{}", u.port().unwrap_or(5432)).parse().unwrap()
+    };
+    let proxy = ChaosProxy::start(target).await.unwrap();
+    let mut via_proxy = reqwest::Url::parse(&url).unwrap();
+    via_proxy.set_host(Some("127.0.0.1")).unwrap();
+    via_proxy.set_port(Some(proxy.addr().port())).unwrap();
+    let schema = fresh_schema();
+    let server = start_on_pg(&schema, via_proxy.as_str(), &[("Tracon__PostgreSql__AcquireTimeoutSeconds", "1")]).await;
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().unwrap();
+
+    let submit = |message: String| {
+        let (client, url) = (client.clone(), server.url("/api/agents/support/run"));
+        async move {
+            let res = client.post(url).json(&json!({"message": message})).send().await.unwrap();
+            let status = res.status().as_u16();
+            let content_type =
+                res.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+            (status, content_type, res.text().await.unwrap())
+        }
+    };
+    let (status, _, _) = submit("before".into()).await;
+    assert_eq!(status, 200);
+
+    proxy.cut();
+    let mut refused = 0;
+    let mut started_runs = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        let (status, content_type, body) = submit("during the outage".into()).await;
+        match status {
+            503 => {
+                assert_eq!(content_type, "application/problem+json");
+                let doc: Value = serde_json::from_str(&body).unwrap();
+                assert_eq!(doc["errorType"], "store_unavailable");
+                refused += 1;
+            }
+            200 => started_runs.push(body),
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert!(refused > 0, "requests during the outage are refused with 503");
+    let (status, _, _) = {
+        let r = client.get(server.url("/api/runs")).send().await.unwrap();
+        (r.status().as_u16(), (), ())
+    };
+    assert_eq!(status, 503, "reads fail the same way");
+
+    proxy.restore();
+    let recovered_by = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, _, body) = submit("after".into()).await;
+        if status == 200 && body.contains("event: done") {
+            break;
+        }
+        assert!(Instant::now() < recovered_by, "the server did not recover: {status} {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // No half-written run: everything the server accepted ends complete in the store.
+    let runs: Value = client.get(server.url("/api/runs?take=200")).send().await.unwrap().json().await.unwrap();
+    let pool = db().await;
+    let count: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {schema}.runs")).fetch_one(&pool).await.unwrap();
+    assert_eq!(count as usize, runs.as_array().unwrap().len());
+    let settle_by = Instant::now() + Duration::from_secs(20);
+    loop {
+        let open: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {schema}.runs WHERE status = 'Running'"))
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        if open == 0 {
+            break;
+        }
+        assert!(Instant::now() < settle_by, "{open} run(s) left open after the database came back");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(!server.log_text().contains("panicked"));
+}
+
+fn migrate(schema: &str, status: bool) -> std::process::Output {
+    let mut cmd = Command::new(tracon_bin());
+    cmd.arg("migrate");
+    if status {
+        cmd.arg("status");
+    }
+    cmd.env_clear().env("DATABASE_URL", database_url()).env("Tracon__PostgreSql__SchemaName", schema).output().unwrap()
+}
+
+fn stdout(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn a_second_migration_applies_nothing_and_status_writes_nothing() {
+    let schema = fresh_schema();
+    let status = migrate(&schema, true);
+    assert!(status.status.success());
+    assert!(stdout(&status).starts_with("1 pending"), "{}", stdout(&status));
+    let pool = db().await;
+    let exists: Option<String> =
+        sqlx::query_scalar(&format!("SELECT to_regclass('{schema}.runs')::text")).fetch_one(&pool).await.unwrap();
+    assert!(exists.is_none(), "status wrote nothing");
+    let first = migrate(&schema, false);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert!(stdout(&first).starts_with("1 applied"), "{}", stdout(&first));
+    let second = migrate(&schema, false);
+    assert!(stdout(&second).starts_with("0 applied"), "{}", stdout(&second));
+    assert!(stdout(&migrate(&schema, true)).starts_with("0 pending"));
+}
+
+#[tokio::test]
+async fn two_processes_migrating_at_once_both_succeed() {
+    let schema = fresh_schema();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| migrate(&schema, false));
+        let b = s.spawn(|| migrate(&schema, false));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
+    let applied: Vec<String> = [&a, &b].iter().map(|o| stdout(o)).collect();
+    assert_eq!(applied.iter().filter(|s| s.starts_with("1 applied")).count(), 1, "{applied:?}");
+    assert_eq!(applied.iter().filter(|s| s.starts_with("0 applied")).count(), 1, "{applied:?}");
+}
+
+#[tokio::test]
+async fn an_edited_applied_migration_fails_startup_loudly() {
+    let schema = fresh_schema();
+    assert!(migrate(&schema, false).status.success());
+    let pool = db().await;
+    sqlx::query(&format!("UPDATE {schema}._sqlx_migrations SET checksum = '\\x00'::bytea"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let out = Command::new(tracon_bin())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env_clear()
+        .env("DATABASE_URL", database_url())
+        .env("Tracon__PostgreSql__SchemaName", &schema)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("migration 1 was changed after it was applied"), "{stderr}");
+    let status = migrate(&schema, true);
+    assert!(!status.status.success());
+}
+
+#[tokio::test]
+async fn with_a_content_key_nothing_a_user_wrote_is_plaintext_in_the_database() {
+    let key = "C2C2C2C2C2C2C2C2C2C2C2C2C2C2C2C2C2C2C2C2C2E=";
+    let schema = fresh_schema();
+    let url = database_url();
+    let server = start_on_pg(&schema, &url, &[("Tracon__ContentProtection__Key", key)]).await;
+    let marker = "Marker-Order-918273";
+    let (_, frames, raw) = run(
+        &server,
+        "support",
+        json!({"message": format!("Where is order 918273? {marker}"), "sessionId": "secret-session",
+               "documents": [{"name": "note.txt", "content": format!("private {marker}")}]}),
+    )
+    .await;
+    assert_eq!(frames.last().unwrap().event, "done", "{raw}");
+    assert!(of_kind(&frames, "toolCall")[0]["arguments"].as_str().unwrap().contains("918273"));
+    assert!(text_of(&frames).contains("918273"));
+
+    let pool = db().await;
+    let mut stored = Vec::new();
+    for (column, table) in [
+        ("content", "session_items"),
+        ("payload", "run_events"),
+        ("input", "runs"),
+        ("arguments", "tool_calls"),
+        ("result", "tool_calls"),
+    ] {
+        let rows: Vec<Option<Vec<u8>>> =
+            sqlx::query_scalar(&format!("SELECT {column} FROM {schema}.{table}")).fetch_all(&pool).await.unwrap();
+        stored.extend(rows.into_iter().flatten());
+    }
+    assert!(!stored.is_empty());
+    for value in &stored {
+        assert_eq!(value[0], 0x01);
+        for needle in [marker, "918273", "order"] {
+            assert!(!value.windows(needle.len()).any(|w| w == needle.as_bytes()), "'{needle}' in the table");
+        }
+    }
+    let session: Value = reqwest::get(server.url("/api/sessions/secret-session")).await.unwrap().json().await.unwrap();
+    assert!(session["messages"][0]["text"].as_str().unwrap().contains(marker), "reads are transparent");
+}
