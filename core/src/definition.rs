@@ -315,7 +315,7 @@ impl AgentDefinition {
                     "model.responseFormat.schema",
                     "The response schema must be a JSON object.",
                 ));
-            } else if jsonschema::meta::validate(schema).is_err() {
+            } else if !crate::schema::is_valid_schema(schema) {
                 p.push(Problem::new(
                     ProblemCode::InvalidResponseFormat,
                     "model.responseFormat.schema",

@@ -141,7 +141,7 @@ pub struct ToolRegistration {
     name: ToolName,
     description: String,
     schema: Value,
-    validator: jsonschema::Validator,
+    validator: crate::schema::Validator,
     pub effect: ToolEffect,
     pub requires_approval: bool,
     pub required_permission: Option<String>,
@@ -175,7 +175,7 @@ impl ToolRegistration {
                 "Tool '{name}': the argument schema must be a JSON Schema with \"type\": \"object\"."
             )));
         }
-        let validator = jsonschema::validator_for(&schema)
+        let validator = crate::schema::Validator::new(&schema)
             .map_err(|e| RegistrationError(format!("Tool '{name}': the argument schema is invalid: {e}")))?;
         Ok(Self {
             name,
@@ -237,14 +237,7 @@ impl ToolRegistration {
 
     /// Schema errors for `arguments`, as readable messages (empty when valid).
     pub fn schema_errors(&self, arguments: &Value) -> Vec<String> {
-        self.validator
-            .iter_errors(arguments)
-            .take(8)
-            .map(|e| {
-                let path = e.instance_path().to_string();
-                if path.is_empty() { e.to_string() } else { format!("{path}: {e}") }
-            })
-            .collect()
+        self.validator.errors(arguments, 8)
     }
 }
 
