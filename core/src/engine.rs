@@ -289,11 +289,27 @@ async fn model_turn(
     let fail = |e: ProviderError| Stop::Failed(RunFailure::from_provider(provider.name(), &e));
 
     let span = tracing::info_span!("model.call", provider = provider.name(), model = %request.model);
-    let mut stream: ModelStream = tokio::select! {
-        biased;
-        _ = env.cancel.cancelled() => return Err(Stop::Canceled),
-        r = provider.stream(request).instrument(span) => r.map_err(|e| if e.kind == ProviderErrorKind::Canceled { Stop::Canceled } else { fail(e) })?,
-        _ = clock.sleep(timeout) => return Err(fail(ProviderError::timeout("no response before the model timeout"))),
+    // While the model is silent, a cancel issued through another instance is still noticed
+    // and what was already said still reaches the log: every cancel-check interval the
+    // store's flag is read and a due batch of events is written, not only between chunks.
+    let poll_every = emitter.watch.interval.max(Duration::from_millis(10));
+    let mut poll = clock.sleep(poll_every);
+    let mut opening = std::pin::pin!(provider.stream(request).instrument(span));
+    let mut deadline = clock.sleep(timeout);
+    let mut stream: ModelStream = loop {
+        tokio::select! {
+            biased;
+            _ = env.cancel.cancelled() => return Err(Stop::Canceled),
+            r = &mut opening => break r.map_err(|e| if e.kind == ProviderErrorKind::Canceled { Stop::Canceled } else { fail(e) })?,
+            _ = &mut deadline => return Err(fail(ProviderError::timeout("no response before the model timeout"))),
+            _ = &mut poll => {
+                if emitter.should_stop().await {
+                    return Err(Stop::Canceled);
+                }
+                emitter.recorder().flush_if_due().await;
+                poll = clock.sleep(poll_every);
+            }
+        }
     };
     state.called = true;
 
@@ -306,6 +322,14 @@ async fn model_turn(
             biased;
             _ = env.cancel.cancelled() => return Err(Stop::Canceled),
             next = stream.next() => next,
+            _ = &mut poll => {
+                if emitter.should_stop().await {
+                    return Err(Stop::Canceled);
+                }
+                emitter.recorder().flush_if_due().await;
+                poll = clock.sleep(poll_every);
+                continue;
+            }
             _ = &mut timer => {
                 // One timer per stream, re-armed only when it fires: no allocation per chunk.
                 let idle = std::time::Duration::from_millis(millis_between(last_activity, clock.now()));

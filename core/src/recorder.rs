@@ -5,7 +5,8 @@
 //! start, the end of a model turn, attached documents) are batched, so the number of store
 //! writes does not grow with the number of tokens: the buffer is written when a tool call
 //! starts or settles or a custom event arrives (followers see those at once), when
-//! `flush_interval` has passed since the last write, and — only as a memory bound — when it
+//! `flush_interval` has passed since the last write (checked on each event and on the run's
+//! poll tick, so a silent model does not hide what was already said), and — only as a memory bound — when it
 //! holds `flush_max_events`. Each write is one [`RunStore::append_events`] call; the last
 //! batch, with the terminal event, is written by the statement that closes the run row. A
 //! run without tool calls is therefore two round trips: open the row, close it.
@@ -229,6 +230,20 @@ impl Recorder {
     /// Counts one store write made on the recorder's behalf.
     pub fn count_write(&self) {
         self.writes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Writes the buffer when `flush_interval` has passed since the last write. Called on
+    /// the run's poll tick while the model is silent, so a follower of the log is never
+    /// further behind than that, even when no new event would trigger a write.
+    pub async fn flush_if_due(&self) {
+        let due = {
+            let st = self.state();
+            !st.pending.is_empty()
+                && (self.clock.now() - st.last_write).to_std().is_ok_and(|d| d >= self.settings.flush_interval)
+        };
+        if due {
+            self.flush().await;
+        }
     }
 
     /// Writes everything buffered (one store call). Failures are logged, never raised.

@@ -1,12 +1,12 @@
-//! The demo agent shipped with the local server, and its two harmless tools.
+//! The demo agent every host can ship, and its two harmless tools.
 //!
 //! `support` answers order questions. With `OPENAI_API_KEY` (or `ANTHROPIC_API_KEY`) it
 //! uses that provider; otherwise the `scripted` provider streams a deterministic answer
 //! that calls `get_order_status`, so the first `curl` works with no key and no network.
 
+use crate::definition::AgentDefinition;
+use crate::tools::{RegistrationError, ToolError, ToolOutput, ToolRegistration, tool_fn};
 use serde_json::{Value, json};
-use tracon_core::definition::AgentDefinition;
-use tracon_core::tools::{RegistrationError, ToolError, ToolOutput, ToolRegistration, tool_fn};
 
 pub const AGENT: &str = "support";
 

@@ -1,0 +1,101 @@
+//! Assembling a [`Runtime`] from configuration — what every host (local server, Lambda,
+//! Worker) does at start-up, so they all read the same settings the same way.
+//!
+//! Providers: `scripted` always; `openai` with `OPENAI_API_KEY` (or
+//! `Tracon:Providers:OpenAI:ApiKey`); `anthropic` with `ANTHROPIC_API_KEY`; named compatible
+//! endpoints from `Tracon:Providers:Compatible:<name>:Endpoint|ApiKey`. The demo tools are
+//! registered by default (`Tracon:Demo:Tools`), the demo agent when `Tracon:Demo:Enabled`
+//! (the host picks the default: on locally, off on serverless hosts).
+
+use std::sync::Arc;
+
+use crate::attribution::HeaderLabels;
+use crate::config::Config;
+use crate::demo;
+use crate::model::anthropic::AnthropicProvider;
+use crate::model::openai::OpenAiProvider;
+use crate::model::scripted::{SCRIPTED, ScriptedProvider};
+use crate::ports::Platform;
+use crate::pricing::Pricing;
+use crate::runtime::{Runtime, RuntimeBuilder, RuntimeSettings};
+use crate::store::Stores;
+
+/// Default demo models when a provider key is set but no default model is configured.
+const DEMO_OPENAI_MODEL: &str = "gpt-4o-mini";
+const DEMO_ANTHROPIC_MODEL: &str = "claude-3-5-haiku-latest";
+
+/// What the host decides.
+pub struct HostDefaults {
+    /// Register the demo agent unless `Tracon:Demo:Enabled` says otherwise.
+    pub demo_agent: bool,
+}
+
+/// A builder with every provider, setting and demo registration the configuration asks
+/// for; the host may add its own tools and agents before `build()`.
+pub fn builder_from_config(
+    config: &Config,
+    platform: Platform,
+    stores: Stores,
+    client: reqwest::Client,
+    defaults: &HostDefaults,
+) -> Result<RuntimeBuilder, String> {
+    let settings = RuntimeSettings::from_config(config).map_err(|e| e.to_string())?;
+    let pricing = Pricing::from_config(config).map_err(|e| e.to_string())?;
+    let mut builder = RuntimeBuilder::new(platform).settings(settings).pricing(pricing).stores(stores);
+    if let Some(prefix) = config.get("Tracon:Attribution:LabelHeaderPrefix") {
+        builder = builder.attribution(Arc::new(HeaderLabels::new(prefix)));
+    }
+    builder = builder.add_provider(Arc::new(ScriptedProvider::demo()));
+
+    let openai_key = config.first(&["Tracon:Providers:OpenAI:ApiKey", "OPENAI_API_KEY"]).map(str::to_owned);
+    let anthropic_key = config.first(&["Tracon:Providers:Anthropic:ApiKey", "ANTHROPIC_API_KEY"]).map(str::to_owned);
+    if let Some(key) = &openai_key {
+        let base = config.first(&["Tracon:Providers:OpenAI:Endpoint", "OPENAI_BASE_URL"]).map(str::to_owned);
+        builder = builder.add_provider(Arc::new(OpenAiProvider::openai(client.clone(), key.clone(), base)));
+    }
+    if let Some(key) = &anthropic_key {
+        let base = config.first(&["Tracon:Providers:Anthropic:Endpoint", "ANTHROPIC_BASE_URL"]).map(str::to_owned);
+        let mut provider = AnthropicProvider::new(client.clone(), key.clone(), base);
+        if let Some(n) =
+            config.parse::<u32>("Tracon:Providers:Anthropic:DefaultMaxOutputTokens").map_err(|e| e.to_string())?
+        {
+            provider = provider.with_default_max_output_tokens(n);
+        }
+        builder = builder.add_provider(Arc::new(provider));
+    }
+    for name in config.child_sections("Tracon:Providers:Compatible") {
+        let key = |k: &str| format!("Tracon:Providers:Compatible:{name}:{k}");
+        let endpoint = config.get(&key("Endpoint")).ok_or_else(|| {
+            format!("Compatible provider '{name}' needs an Endpoint (Tracon__Providers__Compatible__{name}__Endpoint).")
+        })?;
+        let api_key = config.get(&key("ApiKey")).map(str::to_owned);
+        let provider = OpenAiProvider::compatible(client.clone(), &name, endpoint, api_key)?;
+        builder = builder.add_provider(Arc::new(provider));
+    }
+
+    if config.bool("Tracon:Demo:Tools").map_err(|e| e.to_string())?.unwrap_or(true) {
+        builder = builder.add_tool(demo::order_status_tool()).add_tool(demo::store_hours_tool());
+        if config.bool("Tracon:Demo:Enabled").map_err(|e| e.to_string())?.unwrap_or(defaults.demo_agent) {
+            let (provider, model) = if openai_key.is_some() {
+                ("openai", config.get("Tracon:Providers:OpenAI:DefaultModel").unwrap_or(DEMO_OPENAI_MODEL))
+            } else if anthropic_key.is_some() {
+                ("anthropic", config.get("Tracon:Providers:Anthropic:DefaultModel").unwrap_or(DEMO_ANTHROPIC_MODEL))
+            } else {
+                (SCRIPTED, "demo")
+            };
+            builder = builder.add_agent(demo::agent(provider, model));
+        }
+    }
+    Ok(builder)
+}
+
+/// [`builder_from_config`] built.
+pub fn runtime_from_config(
+    config: &Config,
+    platform: Platform,
+    stores: Stores,
+    client: reqwest::Client,
+    defaults: &HostDefaults,
+) -> Result<Runtime, String> {
+    builder_from_config(config, platform, stores, client, defaults)?.build().map_err(|e| e.to_string())
+}
