@@ -9,6 +9,9 @@
 //!    too — there is nothing to check them against, and silently ignoring them would let
 //!    a client believe it is authenticated.
 //!
+//! On serverless hosts there is no loopback: until a token is configured every route but
+//! `/api/meta` answers `503 authentication_not_configured`, saying what to set.
+//!
 //! The resolved [`Caller`] is put into the request extensions for the handlers.
 
 use axum::extract::{Request, State};
@@ -39,6 +42,13 @@ fn authenticate(state: &AppState, request: &Request) -> Result<Caller, ApiError>
         return Ok(Caller::anonymous());
     }
     let http = &state.http;
+    if http.require_authentication && http.auth_token_digest.is_none() {
+        return Err(ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "authentication_not_configured",
+            "This deployment serves nothing but /api/meta until authentication is configured: set TRACON_AUTH_TOKEN (at least 16 characters) as a secret of the function or Worker.",
+        ));
+    }
     if !http.allow_remote_access {
         let loopback = request.extensions().get::<PeerAddr>().is_some_and(|p| p.0.ip().is_loopback());
         if !loopback {

@@ -29,7 +29,8 @@ pub use state::{AppState, HttpSettings, PeerAddr};
 
 use crate::error::ApiError;
 
-/// The agents endpoint group: definitions, their history, and starting runs.
+/// The agents endpoint group: definitions, their history, and starting runs (the live run
+/// streams).
 pub fn agents_router() -> Router<AppState> {
     Router::new()
         .route("/api/agents", get(agents::list).post(agents::create))
@@ -41,7 +42,7 @@ pub fn agents_router() -> Router<AppState> {
         .route("/api/agents/{name}/run", post(run::run))
 }
 
-/// The runs endpoint group: reading runs, their logs and statistics; cancelling.
+/// The runs endpoint group: reading runs, their logs (streams) and statistics; cancelling.
 pub fn runs_router() -> Router<AppState> {
     Router::new()
         .route("/api/runs", get(runs::list))
@@ -67,14 +68,24 @@ pub fn meta_router() -> Router<AppState> {
     Router::new().route("/api/meta", get(meta::meta)).route("/api/openapi.json", get(openapi::document))
 }
 
-/// Every endpoint group behind the access layers, with problem+json for unknown routes
-/// and methods.
+/// Every endpoint group's routes: the local server and the `all` builds.
+pub fn all_routes() -> Router<AppState> {
+    agents_router().merge(runs_router()).merge(sessions_router())
+}
+
+/// Every endpoint group behind the access layers.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .merge(meta_router())
-        .merge(agents_router())
-        .merge(runs_router())
-        .merge(sessions_router())
+    app(state, all_routes())
+}
+
+/// The meta routes and `routes` (one group's router, or [`all_routes`]) behind the access
+/// layers, with problem+json for unknown routes and methods. A serverless build passes its
+/// group's router by name, so the other groups' handlers are not even linked in: which
+/// group a deployment serves is decided at build time. A deployment of one group answers
+/// `route_not_found` for the others.
+pub fn app(state: AppState, routes: Router<AppState>) -> Router {
+    meta_router()
+        .merge(routes)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), auth::access))

@@ -26,6 +26,9 @@ pub struct HttpSettings {
     pub auth_token_digest: Option<[u8; 32]>,
     /// Whether non-loopback callers may reach protected routes.
     pub allow_remote_access: bool,
+    /// Serverless hosts: there is no loopback to fall back on, so nothing but `/api/meta`
+    /// is served until an authentication method is configured.
+    pub require_authentication: bool,
     pub max_body_bytes: usize,
     /// How long `GET /api/runs/{id}/events` follows a live run before ending the stream (the
     /// client resumes with `Last-Event-ID`).
@@ -39,6 +42,7 @@ impl std::fmt::Debug for HttpSettings {
         f.debug_struct("HttpSettings")
             .field("auth_token", &self.auth_token_digest.map(|_| "<configured>"))
             .field("allow_remote_access", &self.allow_remote_access)
+            .field("require_authentication", &self.require_authentication)
             .field("max_body_bytes", &self.max_body_bytes)
             .finish()
     }
@@ -70,10 +74,24 @@ impl HttpSettings {
         Ok(Self {
             auth_token_digest: token.as_deref().map(digest),
             allow_remote_access: allow_remote,
+            require_authentication: false,
             max_body_bytes,
             follow_timeout: config.seconds("Tracon:Runs:FollowTimeoutSeconds")?.unwrap_or(d.follow_timeout),
             follow_poll_max: config.seconds("Tracon:Runs:FollowPollMaxSeconds")?.unwrap_or(d.follow_poll_max),
         })
+    }
+
+    /// Settings for a serverless host (Lambda, Workers): every caller is remote, and without
+    /// a token every route but `/api/meta` answers `503 authentication_not_configured`.
+    pub fn serverless_from_config(config: &Config) -> Result<Self, ConfigError> {
+        let mut with_remote = config.clone();
+        if config.first(&["TRACON_AUTH_TOKEN", "Tracon:AuthToken"]).is_none() {
+            with_remote = with_remote.with("Tracon:AllowRemoteAccess", "false");
+        }
+        let mut s = Self::from_config(&with_remote)?;
+        s.allow_remote_access = true;
+        s.require_authentication = true;
+        Ok(s)
     }
 
     pub fn with_token(token: &str) -> Self {
@@ -86,6 +104,7 @@ impl Default for HttpSettings {
         Self {
             auth_token_digest: None,
             allow_remote_access: false,
+            require_authentication: false,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             follow_timeout: Duration::from_secs(900),
             follow_poll_max: Duration::from_secs(1),

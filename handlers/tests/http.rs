@@ -591,6 +591,20 @@ fn mounted_routes(router: &Router) -> BTreeSet<(String, String)> {
     out
 }
 
+#[test]
+fn the_served_openapi_document_is_generated_from_the_code() {
+    let generated = tracon_handlers::openapi::generate();
+    if std::env::var_os("TRACON_UPDATE_OPENAPI").is_some() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi.json");
+        std::fs::write(path, &generated).unwrap();
+        return;
+    }
+    assert!(
+        tracon_handlers::openapi::DOCUMENT == generated,
+        "handlers/openapi.json is stale: run `TRACON_UPDATE_OPENAPI=1 cargo test -p tracon-handlers --test http openapi` and commit it"
+    );
+}
+
 #[tokio::test]
 async fn every_mounted_route_is_in_the_openapi_document() {
     let (router, _) = app_with(HttpSettings::default());
@@ -713,4 +727,52 @@ async fn every_pipeline_stage_shows_in_the_live_stream_and_the_run_completes() {
     assert_eq!(results["failing"]["error"], "Tool failed with IoError.");
     assert!(!raw.contains("hunter2"));
     assert_eq!(frames.last().unwrap().1["status"], "Completed", "{raw}");
+}
+
+// ---- serverless deployments ---------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_serverless_deployment_serves_only_meta_until_a_token_is_configured() {
+    use tracon_core::config::Config;
+    let open = HttpSettings::serverless_from_config(&Config::default()).unwrap();
+    let state = AppState::new(Arc::new(runtime_builder().build().unwrap()), open);
+    let app = tracon_handlers::router(state);
+    let meta = Request::get("/api/meta").body(Body::empty()).unwrap();
+    let (status, _) = json_of(&app, meta).await;
+    assert_eq!(status, StatusCode::OK);
+    let doc = expect_problem(
+        &app,
+        Request::get("/api/agents").body(Body::empty()).unwrap(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "authentication_not_configured",
+    )
+    .await;
+    assert!(doc["detail"].as_str().unwrap().contains("TRACON_AUTH_TOKEN"));
+
+    let with_token = HttpSettings::serverless_from_config(&Config::from_pairs([("TRACON_AUTH_TOKEN", TOKEN)])).unwrap();
+    let state = AppState::new(Arc::new(runtime_builder().build().unwrap()), with_token);
+    let app = tracon_handlers::router(state);
+    // No peer address (there is none on Lambda or Workers), and still served with the token.
+    let req = Request::get("/api/agents")
+        .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+        .body(Body::empty())
+        .unwrap();
+    let (status, _) = json_of(&app, req).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, _) = send(&app, Request::get("/api/agents").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn a_group_deployment_serves_its_own_routes_and_meta_only() {
+    let (_, state) = app_with(HttpSettings::default());
+    let sessions_only = tracon_handlers::app(state, tracon_handlers::sessions_router());
+    let (status, _) = json_of(&sessions_only, request(Method::GET, "/api/sessions", None)).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = json_of(&sessions_only, request(Method::GET, "/api/meta", None)).await;
+    assert_eq!(status, StatusCode::OK);
+    expect_problem(&sessions_only, request(Method::GET, "/api/agents", None), StatusCode::NOT_FOUND, "route_not_found")
+        .await;
+    expect_problem(&sessions_only, request(Method::GET, "/api/runs", None), StatusCode::NOT_FOUND, "route_not_found")
+        .await;
 }

@@ -377,6 +377,51 @@ async fn a_cancel_through_a_second_instance_stops_the_run_within_one_chunk() {
     assert_eq!(frames(&log).last().unwrap().event, "run.canceled");
 }
 
+#[tokio::test]
+async fn a_cancel_through_a_second_instance_stops_a_run_whose_model_has_gone_silent() {
+    let stores = Stores::in_memory();
+    let (g, permits) = gated(10);
+    let first = app(&Options { stores: stores.clone(), gated: Some(g), ..Options::default() });
+    let second = app(&Options { stores, ..Options::default() });
+
+    let mut live = Live::open(&first, req(Method::POST, "/api/agents/slow/run", Some(json!({"message": "go"})))).await;
+    let id = live.next().await.unwrap().data["runId"].as_str().unwrap().to_owned();
+    permits.add_permits(1);
+    assert_eq!(live.next().await.unwrap().data["text"], "c0 ");
+
+    // No further chunk ever comes: only the poll of the store's flag can stop the run.
+    let (status, body) = json_of(&second, req(Method::POST, &format!("/api/runs/{id}/cancel"), None)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let rest = live.rest().await;
+    let end = rest.last().unwrap();
+    assert_eq!((end.event.as_str(), end.data["status"].as_str()), ("error", Some("Canceled")));
+    let (_, run) = json_of(&second, req(Method::GET, &format!("/api/runs/{id}"), None)).await;
+    assert_eq!(run["status"], "Canceled");
+}
+
+#[tokio::test]
+async fn a_follower_on_another_instance_sees_what_a_silent_model_already_said() {
+    let stores = Stores::in_memory();
+    let (g, permits) = gated(3);
+    let first = app(&Options { stores: stores.clone(), gated: Some(g), ..Options::default() });
+    let second = app(&Options { stores, ..Options::default() });
+
+    let mut live = Live::open(&first, req(Method::POST, "/api/agents/slow/run", Some(json!({"message": "go"})))).await;
+    let id = live.next().await.unwrap().data["runId"].as_str().unwrap().to_owned();
+    permits.add_permits(1);
+    assert_eq!(live.next().await.unwrap().data["text"], "c0 ");
+
+    // The model now says nothing more; the batch is written on the run's poll tick.
+    let mut log = Live::open(&second, req(Method::GET, &format!("/api/runs/{id}/events"), None)).await;
+    assert_eq!(log.next().await.unwrap().event, "run.started");
+    let delta = log.next().await.unwrap();
+    assert_eq!((delta.event.as_str(), delta.data["text"].as_str()), ("message.delta", Some("c0 ")));
+
+    permits.add_permits(2);
+    assert_eq!(live.rest().await.last().unwrap().event, "done");
+    assert_eq!(log.rest().await.last().unwrap().event, "run.completed");
+}
+
 // ---- sessions ------------------------------------------------------------------------------
 
 #[tokio::test]

@@ -11,7 +11,6 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod app;
-mod demo;
 mod server;
 
 use std::net::SocketAddr;

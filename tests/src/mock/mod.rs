@@ -18,6 +18,7 @@
 //! | `DELETE /_mock/scripts/{model}` | removes it |
 //! | `GET /_mock/requests/{model}` | the recorded requests, oldest first ([`MockServer::requests`]) |
 //! | `DELETE /_mock/requests/{model}` | forgets them |
+//! | `POST /_mock/release/{model}` | streams of the model held by `hangAfterChunks` go on to the end ([`MockServer::release`]) |
 //! | `GET /_mock/health` | 200 |
 //!
 //! The server stops when the [`MockServer`] is dropped: requests held open by `hang` or
@@ -81,6 +82,7 @@ impl MockServer {
             scripts: Mutex::default(),
             requests: Mutex::default(),
             shutdown: CancellationToken::new(),
+            releases: Mutex::default(),
             ids: AtomicU64::new(0),
         });
         let signal = state.shutdown.clone().cancelled_owned();
@@ -120,6 +122,13 @@ impl MockServer {
         lock(&self.state.requests).get(model).cloned().unwrap_or_default()
     }
 
+    /// Lets the streams of `model` held by `hangAfterChunks` go on to their end, now and
+    /// from then on (a stream that reaches its hang point after this does not stall). A
+    /// test uses it to see frames arrive while the model is still mid-answer, then finish.
+    pub fn release(&self, model: &str) {
+        self.state.release_token(model).cancel();
+    }
+
     /// Stops the server and waits until it has stopped.
     pub async fn shutdown(mut self) {
         self.state.shutdown.cancel();
@@ -142,10 +151,16 @@ struct Shared {
     requests: Mutex<HashMap<String, Vec<Value>>>,
     /// Cancelled on shutdown: stops the listener and releases held-open requests.
     shutdown: CancellationToken,
+    /// Per model, cancelled by a release: streams held by `hangAfterChunks` go on.
+    releases: Mutex<HashMap<String, CancellationToken>>,
     ids: AtomicU64,
 }
 
 impl Shared {
+    fn release_token(&self, model: &str) -> CancellationToken {
+        lock(&self.releases).entry(model.to_owned()).or_default().clone()
+    }
+
     fn next_id(&self) -> u64 {
         self.ids.fetch_add(1, Ordering::Relaxed) + 1
     }
@@ -171,6 +186,13 @@ fn router(state: Arc<Shared>) -> Router {
         .route("/_mock/health", get(|| async { axum::Json(json!({"status": "ok"})) }))
         .route("/_mock/scripts/{*model}", post(put_script).delete(delete_script))
         .route("/_mock/requests/{*model}", get(get_requests).delete(delete_requests))
+        .route(
+            "/_mock/release/{*model}",
+            post(|State(state): State<Arc<Shared>>, Path(model): Path<String>| async move {
+                state.release_token(&model).cancel();
+                StatusCode::NO_CONTENT
+            }),
+        )
         .fallback(|| async { (StatusCode::NOT_FOUND, axum::Json(openai::error_body(404))) })
         .with_state(state)
 }
@@ -303,7 +325,8 @@ async fn answer(state: Arc<Shared>, format: Format, headers: HeaderMap, raw: Byt
         Format::Anthropic => anthropic::stream_frames(&resolved, &model, &format!("msg_mock{n:06}")),
     };
     let chunk_delay = Duration::from_millis(turn.chunk_delay_ms.unwrap_or(state.config.chunk_delay_ms));
-    event_stream(frames, chunk_delay, resolved.hang_after_chunks, state.shutdown.clone())
+    let hold = resolved.hang_after_chunks.map(|n| (n, state.release_token(&model)));
+    event_stream(frames, chunk_delay, hold, state.shutdown.clone())
 }
 
 fn unix_now() -> u64 {
@@ -339,21 +362,27 @@ impl Frame {
     }
 }
 
-/// Streams `frames` with `delay` between them. With `hang_after = Some(n)` it stalls,
-/// without closing, before the content frame that would exceed `n`.
+/// Streams `frames` with `delay` between them. With `hold = Some((n, release))` it stalls,
+/// without closing, before the content frame that would exceed `n`, until `release` is
+/// cancelled (then it goes on) or the server shuts down (then it ends there).
 fn event_stream(
     frames: Vec<Frame>,
     delay: Duration,
-    hang_after: Option<usize>,
+    hold: Option<(usize, CancellationToken)>,
     shutdown: CancellationToken,
 ) -> Response {
     let body = stream::unfold((frames.into_iter(), 0usize, true), move |(mut frames, sent, first)| {
-        let shutdown = shutdown.clone();
+        let (shutdown, hold) = (shutdown.clone(), hold.clone());
         async move {
             let frame = frames.next()?;
-            if frame.content && hang_after.is_some_and(|n| sent >= n) {
-                shutdown.cancelled().await;
-                return None;
+            if let Some((n, release)) = hold
+                && frame.content
+                && sent >= n
+            {
+                tokio::select! {
+                    () = shutdown.cancelled() => return None,
+                    () = release.cancelled() => {}
+                }
             }
             if !first && !delay.is_zero() {
                 shutdown.run_until_cancelled(tokio::time::sleep(delay)).await?;

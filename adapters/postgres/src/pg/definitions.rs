@@ -6,7 +6,8 @@ use tracon_core::definition::AgentDefinition;
 use tracon_core::names::{AgentName, TenantId};
 use tracon_core::store::{DefinitionStore, StoreError, StoredDefinition};
 
-use super::{corrupt, map_err, retrying};
+use super::{map_err, retrying};
+use crate::codec::corrupt;
 use crate::sql;
 
 pub struct PgDefinitionStore {

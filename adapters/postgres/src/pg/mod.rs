@@ -40,6 +40,8 @@ pub struct PgSettings {
     pub acquire_timeout: Duration,
     /// `statement_timeout` of every connection.
     pub statement_timeout: Duration,
+    /// `application_name` of every connection (what `pg_stat_activity` shows).
+    pub application_name: String,
 }
 
 impl std::fmt::Debug for PgSettings {
@@ -63,12 +65,13 @@ impl PgSettings {
             min_connections: 0,
             acquire_timeout: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(30),
+            application_name: "tracon".into(),
         }
     }
 
     /// `url` (from `--database-url` / `DATABASE_URL`) plus `Tracon:PostgreSql:SchemaName`,
     /// `AutoApplyMigrations`, `MaxConnections`, `MinConnections`, `AcquireTimeoutSeconds`,
-    /// `CommandTimeoutSeconds`.
+    /// `CommandTimeoutSeconds`, `ApplicationName`.
     pub fn from_config(url: &str, config: &Config) -> Result<Self, ConfigError> {
         let d = Self::new(url);
         let schema = config.get("Tracon:PostgreSql:SchemaName").unwrap_or("tracon").to_owned();
@@ -86,6 +89,7 @@ impl PgSettings {
             statement_timeout: config
                 .seconds("Tracon:PostgreSql:CommandTimeoutSeconds")?
                 .unwrap_or(d.statement_timeout),
+            application_name: config.get("Tracon:PostgreSql:ApplicationName").unwrap_or("tracon").to_owned(),
             ..d
         })
     }
@@ -110,22 +114,32 @@ pub enum SetupError {
     Pending(usize),
 }
 
-/// A pool whose connections work inside `settings.schema`.
-pub async fn connect(settings: &PgSettings) -> Result<PgPool, SetupError> {
+fn connect_options(settings: &PgSettings) -> Result<(PgPoolOptions, PgConnectOptions), SetupError> {
     let options: PgConnectOptions = settings.url.parse().map_err(|e: sqlx::Error| SetupError::Url(e.to_string()))?;
     let options = options
         .options([
             ("search_path", settings.schema.as_str()),
             ("statement_timeout", &format!("{}", settings.statement_timeout.as_millis())),
         ])
+        .application_name(&settings.application_name)
         .disable_statement_logging();
-    PgPoolOptions::new()
+    let pool = PgPoolOptions::new()
         .max_connections(settings.max_connections)
         .min_connections(settings.min_connections)
-        .acquire_timeout(settings.acquire_timeout)
-        .connect_with(options)
-        .await
-        .map_err(|e| SetupError::Connect(e.to_string()))
+        .acquire_timeout(settings.acquire_timeout);
+    Ok((pool, options))
+}
+
+/// A pool whose connections work inside `settings.schema`; connects now.
+pub async fn connect(settings: &PgSettings) -> Result<PgPool, SetupError> {
+    let (pool, options) = connect_options(settings)?;
+    pool.connect_with(options).await.map_err(|e| SetupError::Connect(e.to_string()))
+}
+
+/// The same pool, connecting on first use (serverless cold starts open no connection).
+pub fn connect_lazy(settings: &PgSettings) -> Result<PgPool, SetupError> {
+    let (pool, options) = connect_options(settings)?;
+    Ok(pool.connect_lazy_with(options))
 }
 
 /// Applies pending migrations (creating the schema first). Returns how many this call
@@ -278,14 +292,4 @@ where
             Err(e) => return Err(map_err(e)),
         }
     }
-}
-
-/// A protected value that could not be opened: the read fails closed.
-pub(crate) fn unreadable(e: crate::protect::ProtectionError) -> StoreError {
-    StoreError::Internal { detail: format!("content protection: {e}") }
-}
-
-/// A stored JSON value that does not decode: a bug or a foreign write.
-pub(crate) fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Internal { detail: format!("stored {what} does not decode: {e}") }
 }

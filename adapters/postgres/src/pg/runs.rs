@@ -7,11 +7,9 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Row};
-use tracon_core::events::{RecordedEvent, RunEvent};
+use tracon_core::events::RecordedEvent;
 use tracon_core::names::{RunId, TenantId};
 use tracon_core::store::{
     CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, RunStore, StoreError,
@@ -19,8 +17,12 @@ use tracon_core::store::{
 };
 use tracon_core::tools::pipeline::LateCompletion;
 
-use super::{corrupt, map_err, retrying, unreadable};
-use crate::protect::{Place, Protection};
+use super::{map_err, retrying};
+use crate::codec::{
+    add_stats_row, corrupt, enum_parse, enum_text, event_arrays, from_json, input_place, open_event, status_parse,
+    to_json, tool_place, unreadable,
+};
+use crate::protect::Protection;
 use crate::sql;
 
 pub struct PgRunStore {
@@ -32,26 +34,6 @@ impl PgRunStore {
     pub fn new(pool: PgPool, protection: Arc<Protection>) -> Self {
         Self { pool, protection }
     }
-}
-
-fn to_json<T: Serialize>(v: &T) -> Result<serde_json::Value, StoreError> {
-    serde_json::to_value(v).map_err(|e| corrupt("value", e))
-}
-
-fn from_json<T: DeserializeOwned>(v: Option<serde_json::Value>, what: &str) -> Result<Option<T>, StoreError> {
-    v.map(|v| serde_json::from_value(v).map_err(|e| corrupt(what, e))).transpose()
-}
-
-/// An enum's serde name (`Succeeded`, `Read`).
-fn enum_text<T: Serialize>(v: &T) -> Result<String, StoreError> {
-    match serde_json::to_value(v).map_err(|e| corrupt("enum", e))? {
-        serde_json::Value::String(s) => Ok(s),
-        other => Err(corrupt("enum", other)),
-    }
-}
-
-fn enum_parse<T: DeserializeOwned>(s: &str, what: &str) -> Result<T, StoreError> {
-    serde_json::from_value(serde_json::Value::String(s.to_owned())).map_err(|e| corrupt(what, e))
 }
 
 fn status_text(s: RunStatus) -> Result<String, StoreError> {
@@ -69,7 +51,7 @@ fn run_record(row: &PgRow, tenant: &TenantId) -> Result<RunRecord, StoreError> {
         tenant: Some(tenant.clone()),
         agent_name: row.try_get("agent_name").map_err(map_err)?,
         agent_version: version.map(|v| v.max(0) as u32),
-        status: RunStatus::parse(&status).ok_or_else(|| corrupt("run status", &status))?,
+        status: status_parse(&status)?,
         started_at: row.try_get("started_at").map_err(map_err)?,
         ended_at: row.try_get("ended_at").map_err(map_err)?,
         duration_ms: duration.map(|d| d.max(0) as u64),
@@ -104,14 +86,6 @@ fn bind_filter<'q>(
         .bind(f.to))
 }
 
-/// An event batch as the parallel arrays the statements `unnest`.
-struct EventArrays {
-    sequences: Vec<i64>,
-    kinds: Vec<&'static str>,
-    times: Vec<DateTime<Utc>>,
-    payloads: Vec<Vec<u8>>,
-}
-
 fn duplicate_event(e: StoreError) -> StoreError {
     match e {
         StoreError::Conflict(_) => StoreError::Conflict("an event sequence of this run is already stored".into()),
@@ -120,31 +94,8 @@ fn duplicate_event(e: StoreError) -> StoreError {
 }
 
 impl PgRunStore {
-    fn event_arrays(&self, tenant: &TenantId, run: RunId, events: &[RecordedEvent]) -> Result<EventArrays, StoreError> {
-        let mut batch = EventArrays {
-            sequences: Vec::with_capacity(events.len()),
-            kinds: Vec::with_capacity(events.len()),
-            times: Vec::with_capacity(events.len()),
-            payloads: Vec::with_capacity(events.len()),
-        };
-        for e in events {
-            let seq = i64::try_from(e.sequence).map_err(|_| corrupt("sequence", e.sequence))?;
-            let json = serde_json::to_string(&e.event).map_err(|e| corrupt("event", e))?;
-            let row = format!("{}/{}", run, e.sequence);
-            batch.payloads.push(self.protection.seal(&Self::event_place(tenant, &row), &json));
-            batch.sequences.push(seq);
-            batch.kinds.push(e.event.type_name());
-            batch.times.push(e.timestamp);
-        }
-        Ok(batch)
-    }
-
-    fn event_place<'a>(tenant: &'a TenantId, row: &'a str) -> Place<'a> {
-        Place { tenant: tenant.as_str(), table: "run_events", column: "payload", row }
-    }
-
     fn seal_opt(&self, tenant: &TenantId, column: &'static str, row: &str, v: Option<&str>) -> Option<Vec<u8>> {
-        v.map(|text| self.protection.seal(&Place { tenant: tenant.as_str(), table: "tool_calls", column, row }, text))
+        v.map(|text| self.protection.seal(&tool_place(tenant, column, row), text))
     }
 
     fn open_opt(
@@ -154,12 +105,7 @@ impl PgRunStore {
         row: &str,
         v: Option<Vec<u8>>,
     ) -> Result<Option<String>, StoreError> {
-        v.map(|bytes| {
-            self.protection
-                .open(&Place { tenant: tenant.as_str(), table: "tool_calls", column, row }, &bytes)
-                .map_err(unreadable)
-        })
-        .transpose()
+        v.map(|bytes| self.protection.open(&tool_place(tenant, column, row), &bytes).map_err(unreadable)).transpose()
     }
 }
 
@@ -175,10 +121,7 @@ impl RunStore for PgRunStore {
             Some(i) => {
                 let json = serde_json::to_string(i).map_err(|e| corrupt("input", e))?;
                 let row = run.id.to_string();
-                Some(
-                    self.protection
-                        .seal(&Place { tenant: tenant.as_str(), table: "runs", column: "input", row: &row }, &json),
-                )
+                Some(self.protection.seal(&input_place(tenant, &row), &json))
             }
             None => None,
         };
@@ -215,7 +158,7 @@ impl RunStore for PgRunStore {
         let cost = end.cost.as_ref().map(to_json).transpose()?;
         let error = end.error.as_ref().map(to_json).transpose()?;
         let status = status_text(end.status)?;
-        let batch = self.event_arrays(tenant, id, events)?;
+        let batch = event_arrays(&self.protection, tenant, id, events)?;
         let done = retrying(|| {
             sqlx::query(sql::RUN_FINISH)
                 .bind(tenant.as_str())
@@ -266,43 +209,14 @@ impl RunStore for PgRunStore {
         let rows = q.fetch_all(&self.pool).await.map_err(map_err)?;
         let mut s = RunStats::default();
         for row in rows {
-            let dim: String = row.try_get("dim").map_err(map_err)?;
-            let key: Option<String> = row.try_get("key").map_err(map_err)?;
-            let key = key.unwrap_or_default();
-            let n: i64 = row.try_get("n").map_err(map_err)?;
-            let n = n.max(0) as u64;
-            let amount: Option<f64> = row.try_get("amount").map_err(map_err)?;
-            let tokens: Option<i64> = row.try_get("tokens").map_err(map_err)?;
-            let tokens = tokens.unwrap_or(0).max(0) as u64;
-            match dim.as_str() {
-                "total" => s.total_runs = n,
-                "status" => {
-                    s.by_status.insert(RunStatus::parse(&key).ok_or_else(|| corrupt("run status", &key))?, n);
-                }
-                "error" => {
-                    s.by_error_class.insert(enum_parse(&key, "error class")?, n);
-                }
-                "agent" => {
-                    s.by_agent.insert(key, n);
-                }
-                "user" => {
-                    s.by_user.insert(key, n);
-                }
-                "label" => {
-                    s.by_label.insert(key, n);
-                }
-                "cost" => {
-                    s.cost.insert(key, amount.unwrap_or(0.0));
-                    s.runs_with_cost += n;
-                }
-                "usage" => s.runs_with_usage = n,
-                "tokens" => match key.as_str() {
-                    "input" => s.input_tokens = tokens,
-                    "output" => s.output_tokens = tokens,
-                    _ => s.total_tokens = tokens,
-                },
-                _ => {}
-            }
+            add_stats_row(
+                &mut s,
+                &row.try_get::<String, _>("dim").map_err(map_err)?,
+                row.try_get("key").map_err(map_err)?,
+                row.try_get("n").map_err(map_err)?,
+                row.try_get("amount").map_err(map_err)?,
+                row.try_get("tokens").map_err(map_err)?,
+            )?;
         }
         Ok(s)
     }
@@ -317,7 +231,7 @@ impl RunStore for PgRunStore {
         if events.is_empty() {
             return Ok(());
         }
-        let batch = self.event_arrays(tenant, run, events)?;
+        let batch = event_arrays(&self.protection, tenant, run, events)?;
         let done = sqlx::query(sql::EVENTS_APPEND)
             .bind(tenant.as_str())
             .bind(run.0)
@@ -349,27 +263,22 @@ impl RunStore for PgRunStore {
             .map_err(map_err)?;
         rows.iter()
             .map(|row| {
-                let seq: i64 = row.try_get("sequence").map_err(map_err)?;
                 let payload: Vec<u8> = row.try_get("payload").map_err(map_err)?;
-                let place_row = format!("{run}/{seq}");
-                let json =
-                    self.protection.open(&Self::event_place(tenant, &place_row), &payload).map_err(unreadable)?;
-                let event: RunEvent = serde_json::from_str(&json).map_err(|e| corrupt("event", e))?;
-                Ok(RecordedEvent {
-                    sequence: seq.max(0) as u64,
-                    timestamp: row.try_get("occurred_at").map_err(map_err)?,
-                    event,
-                })
+                open_event(
+                    &self.protection,
+                    tenant,
+                    run,
+                    row.try_get("sequence").map_err(map_err)?,
+                    row.try_get("occurred_at").map_err(map_err)?,
+                    &payload,
+                )
             })
             .collect()
     }
 
     async fn record_tool_call(&self, tenant: &TenantId, call: &ToolCallRecord) -> Result<(), StoreError> {
         let row = format!("{}/{}", call.run_id, call.call_id);
-        let arguments = self.protection.seal(
-            &Place { tenant: tenant.as_str(), table: "tool_calls", column: "arguments", row: &row },
-            &call.arguments,
-        );
+        let arguments = self.protection.seal(&tool_place(tenant, "arguments", &row), &call.arguments);
         let effect = call.effect.as_ref().map(enum_text).transpose()?;
         sqlx::query(sql::TOOL_UPSERT)
             .bind(tenant.as_str())
@@ -436,10 +345,7 @@ impl RunStore for PgRunStore {
                     run_id: run,
                     arguments: self
                         .protection
-                        .open(
-                            &Place { tenant: tenant.as_str(), table: "tool_calls", column: "arguments", row: &row },
-                            &arguments,
-                        )
+                        .open(&tool_place(tenant, "arguments", &row), &arguments)
                         .map_err(unreadable)?,
                     tool_name: r.try_get("tool_name").map_err(map_err)?,
                     effect: effect.map(|e| enum_parse(&e, "tool effect")).transpose()?,
@@ -468,8 +374,7 @@ impl RunStore for PgRunStore {
     async fn record_input(&self, tenant: &TenantId, run: RunId, input: &RunInputRecord) -> Result<(), StoreError> {
         let json = serde_json::to_string(input).map_err(|e| corrupt("input", e))?;
         let row = run.to_string();
-        let sealed =
-            self.protection.seal(&Place { tenant: tenant.as_str(), table: "runs", column: "input", row: &row }, &json);
+        let sealed = self.protection.seal(&input_place(tenant, &row), &json);
         let done = sqlx::query(sql::RUN_SET_INPUT)
             .bind(tenant.as_str())
             .bind(run.0)
@@ -489,10 +394,7 @@ impl RunStore for PgRunStore {
             .map_err(map_err)?;
         let Some(Some(bytes)) = stored else { return Ok(None) };
         let row = run.to_string();
-        let json = self
-            .protection
-            .open(&Place { tenant: tenant.as_str(), table: "runs", column: "input", row: &row }, &bytes)
-            .map_err(unreadable)?;
+        let json = self.protection.open(&input_place(tenant, &row), &bytes).map_err(unreadable)?;
         serde_json::from_str(&json).map(Some).map_err(|e| corrupt("input", e))
     }
 
@@ -508,7 +410,7 @@ impl RunStore for PgRunStore {
         match status {
             None => Err(StoreError::NotFound),
             Some(_) if requested => Ok(CancelOutcome::Requested),
-            Some(s) => Ok(CancelOutcome::AlreadyEnded(RunStatus::parse(&s).ok_or_else(|| corrupt("run status", &s))?)),
+            Some(s) => Ok(CancelOutcome::AlreadyEnded(status_parse(&s)?)),
         }
     }
 

@@ -13,8 +13,9 @@ use tracon_core::model::Message;
 use tracon_core::names::{RunId, TenantId};
 use tracon_core::store::{SessionItem, SessionParent, SessionRecord, SessionStore, SessionWrite, StoreError};
 
-use super::{corrupt, map_err, unreadable};
-use crate::protect::{Place, Protection};
+use super::map_err;
+use crate::codec::{item_arrays, open_item};
+use crate::protect::Protection;
 use crate::sql;
 
 pub struct PgSessionStore {
@@ -25,30 +26,6 @@ pub struct PgSessionStore {
 impl PgSessionStore {
     pub fn new(pool: PgPool, protection: Arc<Protection>) -> Self {
         Self { pool, protection }
-    }
-
-    fn place<'a>(tenant: &'a TenantId, row: &'a str) -> Place<'a> {
-        Place { tenant: tenant.as_str(), table: "session_items", column: "content", row }
-    }
-
-    /// Sealed contents for messages at positions `start..`.
-    fn seal_items(
-        &self,
-        tenant: &TenantId,
-        id: &str,
-        start: u64,
-        messages: &[Message],
-    ) -> Result<(Vec<i64>, Vec<Vec<u8>>), StoreError> {
-        let mut seqs = Vec::with_capacity(messages.len());
-        let mut contents = Vec::with_capacity(messages.len());
-        for (i, m) in messages.iter().enumerate() {
-            let seq = start + i as u64;
-            let json = serde_json::to_string(m).map_err(|e| corrupt("message", e))?;
-            let row = format!("{id}/{seq}");
-            contents.push(self.protection.seal(&Self::place(tenant, &row), &json));
-            seqs.push(i64::try_from(seq).map_err(|_| corrupt("sequence", seq))?);
-        }
-        Ok((seqs, contents))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -63,7 +40,7 @@ impl PgSessionStore {
         parent: Option<&SessionParent>,
         now: DateTime<Utc>,
     ) -> Result<SessionRecord, StoreError> {
-        let (seqs, contents) = self.seal_items(tenant, id, 0, messages)?;
+        let (seqs, contents) = item_arrays(&self.protection, tenant, id, 0, messages)?;
         sqlx::query(sql::SESSION_CREATE)
             .bind(tenant.as_str())
             .bind(id)
@@ -138,11 +115,9 @@ impl SessionStore for PgSessionStore {
             .map(|row| {
                 let seq: i64 = row.try_get("sequence").map_err(map_err)?;
                 let content: Vec<u8> = row.try_get("content").map_err(map_err)?;
-                let place_row = format!("{id}/{seq}");
-                let json = self.protection.open(&Self::place(tenant, &place_row), &content).map_err(unreadable)?;
                 Ok(SessionItem {
                     sequence: seq.max(0) as u64,
-                    message: serde_json::from_str(&json).map_err(|e| corrupt("message", e))?,
+                    message: open_item(&self.protection, tenant, id, seq, &content)?,
                     run_id: row.try_get::<Option<uuid::Uuid>, _>("run_id").map_err(map_err)?.map(RunId),
                     created_at: row.try_get("created_at").map_err(map_err)?,
                 })
@@ -198,7 +173,7 @@ impl SessionStore for PgSessionStore {
                 Some(_) => Err(StoreError::Conflict("Another turn saved this session first.".into())),
             };
         };
-        let (seqs, contents) = self.seal_items(tenant, id, count.max(0) as u64, &write.messages)?;
+        let (seqs, contents) = item_arrays(&self.protection, tenant, id, count.max(0) as u64, &write.messages)?;
         let row = sqlx::query(sql::SESSION_APPEND)
             .bind(tenant.as_str())
             .bind(id)

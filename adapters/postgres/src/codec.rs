@@ -1,0 +1,193 @@
+//! Column values ⇄ domain types, shared by both Postgres drivers (sqlx natively,
+//! tokio-postgres on Workers) so they agree on every stored representation: enum texts,
+//! JSON columns, protected values and where they are bound, the statistics rows.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracon_core::events::{RecordedEvent, RunEvent};
+use tracon_core::model::Message;
+use tracon_core::names::{RunId, TenantId};
+use tracon_core::store::{RunStats, RunStatus, StoreError};
+
+use crate::protect::{Place, Protection, ProtectionError};
+
+/// A stored value that does not decode: a bug or a foreign write.
+pub fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Internal { detail: format!("stored {what} does not decode: {e}") }
+}
+
+/// A protected value that could not be opened: the read fails closed.
+pub fn unreadable(e: ProtectionError) -> StoreError {
+    StoreError::Internal { detail: format!("content protection: {e}") }
+}
+
+pub fn to_json<T: Serialize>(v: &T) -> Result<serde_json::Value, StoreError> {
+    serde_json::to_value(v).map_err(|e| corrupt("value", e))
+}
+
+pub fn from_json<T: DeserializeOwned>(v: Option<serde_json::Value>, what: &str) -> Result<Option<T>, StoreError> {
+    v.map(|v| serde_json::from_value(v).map_err(|e| corrupt(what, e))).transpose()
+}
+
+/// An enum's serde name (`Succeeded`, `Read`, `Running`).
+pub fn enum_text<T: Serialize>(v: &T) -> Result<String, StoreError> {
+    match serde_json::to_value(v).map_err(|e| corrupt("enum", e))? {
+        serde_json::Value::String(s) => Ok(s),
+        other => Err(corrupt("enum", other)),
+    }
+}
+
+pub fn enum_parse<T: DeserializeOwned>(s: &str, what: &str) -> Result<T, StoreError> {
+    serde_json::from_value(serde_json::Value::String(s.to_owned())).map_err(|e| corrupt(what, e))
+}
+
+pub fn status_parse(s: &str) -> Result<RunStatus, StoreError> {
+    RunStatus::parse(s).ok_or_else(|| corrupt("run status", s))
+}
+
+pub fn to_i64(v: u64, what: &str) -> Result<i64, StoreError> {
+    i64::try_from(v).map_err(|_| corrupt(what, v))
+}
+
+pub fn to_u64(v: i64) -> u64 {
+    v.max(0) as u64
+}
+
+/// Where each protected column's values are bound.
+pub fn event_place<'a>(tenant: &'a TenantId, row: &'a str) -> Place<'a> {
+    Place { tenant: tenant.as_str(), table: "run_events", column: "payload", row }
+}
+
+pub fn input_place<'a>(tenant: &'a TenantId, row: &'a str) -> Place<'a> {
+    Place { tenant: tenant.as_str(), table: "runs", column: "input", row }
+}
+
+pub fn tool_place<'a>(tenant: &'a TenantId, column: &'static str, row: &'a str) -> Place<'a> {
+    Place { tenant: tenant.as_str(), table: "tool_calls", column, row }
+}
+
+pub fn item_place<'a>(tenant: &'a TenantId, row: &'a str) -> Place<'a> {
+    Place { tenant: tenant.as_str(), table: "session_items", column: "content", row }
+}
+
+/// An event batch as the parallel arrays the statements `unnest`.
+pub struct EventArrays {
+    pub sequences: Vec<i64>,
+    pub kinds: Vec<&'static str>,
+    pub times: Vec<chrono::DateTime<chrono::Utc>>,
+    pub payloads: Vec<Vec<u8>>,
+}
+
+pub fn event_arrays(
+    protection: &Protection,
+    tenant: &TenantId,
+    run: RunId,
+    events: &[RecordedEvent],
+) -> Result<EventArrays, StoreError> {
+    let mut batch = EventArrays {
+        sequences: Vec::with_capacity(events.len()),
+        kinds: Vec::with_capacity(events.len()),
+        times: Vec::with_capacity(events.len()),
+        payloads: Vec::with_capacity(events.len()),
+    };
+    for e in events {
+        let json = serde_json::to_string(&e.event).map_err(|err| corrupt("event", err))?;
+        let row = format!("{run}/{}", e.sequence);
+        batch.payloads.push(protection.seal(&event_place(tenant, &row), &json));
+        batch.sequences.push(to_i64(e.sequence, "sequence")?);
+        batch.kinds.push(e.event.type_name());
+        batch.times.push(e.timestamp);
+    }
+    Ok(batch)
+}
+
+/// One stored event back.
+pub fn open_event(
+    protection: &Protection,
+    tenant: &TenantId,
+    run: RunId,
+    sequence: i64,
+    timestamp: chrono::DateTime<chrono::Utc>,
+    payload: &[u8],
+) -> Result<RecordedEvent, StoreError> {
+    let row = format!("{run}/{sequence}");
+    let json = protection.open(&event_place(tenant, &row), payload).map_err(unreadable)?;
+    let event: RunEvent = serde_json::from_str(&json).map_err(|e| corrupt("event", e))?;
+    Ok(RecordedEvent { sequence: to_u64(sequence), timestamp, event })
+}
+
+/// Session items at positions `start..` as `(sequences, sealed contents)`.
+pub fn item_arrays(
+    protection: &Protection,
+    tenant: &TenantId,
+    session: &str,
+    start: u64,
+    messages: &[Message],
+) -> Result<(Vec<i64>, Vec<Vec<u8>>), StoreError> {
+    let mut seqs = Vec::with_capacity(messages.len());
+    let mut contents = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        let seq = start + i as u64;
+        let json = serde_json::to_string(m).map_err(|e| corrupt("message", e))?;
+        let row = format!("{session}/{seq}");
+        contents.push(protection.seal(&item_place(tenant, &row), &json));
+        seqs.push(to_i64(seq, "sequence")?);
+    }
+    Ok((seqs, contents))
+}
+
+pub fn open_item(
+    protection: &Protection,
+    tenant: &TenantId,
+    session: &str,
+    sequence: i64,
+    content: &[u8],
+) -> Result<Message, StoreError> {
+    let row = format!("{session}/{sequence}");
+    let json = protection.open(&item_place(tenant, &row), content).map_err(unreadable)?;
+    serde_json::from_str(&json).map_err(|e| corrupt("message", e))
+}
+
+/// Folds one row of `RUN_STATS` (`dim, key, n, amount, tokens`) into the statistics.
+pub fn add_stats_row(
+    s: &mut RunStats,
+    dim: &str,
+    key: Option<String>,
+    n: i64,
+    amount: Option<f64>,
+    tokens: Option<i64>,
+) -> Result<(), StoreError> {
+    let key = key.unwrap_or_default();
+    let n = to_u64(n);
+    let tokens = to_u64(tokens.unwrap_or(0));
+    match dim {
+        "total" => s.total_runs = n,
+        "status" => {
+            s.by_status.insert(status_parse(&key)?, n);
+        }
+        "error" => {
+            s.by_error_class.insert(enum_parse(&key, "error class")?, n);
+        }
+        "agent" => {
+            s.by_agent.insert(key, n);
+        }
+        "user" => {
+            s.by_user.insert(key, n);
+        }
+        "label" => {
+            s.by_label.insert(key, n);
+        }
+        "cost" => {
+            s.cost.insert(key, amount.unwrap_or(0.0));
+            s.runs_with_cost += n;
+        }
+        "usage" => s.runs_with_usage = n,
+        "tokens" => match key.as_str() {
+            "input" => s.input_tokens = tokens,
+            "output" => s.output_tokens = tokens,
+            _ => s.total_tokens = tokens,
+        },
+        _ => {}
+    }
+    Ok(())
+}
