@@ -1,0 +1,6 @@
+//! The `agents` function: definitions, their history and the live run (streams).
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    tracon_lambda::serve(tracon_handlers::agents_router(), true).await
+}

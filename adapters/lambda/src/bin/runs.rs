@@ -1,0 +1,6 @@
+//! The `runs` function: reading runs, their event logs (streams) and statistics; cancelling.
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    tracon_lambda::serve(tracon_handlers::runs_router(), true).await
+}

@@ -1,0 +1,6 @@
+//! The `sessions` function: sessions (buffered).
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    tracon_lambda::serve(tracon_handlers::sessions_router(), false).await
+}

@@ -1,0 +1,112 @@
+//! The function binaries against a mock Runtime API: a failed exchange with the Runtime API
+//! (here: the first `next` answer cut off mid-body) does not end the function; it asks for
+//! the next invocation again and answers it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+#[derive(Clone)]
+struct Api {
+    polls: Arc<AtomicUsize>,
+    responses: mpsc::UnboundedSender<String>,
+}
+
+fn meta_event() -> String {
+    json!({
+        "version": "2.0", "routeKey": "$default", "rawPath": "/api/meta", "rawQueryString": "",
+        "headers": {"host": "abc.lambda-url.eu-west-1.on.aws"},
+        "requestContext": {
+            "accountId": "123456789012", "apiId": "abc", "domainName": "abc.lambda-url.eu-west-1.on.aws",
+            "domainPrefix": "abc", "requestId": "r1", "routeKey": "$default", "stage": "$default",
+            "time": "30/Nov/2026:12:00:00 +0000", "timeEpoch": 1796040000000u64,
+            "http": {"method": "GET", "path": "/api/meta", "protocol": "HTTP/1.1", "sourceIp": "203.0.113.7", "userAgent": "test"}
+        },
+        "isBase64Encoded": false
+    })
+    .to_string()
+}
+
+async fn next(State(api): State<Api>) -> Response {
+    let mut headers = HeaderMap::new();
+    headers.insert("lambda-runtime-aws-request-id", HeaderValue::from_static("request-1"));
+    headers.insert("lambda-runtime-deadline-ms", HeaderValue::from_static("4102444800000"));
+    headers.insert(
+        "lambda-runtime-invoked-function-arn",
+        HeaderValue::from_static("arn:aws:lambda:eu-west-1:123456789012:function:tracon"),
+    );
+    headers.insert("content-type", HeaderValue::from_static("application/json"));
+    match api.polls.fetch_add(1, Ordering::SeqCst) {
+        // The first poll's answer breaks off: the connection ends inside the body.
+        0 => {
+            let cut = futures::stream::once(async { Err::<Bytes, _>(std::io::Error::other("connection reset")) });
+            (headers, Body::from_stream(cut)).into_response()
+        }
+        1 => (headers, meta_event()).into_response(),
+        // One invocation is enough: hold later polls until the process is killed.
+        _ => std::future::pending().await,
+    }
+}
+
+async fn response(State(api): State<Api>, body: Bytes) {
+    let _ = api.responses.send(String::from_utf8_lossy(&body).into_owned());
+}
+
+async fn answers_after_a_broken_poll(binary: &str) {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let api = Api { polls: Arc::new(AtomicUsize::new(0)), responses: tx };
+    let app = Router::new()
+        .route("/2018-06-01/runtime/invocation/next", get(next))
+        .route("/2018-06-01/runtime/invocation/{id}/response", post(response))
+        .with_state(api.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let mut child = tokio::process::Command::new(binary)
+        .env_clear()
+        .env("AWS_LAMBDA_RUNTIME_API", addr.to_string())
+        .env("AWS_LAMBDA_FUNCTION_NAME", "tracon")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "512")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env("AWS_LAMBDA_LOG_STREAM_NAME", "test")
+        .env("AWS_LAMBDA_LOG_GROUP_NAME", "/aws/lambda/test")
+        .env("DATABASE_URL", "postgres://tracon:unused@127.0.0.1:9/tracon")
+        .env("TRACON_AUTH_TOKEN", "test-token-0123456789abcdef")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await;
+    let exited = child.try_wait().unwrap();
+    let _ = child.kill().await;
+    server.abort();
+    let answer = answer.unwrap_or_else(|_| panic!("{binary}: no answer (exited: {exited:?})")).unwrap();
+    // Buffered: the response document; streaming: its prelude, then the body as is.
+    assert!(answer.contains(r#""statusCode":200"#) && answer.contains("product"), "{binary} answered {answer}");
+    assert!(api.polls.load(Ordering::SeqCst) >= 2, "{binary}: the answer came without a second poll");
+}
+
+#[tokio::test]
+async fn a_buffered_function_survives_a_broken_runtime_api_exchange() {
+    answers_after_a_broken_poll(env!("CARGO_BIN_EXE_tracon-sessions")).await;
+}
+
+#[tokio::test]
+async fn a_streaming_function_survives_a_broken_runtime_api_exchange() {
+    answers_after_a_broken_poll(env!("CARGO_BIN_EXE_tracon-runs")).await;
+}
