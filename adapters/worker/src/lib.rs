@@ -1,0 +1,137 @@
+//! Tracon as a Cloudflare Worker.
+//!
+//! `fetch` hands every request to the handlers' router for the endpoint group this bundle
+//! was built for (cargo feature `group-all`, `group-agents`, `group-runs` or
+//! `group-sessions`; one bundle per wrangler environment). State lives in Postgres, reached
+//! through the `HYPERDRIVE` binding with tokio-postgres ([`store`]); configuration comes
+//! from the Worker's vars and secrets with the usual `Tracon__Section__Key` names. Without
+//! `TRACON_AUTH_TOKEN` every route but `/api/meta` answers `503`.
+//!
+//! The app state is built once per isolate and reused. Runs execute as tasks of the isolate
+//! registered with the request's `ctx.wait_until` (see [`platform`]), so a run and the
+//! recording of its tail finish even when the client disconnects mid-stream.
+
+mod platform;
+mod store;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use axum::Router;
+use tower_service::Service;
+use tracon_core::config::Config;
+use tracon_core::setup::{self, HostDefaults};
+use tracon_core::store::Stores;
+use tracon_handlers::{AppState, HttpSettings};
+use tracon_postgres::protect::Protection;
+use tracon_postgres::sql::is_schema_name;
+use wasm_bindgen::JsCast;
+use worker::{Context, Env, HttpRequest, event};
+
+#[cfg(any(
+    all(feature = "group-agents", any(feature = "group-runs", feature = "group-sessions", feature = "group-all")),
+    all(feature = "group-runs", any(feature = "group-sessions", feature = "group-all")),
+    all(feature = "group-sessions", feature = "group-all"),
+))]
+compile_error!(
+    "a Worker bundle serves one group: enable exactly one of group-all, group-agents, group-runs, group-sessions"
+);
+
+/// The routes of the group this bundle is built for; the other groups are not linked in.
+fn routes() -> Router<AppState> {
+    #[cfg(feature = "group-agents")]
+    return tracon_handlers::agents_router();
+    #[cfg(feature = "group-runs")]
+    return tracon_handlers::runs_router();
+    #[cfg(feature = "group-sessions")]
+    return tracon_handlers::sessions_router();
+    #[cfg(not(any(feature = "group-agents", feature = "group-runs", feature = "group-sessions")))]
+    return tracon_handlers::all_routes();
+}
+
+thread_local! {
+    static APP: RefCell<Option<Router>> = const { RefCell::new(None) };
+}
+
+/// Every string var and secret of the Worker, as configuration.
+fn config_from(env: &Env) -> Config {
+    let object: &js_sys::Object = env.unchecked_ref();
+    let entries = js_sys::Object::entries(object);
+    let pairs: Vec<(String, String)> = entries
+        .iter()
+        .filter_map(|entry| {
+            let pair: js_sys::Array = entry.unchecked_into();
+            Some((pair.get(0).as_string()?, pair.get(1).as_string()?))
+        })
+        .collect();
+    Config::from_pairs(pairs)
+}
+
+fn build(env: &Env) -> Result<Router, String> {
+    let config = config_from(env);
+    let hyperdrive = env.hyperdrive("HYPERDRIVE").map_err(|_| {
+        "The HYPERDRIVE binding is missing: Tracon keeps every run and session in Postgres; bind a Hyperdrive configuration as HYPERDRIVE in wrangler.toml".to_owned()
+    })?;
+    let schema = config.get("Tracon:PostgreSql:SchemaName").unwrap_or("tracon").to_owned();
+    if !is_schema_name(&schema) {
+        return Err(format!("Tracon__PostgreSql__SchemaName '{schema}' must be a lowercase identifier"));
+    }
+    let statement_timeout = config
+        .seconds("Tracon:PostgreSql:CommandTimeoutSeconds")
+        .map_err(|e| e.to_string())?
+        .unwrap_or(std::time::Duration::from_secs(30));
+    let tls = !config.get("Tracon:PostgreSql:Tls").is_some_and(|v| v.eq_ignore_ascii_case("off"));
+    let target = store::PgTarget {
+        host: hyperdrive.host(),
+        port: hyperdrive.port(),
+        user: hyperdrive.user(),
+        password: hyperdrive.password(),
+        database: hyperdrive.database(),
+        schema,
+        tls,
+        statement_timeout_ms: statement_timeout.as_millis(),
+        application_name: config.get("Tracon:PostgreSql:ApplicationName").unwrap_or("tracon").to_owned(),
+    };
+    let protection = Arc::new(Protection::from_config(&config).map_err(|e| e.to_string())?);
+    let pg = Arc::new(store::WorkerStores { target, protection });
+    let stores = Stores { definitions: pg.clone(), runs: pg.clone(), sessions: pg, persistent: true };
+    let client = reqwest::Client::new();
+    let runtime =
+        setup::runtime_from_config(&config, platform::platform(), stores, client, &HostDefaults { demo_agent: false })?;
+    let http = HttpSettings::serverless_from_config(&config).map_err(|e| e.to_string())?;
+    Ok(tracon_handlers::app(AppState::new(Arc::new(runtime), http), routes()))
+}
+
+fn startup_failure(message: &str) -> axum::http::Response<axum::body::Body> {
+    let body = serde_json::json!({
+        "type": "urn:tracon:problem:startup_failed",
+        "title": "Service Unavailable",
+        "status": 503,
+        "detail": message,
+        "errorType": "startup_failed",
+    });
+    let mut response = axum::http::Response::new(axum::body::Body::from(body.to_string()));
+    *response.status_mut() = axum::http::StatusCode::SERVICE_UNAVAILABLE;
+    response
+        .headers_mut()
+        .insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/problem+json"));
+    response
+}
+
+#[event(fetch)]
+async fn fetch(req: HttpRequest, env: Env, ctx: Context) -> worker::Result<axum::http::Response<axum::body::Body>> {
+    console_error_panic_hook::set_once();
+    let app = match APP.with(|a| a.borrow().clone()) {
+        Some(app) => app,
+        None => match build(&env) {
+            Ok(app) => {
+                APP.with(|a| *a.borrow_mut() = Some(app.clone()));
+                app
+            }
+            Err(message) => return Ok(startup_failure(&message)),
+        },
+    };
+    let mut app = app;
+    Ok(platform::WithContext::new(Rc::new(ctx), app.call(req)).await?)
+}

@@ -1,0 +1,817 @@
+//! The store ports on Postgres from a Worker: tokio-postgres over a `worker::Socket` to
+//! Hyperdrive, running the same SQL text ([`tracon_postgres::sql`]) and the same codec as
+//! the sqlx stores.
+//!
+//! Every store call opens its own connection (Hyperdrive pools the real ones), and closes it
+//! before returning: the client is dropped and the connection future awaited, so no socket
+//! outlives the call — the pattern the toolchain notes found necessary under workerd.
+//! JavaScript futures are `!Send`; a Worker isolate is single-threaded, so each call is
+//! wrapped in `SendWrapper` to meet the ports' `Send` bounds.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use futures::FutureExt;
+use futures::future::RemoteHandle;
+use send_wrapper::SendWrapper;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Row};
+use tracon_core::definition::AgentDefinition;
+use tracon_core::events::RecordedEvent;
+use tracon_core::names::{AgentName, RunId, TenantId};
+use tracon_core::store::{
+    CancelOutcome, DefinitionStore, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStore, SessionItem,
+    SessionParent, SessionRecord, SessionStore, SessionWrite, StoreError, StoredDefinition, ToolCallRecord,
+};
+use tracon_core::tools::pipeline::LateCompletion;
+use tracon_postgres::codec::{
+    add_stats_row, corrupt, enum_parse, enum_text, event_arrays, from_json, input_place, item_arrays, open_event,
+    open_item, status_parse, to_i64, to_json, to_u64, tool_place, unreadable,
+};
+use tracon_postgres::protect::Protection;
+use tracon_postgres::sql;
+use worker::{SecureTransport, Socket};
+
+/// Where Postgres is (from the Hyperdrive binding) and how to talk to it.
+#[derive(Clone)]
+pub struct PgTarget {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: String,
+    pub database: String,
+    pub schema: String,
+    pub tls: bool,
+    pub statement_timeout_ms: u128,
+    pub application_name: String,
+}
+
+/// One open connection; [`Conn::close`] ends it.
+struct Conn {
+    client: Client,
+    done: RemoteHandle<()>,
+}
+
+impl Conn {
+    async fn close(self) {
+        drop(self.client);
+        self.done.await;
+    }
+}
+
+/// Maps a driver error by SQLSTATE, like the sqlx stores do.
+fn map_err(e: tokio_postgres::Error) -> StoreError {
+    match e.code() {
+        Some(code) => match code.code() {
+            "23505" => StoreError::Conflict("The record already exists or was changed concurrently.".into()),
+            "23503" => StoreError::NotFound,
+            c if c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03" | "53300" | "57014") => {
+                StoreError::Unavailable { detail: format!("SQLSTATE {c}: {e}") }
+            }
+            c => StoreError::Internal { detail: format!("SQLSTATE {c}: {e}") },
+        },
+        None if e.is_closed() => StoreError::Unavailable { detail: e.to_string() },
+        None => StoreError::Unavailable { detail: e.to_string() },
+    }
+}
+
+fn get<'a, T: tokio_postgres::types::FromSql<'a>>(row: &'a Row, column: &str) -> Result<T, StoreError> {
+    row.try_get(column).map_err(map_err)
+}
+
+impl PgTarget {
+    async fn open(&self) -> Result<Conn, StoreError> {
+        let socket = Socket::builder()
+            .secure_transport(if self.tls { SecureTransport::StartTls } else { SecureTransport::Off })
+            .connect(self.host.clone(), self.port)
+            .map_err(|e| StoreError::Unavailable { detail: format!("socket: {e}") })?;
+        let mut config = tokio_postgres::Config::new();
+        config
+            .user(&self.user)
+            .password(&self.password)
+            .dbname(&self.database)
+            .application_name(&self.application_name)
+            .options(format!("-c search_path={} -c statement_timeout={}", self.schema, self.statement_timeout_ms));
+        if !self.tls {
+            config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+        }
+        let (client, connection) =
+            config.connect_raw(socket, worker::postgres_tls::PassthroughTls).await.map_err(map_err)?;
+        let (driver, done) = connection
+            .map(|r| {
+                if let Err(e) = r {
+                    tracing::warn!(error = %e, "postgres connection ended with an error");
+                }
+            })
+            .remote_handle();
+        wasm_bindgen_futures::spawn_local(driver);
+        Ok(Conn { client, done })
+    }
+
+    /// Runs `f` on a fresh connection and closes it, whatever `f` returned.
+    async fn with<T>(&self, f: impl AsyncFnOnce(&Client) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let conn = self.open().await?;
+        let result = f(&conn.client).await;
+        conn.close().await;
+        result
+    }
+}
+
+/// Runs a `!Send` store future where a `Send` one is required (single-threaded isolate).
+async fn send<T>(f: impl std::future::Future<Output = T>) -> T {
+    SendWrapper::new(f).await
+}
+
+pub struct WorkerStores {
+    pub target: PgTarget,
+    pub protection: Arc<Protection>,
+}
+
+// ---- definitions -------------------------------------------------------------------------
+
+fn stored(row: &Row) -> Result<StoredDefinition, StoreError> {
+    let version: i32 = get(row, "version")?;
+    let definition: serde_json::Value = get(row, "definition")?;
+    Ok(StoredDefinition {
+        definition: serde_json::from_value(definition).map_err(|e| corrupt("definition", e))?,
+        version: version.max(0) as u32,
+        created_at: get(row, "created_at")?,
+        updated_at: get(row, "written_at")?,
+    })
+}
+
+#[async_trait::async_trait]
+impl DefinitionStore for WorkerStores {
+    async fn get(&self, tenant: &TenantId, name: &AgentName) -> Result<Option<StoredDefinition>, StoreError> {
+        send(self.target.with(async |c| {
+            let row = c.query_opt(sql::DEF_GET, &[&tenant.as_str(), &name.as_str()]).await.map_err(map_err)?;
+            row.as_ref().map(stored).transpose()
+        }))
+        .await
+    }
+
+    async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<StoredDefinition>, StoreError> {
+        send(self.target.with(async |c| {
+            let rows =
+                c.query(sql::DEF_LIST, &[&tenant.as_str(), &(skip as i64), &(take as i64)]).await.map_err(map_err)?;
+            rows.iter().map(stored).collect()
+        }))
+        .await
+    }
+
+    async fn create(
+        &self,
+        tenant: &TenantId,
+        definition: AgentDefinition,
+        now: DateTime<Utc>,
+    ) -> Result<StoredDefinition, StoreError> {
+        let body = to_json(&definition)?;
+        send(self.target.with(async |c| {
+            c.execute(sql::DEF_CREATE, &[&tenant.as_str(), &definition.name, &body, &now]).await.map_err(|e| {
+                match map_err(e) {
+                    StoreError::Conflict(_) => {
+                        StoreError::Conflict(format!("An agent named '{}' already exists.", definition.name))
+                    }
+                    other => other,
+                }
+            })
+        }))
+        .await?;
+        Ok(StoredDefinition { definition, version: 1, created_at: now, updated_at: now })
+    }
+
+    async fn update(
+        &self,
+        tenant: &TenantId,
+        definition: AgentDefinition,
+        now: DateTime<Utc>,
+    ) -> Result<StoredDefinition, StoreError> {
+        let body = to_json(&definition)?;
+        let row = send(self.target.with(async |c| {
+            c.query_opt(sql::DEF_UPDATE, &[&tenant.as_str(), &definition.name, &body, &now]).await.map_err(map_err)
+        }))
+        .await?
+        .ok_or(StoreError::NotFound)?;
+        let version: i32 = get(&row, "version")?;
+        Ok(StoredDefinition {
+            version: version.max(0) as u32,
+            created_at: get(&row, "created_at")?,
+            updated_at: now,
+            definition,
+        })
+    }
+
+    async fn delete(&self, tenant: &TenantId, name: &AgentName) -> Result<bool, StoreError> {
+        send(self.target.with(async |c| {
+            Ok(c.execute(sql::DEF_DELETE, &[&tenant.as_str(), &name.as_str()]).await.map_err(map_err)? > 0)
+        }))
+        .await
+    }
+
+    async fn versions(&self, tenant: &TenantId, name: &AgentName) -> Result<Vec<StoredDefinition>, StoreError> {
+        send(self.target.with(async |c| {
+            let rows = c.query(sql::DEF_VERSIONS, &[&tenant.as_str(), &name.as_str()]).await.map_err(map_err)?;
+            rows.iter().map(stored).collect()
+        }))
+        .await
+    }
+
+    async fn version(
+        &self,
+        tenant: &TenantId,
+        name: &AgentName,
+        version: u32,
+    ) -> Result<Option<StoredDefinition>, StoreError> {
+        let v = i32::try_from(version).unwrap_or(i32::MAX);
+        send(self.target.with(async |c| {
+            let row = c.query_opt(sql::DEF_VERSION, &[&tenant.as_str(), &name.as_str(), &v]).await.map_err(map_err)?;
+            row.as_ref().map(stored).transpose()
+        }))
+        .await
+    }
+}
+
+// ---- runs ------------------------------------------------------------------------------------
+
+fn run_record(row: &Row, tenant: &TenantId) -> Result<RunRecord, StoreError> {
+    let status: String = get(row, "status")?;
+    let version: Option<i32> = get(row, "agent_version")?;
+    let duration: Option<i64> = get(row, "duration_ms")?;
+    let depth: i32 = get(row, "depth")?;
+    let labels: serde_json::Value = get(row, "labels")?;
+    Ok(RunRecord {
+        id: RunId(get(row, "id")?),
+        tenant: Some(tenant.clone()),
+        agent_name: get(row, "agent_name")?,
+        agent_version: version.map(|v| v.max(0) as u32),
+        status: status_parse(&status)?,
+        started_at: get(row, "started_at")?,
+        ended_at: get(row, "ended_at")?,
+        duration_ms: duration.map(to_u64),
+        usage: from_json(get(row, "usage")?, "usage")?,
+        cost: from_json(get(row, "cost")?, "cost")?,
+        model_provider: get(row, "model_provider")?,
+        model: get(row, "model")?,
+        error: from_json(get(row, "error")?, "error")?,
+        session_id: get(row, "session_id")?,
+        parent_run_id: get::<Option<uuid::Uuid>>(row, "parent_run_id")?.map(RunId),
+        root_run_id: get::<Option<uuid::Uuid>>(row, "root_run_id")?.map(RunId),
+        depth: depth.max(0) as u32,
+        user_id: get(row, "user_id")?,
+        labels: serde_json::from_value(labels).map_err(|e| corrupt("labels", e))?,
+        heartbeat_at: get(row, "heartbeat_at")?,
+        cancel_requested: get(row, "cancel_requested")?,
+    })
+}
+
+/// The run filter as `$2`…`$8`.
+struct Filter {
+    agent: Option<String>,
+    status: Option<String>,
+    session: Option<String>,
+    user: Option<String>,
+    labels: serde_json::Value,
+    from: Option<DateTime<Utc>>,
+    to: Option<DateTime<Utc>>,
+}
+
+impl Filter {
+    fn new(f: &RunFilter) -> Result<Self, StoreError> {
+        Ok(Self {
+            agent: f.agent.clone(),
+            status: f.status.map(|s| enum_text(&s)).transpose()?,
+            session: f.session_id.clone(),
+            user: f.user_id.clone(),
+            labels: to_json(&f.labels)?,
+            from: f.from,
+            to: f.to,
+        })
+    }
+}
+
+fn sealed_opt(p: &Protection, tenant: &TenantId, column: &'static str, row: &str, v: Option<&str>) -> Option<Vec<u8>> {
+    v.map(|text| p.seal(&tool_place(tenant, column, row), text))
+}
+
+fn open_opt(
+    p: &Protection,
+    tenant: &TenantId,
+    column: &'static str,
+    row: &str,
+    v: Option<Vec<u8>>,
+) -> Result<Option<String>, StoreError> {
+    v.map(|b| p.open(&tool_place(tenant, column, row), &b).map_err(unreadable)).transpose()
+}
+
+#[async_trait::async_trait]
+impl RunStore for WorkerStores {
+    async fn create_run(
+        &self,
+        tenant: &TenantId,
+        run: &RunRecord,
+        input: Option<&RunInputRecord>,
+    ) -> Result<(), StoreError> {
+        let row_id = run.id.to_string();
+        let input = input
+            .map(|i| serde_json::to_string(i).map_err(|e| corrupt("input", e)))
+            .transpose()?
+            .map(|json| self.protection.seal(&input_place(tenant, &row_id), &json));
+        let status = enum_text(&run.status)?;
+        let labels = to_json(&run.labels)?;
+        let version = run.agent_version.map(|v| i32::try_from(v).unwrap_or(i32::MAX));
+        let depth = i32::try_from(run.depth).unwrap_or(i32::MAX);
+        send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 15] = [
+                &tenant.as_str(),
+                &run.id.0,
+                &run.agent_name,
+                &version,
+                &status,
+                &run.started_at,
+                &run.session_id,
+                &run.parent_run_id.map(|r| r.0),
+                &run.root_run_id.map(|r| r.0),
+                &depth,
+                &run.user_id,
+                &labels,
+                &run.heartbeat_at,
+                &run.cancel_requested,
+                &input,
+            ];
+            c.execute(sql::RUN_INSERT, &params).await.map_err(map_err).map(|_| ())
+        }))
+        .await
+    }
+
+    async fn finish_run(
+        &self,
+        tenant: &TenantId,
+        id: RunId,
+        end: &RunEnd,
+        events: &[RecordedEvent],
+    ) -> Result<(), StoreError> {
+        let usage = end.usage.as_ref().map(to_json).transpose()?;
+        let cost = end.cost.as_ref().map(to_json).transpose()?;
+        let error = end.error.as_ref().map(to_json).transpose()?;
+        let status = enum_text(&end.status)?;
+        let duration = to_i64(end.duration_ms, "duration")?;
+        let batch = event_arrays(&self.protection, tenant, id, events)?;
+        let kinds: Vec<&str> = batch.kinds.clone();
+        let n = send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 14] = [
+                &tenant.as_str(),
+                &id.0,
+                &status,
+                &end.ended_at,
+                &duration,
+                &usage,
+                &cost,
+                &end.model_provider,
+                &end.model,
+                &error,
+                &batch.sequences,
+                &kinds,
+                &batch.times,
+                &batch.payloads,
+            ];
+            c.execute(sql::RUN_FINISH, &params).await.map_err(map_err)
+        }))
+        .await?;
+        if n == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+    }
+
+    async fn get_run(&self, tenant: &TenantId, id: RunId) -> Result<Option<RunRecord>, StoreError> {
+        send(self.target.with(async |c| {
+            let row = c.query_opt(sql::RUN_GET, &[&tenant.as_str(), &id.0]).await.map_err(map_err)?;
+            row.as_ref().map(|r| run_record(r, tenant)).transpose()
+        }))
+        .await
+    }
+
+    async fn list_runs(
+        &self,
+        tenant: &TenantId,
+        filter: &RunFilter,
+        skip: usize,
+        take: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let f = Filter::new(filter)?;
+        send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 10] = [
+                &tenant.as_str(),
+                &f.agent,
+                &f.status,
+                &f.session,
+                &f.user,
+                &f.labels,
+                &f.from,
+                &f.to,
+                &(skip as i64),
+                &(take as i64),
+            ];
+            let rows = c.query(sql::RUN_LIST, &params).await.map_err(map_err)?;
+            rows.iter().map(|r| run_record(r, tenant)).collect()
+        }))
+        .await
+    }
+
+    async fn stats(&self, tenant: &TenantId, filter: &RunFilter) -> Result<RunStats, StoreError> {
+        let f = Filter::new(filter)?;
+        send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 8] =
+                [&tenant.as_str(), &f.agent, &f.status, &f.session, &f.user, &f.labels, &f.from, &f.to];
+            let rows = c.query(sql::RUN_STATS, &params).await.map_err(map_err)?;
+            let mut s = RunStats::default();
+            for row in &rows {
+                let dim: String = get(row, "dim")?;
+                add_stats_row(
+                    &mut s,
+                    &dim,
+                    get(row, "key")?,
+                    get(row, "n")?,
+                    get(row, "amount")?,
+                    get(row, "tokens")?,
+                )?;
+            }
+            Ok(s)
+        }))
+        .await
+    }
+
+    async fn append_events(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        events: &[RecordedEvent],
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let batch = event_arrays(&self.protection, tenant, run, events)?;
+        let kinds: Vec<&str> = batch.kinds.clone();
+        let n = send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 7] =
+                [&tenant.as_str(), &run.0, &batch.sequences, &kinds, &batch.times, &batch.payloads, &now];
+            c.execute(sql::EVENTS_APPEND, &params).await.map_err(map_err)
+        }))
+        .await?;
+        if n == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+    }
+
+    async fn read_events(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>, StoreError> {
+        let after = to_i64(after, "sequence")?;
+        send(self.target.with(async |c| {
+            let rows = c
+                .query(sql::EVENTS_READ, &[&tenant.as_str(), &run.0, &after, &(limit as i64)])
+                .await
+                .map_err(map_err)?;
+            rows.iter()
+                .map(|r| {
+                    let payload: Vec<u8> = get(r, "payload")?;
+                    open_event(&self.protection, tenant, run, get(r, "sequence")?, get(r, "occurred_at")?, &payload)
+                })
+                .collect()
+        }))
+        .await
+    }
+
+    async fn record_tool_call(&self, tenant: &TenantId, call: &ToolCallRecord) -> Result<(), StoreError> {
+        let row = format!("{}/{}", call.run_id, call.call_id);
+        let p = &self.protection;
+        let arguments = p.seal(&tool_place(tenant, "arguments", &row), &call.arguments);
+        let result = sealed_opt(p, tenant, "result", &row, call.result.as_deref());
+        let error = sealed_opt(p, tenant, "error", &row, call.error.as_deref());
+        let late_result = sealed_opt(p, tenant, "late_result", &row, call.late_result.as_deref());
+        let late_error = sealed_opt(p, tenant, "late_error", &row, call.late_error.as_deref());
+        let effect = call.effect.as_ref().map(enum_text).transpose()?;
+        let status = enum_text(&call.status)?;
+        let omitted = call.omitted_bytes.map(|b| to_i64(b, "bytes")).transpose()?;
+        let duration = to_i64(call.duration_ms, "duration")?;
+        let late_duration = call.late_duration_ms.map(|d| to_i64(d, "duration")).transpose()?;
+        send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 17] = [
+                &tenant.as_str(),
+                &call.run_id.0,
+                &call.call_id,
+                &call.tool_name,
+                &effect,
+                &status,
+                &arguments,
+                &result,
+                &error,
+                &omitted,
+                &call.started_at,
+                &duration,
+                &call.timed_out,
+                &call.late_completed_at,
+                &late_duration,
+                &late_result,
+                &late_error,
+            ];
+            c.execute(sql::TOOL_UPSERT, &params).await.map_err(map_err).map(|_| ())
+        }))
+        .await
+    }
+
+    async fn complete_tool_call_late(&self, tenant: &TenantId, late: &LateCompletion) -> Result<(), StoreError> {
+        let row = format!("{}/{}", late.run_id, late.call_id);
+        let (result, error) = match &late.result {
+            Ok(t) => (sealed_opt(&self.protection, tenant, "late_result", &row, Some(t)), None),
+            Err(e) => (None, sealed_opt(&self.protection, tenant, "late_error", &row, Some(e))),
+        };
+        let duration = to_i64(late.duration_ms, "duration")?;
+        let n = send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 7] =
+                [&tenant.as_str(), &late.run_id.0, &late.call_id, &late.completed_at, &duration, &result, &error];
+            c.execute(sql::TOOL_LATE, &params).await.map_err(map_err)
+        }))
+        .await?;
+        if n == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+    }
+
+    async fn list_tool_calls(&self, tenant: &TenantId, run: RunId) -> Result<Vec<ToolCallRecord>, StoreError> {
+        send(self.target.with(async |c| {
+            let rows = c.query(sql::TOOL_LIST, &[&tenant.as_str(), &run.0]).await.map_err(map_err)?;
+            let p = &self.protection;
+            rows.iter()
+                .map(|r| {
+                    let call_id: String = get(r, "call_id")?;
+                    let row = format!("{run}/{call_id}");
+                    let effect: Option<String> = get(r, "effect")?;
+                    let status: String = get(r, "status")?;
+                    let arguments: Vec<u8> = get(r, "arguments")?;
+                    Ok(ToolCallRecord {
+                        run_id: run,
+                        arguments: p.open(&tool_place(tenant, "arguments", &row), &arguments).map_err(unreadable)?,
+                        tool_name: get(r, "tool_name")?,
+                        effect: effect.map(|e| enum_parse(&e, "tool effect")).transpose()?,
+                        status: enum_parse(&status, "tool status")?,
+                        result: open_opt(p, tenant, "result", &row, get(r, "result")?)?,
+                        error: open_opt(p, tenant, "error", &row, get(r, "error")?)?,
+                        omitted_bytes: get::<Option<i64>>(r, "omitted_bytes")?.map(to_u64),
+                        started_at: get(r, "started_at")?,
+                        duration_ms: to_u64(get(r, "duration_ms")?),
+                        timed_out: get(r, "timed_out")?,
+                        late_completed_at: get(r, "late_completed_at")?,
+                        late_duration_ms: get::<Option<i64>>(r, "late_duration_ms")?.map(to_u64),
+                        late_result: open_opt(p, tenant, "late_result", &row, get(r, "late_result")?)?,
+                        late_error: open_opt(p, tenant, "late_error", &row, get(r, "late_error")?)?,
+                        call_id,
+                    })
+                })
+                .collect()
+        }))
+        .await
+    }
+
+    async fn record_input(&self, tenant: &TenantId, run: RunId, input: &RunInputRecord) -> Result<(), StoreError> {
+        let json = serde_json::to_string(input).map_err(|e| corrupt("input", e))?;
+        let row = run.to_string();
+        let sealed = self.protection.seal(&input_place(tenant, &row), &json);
+        let n = send(self.target.with(async |c| {
+            c.execute(sql::RUN_SET_INPUT, &[&tenant.as_str(), &run.0, &sealed]).await.map_err(map_err)
+        }))
+        .await?;
+        if n == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+    }
+
+    async fn get_input(&self, tenant: &TenantId, run: RunId) -> Result<Option<RunInputRecord>, StoreError> {
+        let stored = send(self.target.with(async |c| {
+            let row = c.query_opt(sql::RUN_GET_INPUT, &[&tenant.as_str(), &run.0]).await.map_err(map_err)?;
+            row.map(|r| get::<Option<Vec<u8>>>(&r, "input")).transpose()
+        }))
+        .await?;
+        let Some(Some(bytes)) = stored else { return Ok(None) };
+        let row = run.to_string();
+        let json = self.protection.open(&input_place(tenant, &row), &bytes).map_err(unreadable)?;
+        serde_json::from_str(&json).map(Some).map_err(|e| corrupt("input", e))
+    }
+
+    async fn request_cancel(&self, tenant: &TenantId, run: RunId) -> Result<CancelOutcome, StoreError> {
+        send(self.target.with(async |c| {
+            let row = c.query_one(sql::RUN_CANCEL, &[&tenant.as_str(), &run.0]).await.map_err(map_err)?;
+            let status: Option<String> = get(&row, "status")?;
+            let requested: bool = get(&row, "requested")?;
+            match status {
+                None => Err(StoreError::NotFound),
+                Some(_) if requested => Ok(CancelOutcome::Requested),
+                Some(s) => Ok(CancelOutcome::AlreadyEnded(status_parse(&s)?)),
+            }
+        }))
+        .await
+    }
+
+    async fn is_cancel_requested(&self, tenant: &TenantId, run: RunId) -> Result<bool, StoreError> {
+        send(self.target.with(async |c| {
+            let row = c.query_opt(sql::RUN_CANCEL_FLAG, &[&tenant.as_str(), &run.0]).await.map_err(map_err)?;
+            Ok(row.map(|r| get::<bool>(&r, "cancel_requested")).transpose()?.unwrap_or(false))
+        }))
+        .await
+    }
+}
+
+// ---- sessions ----------------------------------------------------------------------------------
+
+fn session_record(row: &Row) -> Result<SessionRecord, StoreError> {
+    let parent_id: Option<String> = get(row, "parent_session_id")?;
+    let parent_seq: Option<i64> = get(row, "parent_sequence")?;
+    Ok(SessionRecord {
+        id: get(row, "id")?,
+        agent_name: get(row, "agent_name")?,
+        version: to_u64(get(row, "version")?),
+        item_count: to_u64(get(row, "item_count")?),
+        created_at: get(row, "created_at")?,
+        updated_at: get(row, "updated_at")?,
+        owner_user_id: get(row, "owner_user_id")?,
+        parent: match (parent_id, parent_seq) {
+            (Some(session_id), Some(seq)) => Some(SessionParent { session_id, sequence: to_u64(seq) }),
+            _ => None,
+        },
+    })
+}
+
+impl WorkerStores {
+    #[allow(clippy::too_many_arguments)]
+    async fn create_session(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+        agent_name: Option<&str>,
+        messages: &[tracon_core::model::Message],
+        run_id: Option<RunId>,
+        owner: Option<&str>,
+        parent: Option<&SessionParent>,
+        now: DateTime<Utc>,
+    ) -> Result<SessionRecord, StoreError> {
+        let (seqs, contents) = item_arrays(&self.protection, tenant, id, 0, messages)?;
+        let count = seqs.len() as i64;
+        let parent_id = parent.map(|p| p.session_id.clone());
+        let parent_seq = parent.map(|p| to_i64(p.sequence, "sequence")).transpose()?;
+        let run = run_id.map(|r| r.0);
+        send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 11] = [
+                &tenant.as_str(),
+                &id,
+                &agent_name,
+                &count,
+                &now,
+                &owner,
+                &parent_id,
+                &parent_seq,
+                &run,
+                &seqs,
+                &contents,
+            ];
+            c.execute(sql::SESSION_CREATE, &params).await.map_err(|e| match map_err(e) {
+                StoreError::Conflict(_) => StoreError::Conflict("The session already exists.".into()),
+                other => other,
+            })
+        }))
+        .await?;
+        Ok(SessionRecord {
+            id: id.to_owned(),
+            agent_name: agent_name.map(str::to_owned),
+            version: 1,
+            item_count: to_u64(count),
+            created_at: now,
+            updated_at: now,
+            owner_user_id: owner.map(str::to_owned),
+            parent: parent.cloned(),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for WorkerStores {
+    async fn get(&self, tenant: &TenantId, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        send(self.target.with(async |c| {
+            let row = c.query_opt(sql::SESSION_GET, &[&tenant.as_str(), &id]).await.map_err(map_err)?;
+            row.as_ref().map(session_record).transpose()
+        }))
+        .await
+    }
+
+    async fn items(&self, tenant: &TenantId, id: &str) -> Result<Vec<SessionItem>, StoreError> {
+        send(self.target.with(async |c| {
+            let rows = c.query(sql::SESSION_ITEMS, &[&tenant.as_str(), &id]).await.map_err(map_err)?;
+            rows.iter()
+                .map(|r| {
+                    let seq: i64 = get(r, "sequence")?;
+                    let content: Vec<u8> = get(r, "content")?;
+                    Ok(SessionItem {
+                        sequence: to_u64(seq),
+                        message: open_item(&self.protection, tenant, id, seq, &content)?,
+                        run_id: get::<Option<uuid::Uuid>>(r, "run_id")?.map(RunId),
+                        created_at: get(r, "created_at")?,
+                    })
+                })
+                .collect()
+        }))
+        .await
+    }
+
+    async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<SessionRecord>, StoreError> {
+        send(self.target.with(async |c| {
+            let rows = c
+                .query(sql::SESSION_LIST, &[&tenant.as_str(), &(skip as i64), &(take as i64)])
+                .await
+                .map_err(map_err)?;
+            rows.iter().map(session_record).collect()
+        }))
+        .await
+    }
+
+    async fn try_create(&self, tenant: &TenantId, id: &str, write: &SessionWrite) -> Result<SessionRecord, StoreError> {
+        self.create_session(
+            tenant,
+            id,
+            Some(&write.agent_name),
+            &write.messages,
+            write.run_id,
+            write.owner_user_id.as_deref(),
+            None,
+            write.now,
+        )
+        .await
+    }
+
+    async fn try_append(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+        expected_version: u64,
+        write: &SessionWrite,
+    ) -> Result<SessionRecord, StoreError> {
+        let expected = to_i64(expected_version, "version")?;
+        let count: Option<i64> = send(self.target.with(async |c| {
+            let row = c.query_opt(sql::SESSION_COUNT_AT, &[&tenant.as_str(), &id, &expected]).await.map_err(map_err)?;
+            row.map(|r| get::<i64>(&r, "item_count")).transpose()
+        }))
+        .await?;
+        let Some(count) = count else {
+            return match SessionStore::get(self, tenant, id).await? {
+                None => Err(StoreError::NotFound),
+                Some(_) => Err(StoreError::Conflict("Another turn saved this session first.".into())),
+            };
+        };
+        let (seqs, contents) = item_arrays(&self.protection, tenant, id, to_u64(count), &write.messages)?;
+        let added = seqs.len() as i64;
+        let run = write.run_id.map(|r| r.0);
+        let row = send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 9] =
+                [&tenant.as_str(), &id, &expected, &added, &write.now, &write.agent_name, &run, &seqs, &contents];
+            c.query_opt(sql::SESSION_APPEND, &params).await.map_err(map_err)
+        }))
+        .await?;
+        if row.is_none() {
+            return Err(StoreError::Conflict("Another turn saved this session first.".into()));
+        }
+        SessionStore::get(self, tenant, id).await?.ok_or(StoreError::NotFound)
+    }
+
+    async fn delete(&self, tenant: &TenantId, id: &str) -> Result<bool, StoreError> {
+        send(
+            self.target.with(async |c| {
+                Ok(c.execute(sql::SESSION_DELETE, &[&tenant.as_str(), &id]).await.map_err(map_err)? > 0)
+            }),
+        )
+        .await
+    }
+
+    async fn branch(
+        &self,
+        tenant: &TenantId,
+        source: &str,
+        up_to: u64,
+        new_id: &str,
+        owner_user_id: Option<String>,
+        now: DateTime<Utc>,
+    ) -> Result<SessionRecord, StoreError> {
+        let parent = SessionStore::get(self, tenant, source).await?.ok_or(StoreError::NotFound)?;
+        let messages: Vec<_> =
+            self.items(tenant, source).await?.into_iter().filter(|i| i.sequence <= up_to).map(|i| i.message).collect();
+        let provenance = SessionParent { session_id: source.to_owned(), sequence: up_to };
+        self.create_session(
+            tenant,
+            new_id,
+            parent.agent_name.as_deref(),
+            &messages,
+            None,
+            owner_user_id.as_deref(),
+            Some(&provenance),
+            now,
+        )
+        .await
+        .map_err(|e| match e {
+            StoreError::Conflict(_) => StoreError::Conflict(format!("A session named '{new_id}' already exists.")),
+            other => other,
+        })
+    }
+}
