@@ -10,6 +10,7 @@
 
 pub mod agents;
 pub mod auth;
+pub mod cors;
 pub mod error;
 pub mod extract;
 pub mod meta;
@@ -84,12 +85,18 @@ pub fn router(state: AppState) -> Router {
 /// group a deployment serves is decided at build time. A deployment of one group answers
 /// `route_not_found` for the others.
 pub fn app(state: AppState, routes: Router<AppState>) -> Router {
-    meta_router()
+    let cors = cors::layer(&state.http.allowed_origins);
+    let router = meta_router()
         .merge(routes)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), auth::access))
-        .with_state(state)
+        .with_state(state);
+    // Outside authentication: a browser's preflight carries no credentials.
+    match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
 }
 
 async fn not_found(uri: Uri) -> ApiError {

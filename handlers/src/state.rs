@@ -35,6 +35,10 @@ pub struct HttpSettings {
     pub follow_timeout: Duration,
     /// Longest pause between two store reads while following a live run.
     pub follow_poll_max: Duration,
+    /// Browser origins allowed to call the API cross-origin, each exact
+    /// (`https://app.example.com`). Empty by default, and while empty no CORS header is
+    /// ever sent; there is no wildcard.
+    pub allowed_origins: Vec<String>,
 }
 
 impl std::fmt::Debug for HttpSettings {
@@ -44,6 +48,7 @@ impl std::fmt::Debug for HttpSettings {
             .field("allow_remote_access", &self.allow_remote_access)
             .field("require_authentication", &self.require_authentication)
             .field("max_body_bytes", &self.max_body_bytes)
+            .field("allowed_origins", &self.allowed_origins)
             .finish()
     }
 }
@@ -78,6 +83,7 @@ impl HttpSettings {
             max_body_bytes,
             follow_timeout: config.seconds("Tracon:Runs:FollowTimeoutSeconds")?.unwrap_or(d.follow_timeout),
             follow_poll_max: config.seconds("Tracon:Runs:FollowPollMaxSeconds")?.unwrap_or(d.follow_poll_max),
+            allowed_origins: allowed_origins(config)?,
         })
     }
 
@@ -108,6 +114,7 @@ impl Default for HttpSettings {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             follow_timeout: Duration::from_secs(900),
             follow_poll_max: Duration::from_secs(1),
+            allowed_origins: Vec::new(),
         }
     }
 }
@@ -212,5 +219,117 @@ pub struct AppState {
 impl AppState {
     pub fn new(runtime: Arc<Runtime>, http: HttpSettings) -> Self {
         Self { runtime, http: Arc::new(http), drain: Arc::new(Drain::default()) }
+    }
+}
+
+/// `Tracon:AllowedOrigins` as a list (`Tracon__AllowedOrigins__0`, `__1`, …) or one
+/// comma-separated value. Each entry must be an exact origin — `http` or `https`, a host, an
+/// optional port, nothing else — so a wildcard, a path or a trailing slash is a start-up
+/// error rather than a silently broken (or silently open) browser surface.
+fn allowed_origins(config: &Config) -> Result<Vec<String>, ConfigError> {
+    let key = "Tracon:AllowedOrigins";
+    let mut raw: Vec<&str> = Vec::new();
+    if let Some(v) = config.get(key) {
+        raw.extend(v.split(','));
+    }
+    for child in config.child_sections(key) {
+        if let Some(v) = config.get(&format!("{key}:{child}")) {
+            raw.push(v);
+        }
+    }
+    let mut out: Vec<String> = Vec::new();
+    for origin in raw.into_iter().map(str::trim).filter(|o| !o.is_empty()) {
+        if !is_exact_origin(origin) {
+            return Err(ConfigError::Message(format!(
+                "Tracon__AllowedOrigins: '{origin}' is not an exact origin; write scheme://host[:port] with no path, \
+                 no trailing slash and no wildcard (e.g. https://app.example.com)."
+            )));
+        }
+        let origin = origin.to_ascii_lowercase();
+        if !out.contains(&origin) {
+            out.push(origin);
+        }
+    }
+    Ok(out)
+}
+
+fn is_exact_origin(origin: &str) -> bool {
+    let Some((scheme, rest)) = origin.split_once("://") else { return false };
+    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+        return false;
+    }
+    let (host, port) = if rest.starts_with('[') {
+        let Some(end) = rest.find(']') else { return false };
+        let (host, after) = rest.split_at(end + 1);
+        match after {
+            "" => (host, None),
+            _ => match after.strip_prefix(':') {
+                Some(p) => (host, Some(p)),
+                None => return false,
+            },
+        }
+    } else {
+        match rest.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (rest, None),
+        }
+    };
+    let host_ok = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        !v6.is_empty() && v6.chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+    } else {
+        !host.is_empty()
+            && host
+                .split('.')
+                .all(|label| !label.is_empty() && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+    };
+    let port_ok = port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.parse::<u16>().is_ok_and(|n| n > 0));
+    host_ok && port_ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_must_be_exact() {
+        for good in [
+            "https://app.example.com",
+            "http://localhost:5173",
+            "http://127.0.0.1:8080",
+            "http://[::1]:3000",
+            "http://[::1]",
+        ] {
+            assert!(is_exact_origin(good), "{good}");
+        }
+        for bad in [
+            "*",
+            "https://*.example.com",
+            "https://app.example.com/",
+            "https://app.example.com/path",
+            "app.example.com",
+            "ftp://app.example.com",
+            "null",
+            "https://",
+            "https://app.example.com:0",
+            "https://app.example.com:99999",
+            "https://user@app.example.com",
+        ] {
+            assert!(!is_exact_origin(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn allowed_origins_come_from_a_list_or_one_value_and_refuse_wildcards() {
+        let config = Config::from_pairs([
+            ("Tracon__AllowedOrigins__0", "https://App.example.com"),
+            ("Tracon__AllowedOrigins__1", "http://localhost:5173"),
+        ]);
+        assert_eq!(allowed_origins(&config).unwrap(), ["https://app.example.com", "http://localhost:5173"]);
+        let config = Config::from_pairs([("Tracon__AllowedOrigins", "https://a.example, https://b.example")]);
+        assert_eq!(allowed_origins(&config).unwrap(), ["https://a.example", "https://b.example"]);
+        let config = Config::from_pairs([("Tracon__AllowedOrigins__0", "*")]);
+        let e = allowed_origins(&config).unwrap_err().to_string();
+        assert!(e.contains("not an exact origin"), "{e}");
+        assert!(allowed_origins(&Config::from_pairs(Vec::<(String, String)>::new())).unwrap().is_empty());
     }
 }

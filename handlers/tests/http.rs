@@ -776,3 +776,69 @@ async fn a_group_deployment_serves_its_own_routes_and_meta_only() {
     expect_problem(&sessions_only, request(Method::GET, "/api/runs", None), StatusCode::NOT_FOUND, "route_not_found")
         .await;
 }
+
+// ---- cross-origin access ------------------------------------------------------------------
+
+fn from_origin(mut req: Request<Body>, origin: &str) -> Request<Body> {
+    req.headers_mut().insert(header::ORIGIN, origin.parse().unwrap());
+    req
+}
+
+fn preflight(path: &str, origin: &str) -> Request<Body> {
+    let mut req = from_origin(request(Method::OPTIONS, path, None), origin);
+    req.headers_mut().insert(header::ACCESS_CONTROL_REQUEST_METHOD, "POST".parse().unwrap());
+    req.headers_mut().insert(header::ACCESS_CONTROL_REQUEST_HEADERS, "authorization,content-type".parse().unwrap());
+    req
+}
+
+#[tokio::test]
+async fn no_cors_header_is_sent_until_an_origin_is_configured() {
+    let router = app();
+    let (status, headers, _) =
+        send(&router, from_origin(request(Method::GET, "/api/agents", None), "https://app.example.com")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(headers.get(header::ACCESS_CONTROL_ALLOW_ORIGIN).is_none(), "{headers:?}");
+    let (_, headers, _) = send(&router, preflight("/api/agents", "https://app.example.com")).await;
+    assert!(headers.keys().all(|k| !k.as_str().starts_with("access-control-")), "{headers:?}");
+}
+
+#[tokio::test]
+async fn only_a_configured_exact_origin_gets_cors_headers() {
+    let token = "cors-test-token-0123456789";
+    let http =
+        HttpSettings { allowed_origins: vec!["https://app.example.com".into()], ..HttpSettings::with_token(token) };
+    let (router, _) = app_with(http);
+    let authed = |req: Request<Body>| {
+        let mut req = req;
+        req.headers_mut().insert(header::AUTHORIZATION, format!("Bearer {token}").parse().unwrap());
+        req
+    };
+
+    // A preflight carries no credentials and is answered without them.
+    let (status, headers, _) = send(&router, preflight("/api/agents", "https://app.example.com")).await;
+    assert!(status.is_success(), "{status}");
+    assert_eq!(headers[header::ACCESS_CONTROL_ALLOW_ORIGIN], "https://app.example.com");
+    let allowed = headers[header::ACCESS_CONTROL_ALLOW_HEADERS].to_str().unwrap().to_ascii_lowercase();
+    assert!(allowed.contains("authorization") && allowed.contains("content-type"), "{allowed}");
+    assert!(headers[header::ACCESS_CONTROL_ALLOW_METHODS].to_str().unwrap().contains("POST"));
+
+    // The real request still needs the token; with it, the page may read the answer.
+    let req = from_origin(request(Method::GET, "/api/agents", None), "https://app.example.com");
+    let (status, _, _) = send(&router, req).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let req = authed(from_origin(request(Method::GET, "/api/agents", None), "https://app.example.com"));
+    let (status, headers, _) = send(&router, req).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers[header::ACCESS_CONTROL_ALLOW_ORIGIN], "https://app.example.com");
+    assert!(headers.get_all(header::VARY).iter().any(|v| v.to_str().unwrap().contains("origin")), "{headers:?}");
+
+    // Anything that is not exactly the configured origin gets no CORS header at all.
+    for other in ["https://evil.example.com", "https://app.example.com.evil.com", "http://app.example.com", "null"] {
+        let req = authed(from_origin(request(Method::GET, "/api/agents", None), other));
+        let (status, headers, _) = send(&router, req).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(headers.get(header::ACCESS_CONTROL_ALLOW_ORIGIN).is_none(), "{other}: {headers:?}");
+        let (_, headers, _) = send(&router, preflight("/api/agents", other)).await;
+        assert!(headers.get(header::ACCESS_CONTROL_ALLOW_ORIGIN).is_none(), "{other}: {headers:?}");
+    }
+}
