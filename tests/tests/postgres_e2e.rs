@@ -292,3 +292,149 @@ async fn with_a_content_key_nothing_a_user_wrote_is_plaintext_in_the_database() 
     let session: Value = reqwest::get(server.url("/api/sessions/secret-session")).await.unwrap().json().await.unwrap();
     assert!(session["messages"][0]["text"].as_str().unwrap().contains(marker), "reads are transparent");
 }
+
+/// The leak test: a server configured with known secrets — the bearer token and both
+/// providers' keys — is driven through every kind of request, including provider failures
+/// whose error text quotes the key back (as the real services do). None of the secrets may
+/// appear in any response body or header, in any row of any table, or in any log line,
+/// even at debug level.
+#[tokio::test]
+async fn no_configured_secret_reaches_a_response_a_stored_row_or_a_log_line() {
+    const TOKEN: &str = "leak-token-5c1e9a7f3b2d8e60";
+    const OPENAI_KEY: &str = "sk-leak-openai-0f9e8d7c6b5a";
+    const ANTHROPIC_KEY: &str = "sk-ant-leak-1a2b3c4d5e6f";
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    mock.script(
+        "leak-ok",
+        vec![
+            MockTurn::tool_call("get_order_status", json!({"orderId": "77"})),
+            MockTurn::text("Order 77 is on its way.").with_usage(20, 5),
+        ],
+    );
+    mock.script("leak-fail", vec![MockTurn::status(401)]);
+    // The trap is armed: the mock quotes a refused key back.
+    let refused = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", mock.base_url()))
+        .bearer_auth(OPENAI_KEY)
+        .json(&json!({"model": "leak-fail", "messages": []}))
+        .send()
+        .await
+        .unwrap();
+    assert!(refused.text().await.unwrap().contains(OPENAI_KEY));
+
+    let endpoint = format!("{}/v1", mock.base_url());
+    let (schema, url) = (fresh_schema(), database_url());
+    let server = start_on_pg(
+        &schema,
+        &url,
+        &[
+            ("RUST_LOG", "debug"),
+            ("TRACON_AUTH_TOKEN", TOKEN),
+            ("OPENAI_API_KEY", OPENAI_KEY),
+            ("Tracon__Providers__OpenAI__Endpoint", endpoint.as_str()),
+            ("Tracon__Providers__OpenAI__DefaultModel", "leak-ok"),
+            ("ANTHROPIC_API_KEY", ANTHROPIC_KEY),
+            ("Tracon__Providers__Anthropic__Endpoint", mock.base_url().as_str()),
+        ],
+    )
+    .await;
+
+    let client = reqwest::Client::new();
+    let mut seen = String::new();
+    let mut call = async |method: reqwest::Method, path: String, body: Option<Value>, token: Option<&str>| {
+        let mut request = client.request(method, server.url(&path));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        for (name, value) in response.headers() {
+            seen.push_str(&format!("{name}: {}\n", String::from_utf8_lossy(value.as_bytes())));
+        }
+        let text = response.text().await.unwrap();
+        seen.push_str(&text);
+        seen.push('\n');
+        (status.as_u16(), text)
+    };
+    use reqwest::Method;
+    let agent = |name: &str, provider: &str| json!({"name": name, "instructions": "Answer.", "model": {"provider": provider, "model": "leak-fail"}});
+    assert_eq!(call(Method::POST, "/api/agents".into(), Some(agent("leaky", "openai")), Some(TOKEN)).await.0, 201);
+    assert_eq!(
+        call(Method::POST, "/api/agents".into(), Some(agent("leaky-claude", "anthropic")), Some(TOKEN)).await.0,
+        201
+    );
+
+    let mut run_ids = Vec::new();
+    for (agent, session) in [("support", "s-ok"), ("leaky", "s-openai"), ("leaky-claude", "s-anthropic")] {
+        let body = json!({"message": "Where is order 77?", "sessionId": session});
+        let (status, text) = call(Method::POST, format!("/api/agents/{agent}/run"), Some(body), Some(TOKEN)).await;
+        assert_eq!(status, 200, "{text}");
+        let frames = support::parse_frames(&text);
+        run_ids.push(frames[0].data["runId"].as_str().unwrap().to_owned());
+        let expected_end = if agent == "support" { "done" } else { "error" };
+        assert_eq!(frames.last().unwrap().event, expected_end, "{agent}: {text}");
+    }
+    let mut paths: Vec<String> = [
+        "/api/meta",
+        "/api/agents",
+        "/api/agents/leaky",
+        "/api/agents/leaky/versions",
+        "/api/runs",
+        "/api/stats",
+        "/api/sessions",
+        "/api/openapi.json",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
+    for id in &run_ids {
+        for tail in ["", "/events", "/tools", "/input"] {
+            paths.push(format!("/api/runs/{id}{tail}"));
+        }
+    }
+    // A failed turn saves nothing, so only the answered conversation exists.
+    paths.push("/api/sessions/s-ok".to_owned());
+    for path in &paths {
+        let (status, text) = call(Method::GET, path.clone(), None, Some(TOKEN)).await;
+        assert_eq!(status, 200, "{path}: {text}");
+    }
+    // Refusals: no token, a wrong token, a near miss of the real one.
+    for token in [None, Some("wrong-token-0000000000000000"), Some(&TOKEN[..TOKEN.len() - 1])] {
+        assert_eq!(call(Method::GET, "/api/runs".into(), None, token).await.0, 401);
+    }
+
+    // Every row of every table of the schema, as JSON (bytea as hex).
+    let pool = db().await;
+    let tables: Vec<String> =
+        sqlx::query_scalar("SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1")
+            .bind(&schema)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert!(tables.len() >= 5, "{tables:?}");
+    let mut stored = String::new();
+    for table in &tables {
+        let rows: Option<String> = sqlx::query_scalar(&format!(
+            "SELECT string_agg(row_to_json(t)::text, E'\\n') FROM \"{schema}\".\"{table}\" t"
+        ))
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        stored.push_str(&rows.unwrap_or_default());
+    }
+    let hex = |s: &str| s.bytes().map(|b| format!("{b:02x}")).collect::<String>();
+    let holds = |text: &str, needle: &str| text.contains(needle) || text.contains(&hex(needle));
+    assert!(holds(&stored, "Order 77 is on its way"), "the dump reads the tables (bytea columns as hex)");
+
+    let log = server.log_text();
+    assert!(log.lines().count() > 10, "debug logging is on:\n{log}");
+    for secret in [TOKEN, OPENAI_KEY, ANTHROPIC_KEY] {
+        for (place, text) in [("a response", &seen), ("a stored row", &stored), ("the log", &log)] {
+            let lines: Vec<&str> = text.lines().filter(|l| holds(l, secret)).take(3).collect();
+            assert!(lines.is_empty(), "{secret} is in {place}: {lines:#?}");
+        }
+    }
+}

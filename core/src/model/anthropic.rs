@@ -106,7 +106,8 @@ impl ModelProvider for AnthropicProvider {
 
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ProviderError> {
         // reqwest's wasm32 futures are !Send; see crate::platform.
-        crate::platform::send_future(self.start(request)).await
+        let answer = crate::platform::send_future(self.start(request)).await;
+        super::without_secret(answer, Some(self.api_key.clone()))
     }
 }
 

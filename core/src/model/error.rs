@@ -81,6 +81,16 @@ impl ProviderError {
         Self { kind, status: Some(status), type_name: "HttpStatusError", detail: format!("HTTP {status}: {snippet}") }
     }
 
+    /// The same error with every occurrence of `secret` in its detail replaced: providers
+    /// quote back the credential they refused ("Incorrect API key provided: sk-…"), and the
+    /// detail goes to the log.
+    pub fn without_secret(mut self, secret: &str) -> Self {
+        if !secret.is_empty() && self.detail.contains(secret) {
+            self.detail = self.detail.replace(secret, "[redacted]");
+        }
+        self
+    }
+
     /// Classifies a transport error. A timeout is a timeout, never a cancellation.
     pub fn from_reqwest(err: &reqwest::Error) -> Self {
         if err.is_timeout() {
@@ -132,6 +142,13 @@ mod tests {
         assert_eq!(ProviderError::from_status(503, "").kind, ProviderErrorKind::ServerError);
         assert_eq!(ProviderError::from_status(400, "").kind, ProviderErrorKind::Rejected);
         assert!(!ProviderError::from_status(401, "").is_retryable());
+        let quoted = ProviderError::from_status(401, "Incorrect API key provided: sk-abc123. Check it.");
+        let scrubbed = quoted.without_secret("sk-abc123");
+        assert!(
+            !scrubbed.detail.contains("sk-abc123") && scrubbed.detail.contains("[redacted]"),
+            "{}",
+            scrubbed.detail
+        );
         assert!(ProviderError::from_status(429, "").is_retryable());
         assert!(ProviderError::from_status(502, "").is_retryable());
         assert!(ProviderError::timeout("x").is_retryable());

@@ -186,6 +186,21 @@ pub enum ModelEvent {
 
 pub type ModelStream = BoxStream<'static, Result<ModelEvent, ProviderError>>;
 
+/// A provider's answer with its credential removed from every error detail, the opening
+/// one and any in the stream.
+pub(crate) fn without_secret(
+    answer: Result<ModelStream, ProviderError>,
+    secret: Option<String>,
+) -> Result<ModelStream, ProviderError> {
+    let Some(secret) = secret.filter(|s| !s.is_empty()) else { return answer };
+    match answer {
+        Ok(stream) => Ok(futures::StreamExt::boxed(futures::StreamExt::map(stream, move |item| {
+            item.map_err(|e| e.without_secret(&secret))
+        }))),
+        Err(e) => Err(e.without_secret(&secret)),
+    }
+}
+
 /// A named model route. Providers are shared by every run and must be thread-safe;
 /// credentials come from configuration when the provider is built, never from a definition.
 #[async_trait::async_trait]

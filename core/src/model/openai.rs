@@ -115,7 +115,8 @@ impl ModelProvider for OpenAiProvider {
 
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ProviderError> {
         // reqwest's wasm32 futures are !Send; see crate::platform.
-        crate::platform::send_future(self.start(request)).await
+        let answer = crate::platform::send_future(self.start(request)).await;
+        super::without_secret(answer, self.api_key.clone())
     }
 }
 

@@ -253,6 +253,24 @@ impl Format {
     }
 }
 
+impl Format {
+    fn refused_key(self, key: &str) -> Response {
+        let mut body = match self {
+            Self::OpenAi => openai::error_body(401),
+            Self::Anthropic => anthropic::error_body(401),
+        };
+        body["error"]["message"] = Value::String(format!("Incorrect API key provided: {key} (mock)."));
+        json_response(401, body)
+    }
+}
+
+/// The credential a caller presented: `Authorization: Bearer …` or `x-api-key`.
+fn presented_key(headers: &HeaderMap) -> &str {
+    let bearer =
+        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok())).unwrap_or_default()
+}
+
 fn json_response(status: u16, body: Value) -> Response {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, axum::Json(body)).into_response()
@@ -296,6 +314,11 @@ async fn answer(state: Arc<Shared>, format: Format, headers: HeaderMap, raw: Byt
         return format.error(503);
     }
     if let Some(status) = turn.status {
+        if status == 401 {
+            // As the real services do: the refused key is quoted back in the error text, the
+            // way a provider's answer can carry a secret towards a caller.
+            return format.refused_key(presented_key(&headers));
+        }
         return format.error(status);
     }
     if turn.hang {
