@@ -8,7 +8,11 @@
 # size) unless TRACON_WORKER_KEEP_NAMES=1 asks for readable wasm frames in stack traces.
 set -euo pipefail
 cd "$(dirname "$0")"
-: "${WASM_BINDGEN_BIN:=$(command -v wasm-bindgen)}"
+: "${WASM_BINDGEN_BIN:=$(command -v wasm-bindgen || true)}"
+if [ -z "$WASM_BINDGEN_BIN" ] || [ ! -x "$WASM_BINDGEN_BIN" ]; then
+  echo "wasm-bindgen not found: cargo install wasm-bindgen-cli@0.2.130 (or set WASM_BINDGEN_BIN)" >&2
+  exit 1
+fi
 : "${WASM_OPT_BIN:=$PWD/node_modules/.bin/wasm-opt}"
 : "${ESBUILD_BIN:=$PWD/node_modules/.bin/esbuild}"
 export WASM_BINDGEN_BIN WASM_OPT_BIN ESBUILD_BIN
@@ -34,7 +38,7 @@ for group in "${groups[@]}"; do
       --enable-multivalue --enable-reference-types --enable-exception-handling
     mv "$wasm.stripped" "$wasm"
   fi
-  raw=$(stat -c %s "$wasm")
+  raw=$(wc -c <"$wasm" | tr -d ' ')
   gz=$(gzip -9 -c "$wasm" | wc -c)
   printf 'worker bundle %-9s %9d bytes wasm, %9d bytes gzipped\n' "$group" "$raw" "$gz"
 done

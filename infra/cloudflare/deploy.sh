@@ -9,4 +9,5 @@ case "$group" in all | agents | runs | sessions) ;; *) echo "usage: $0 [all|agen
 adapters/worker/build.sh "$group"
 env_args=()
 [ "$group" != all ] && env_args=(--env "$group")
-adapters/worker/node_modules/.bin/wrangler deploy --config wrangler.toml "${env_args[@]}"
+# (The `+` form keeps bash before 4.4, macOS's /bin/bash, from calling an empty array unbound.)
+adapters/worker/node_modules/.bin/wrangler deploy --config wrangler.toml ${env_args[@]+"${env_args[@]}"}

@@ -11,6 +11,7 @@
 //! registered with the request's `ctx.wait_until` (see [`platform`]), so a run and the
 //! recording of its tail finish even when the client disconnects mid-stream.
 
+mod log;
 mod platform;
 mod store;
 
@@ -70,6 +71,7 @@ fn config_from(env: &Env) -> Config {
 
 fn build(env: &Env) -> Result<Router, String> {
     let config = config_from(env);
+    log::init(config.first(&["RUST_LOG", "Tracon:Logging:Level"]).unwrap_or("info"));
     let hyperdrive = env.hyperdrive("HYPERDRIVE").map_err(|_| {
         "The HYPERDRIVE binding is missing: Tracon keeps every run and session in Postgres; bind a Hyperdrive configuration as HYPERDRIVE in wrangler.toml".to_owned()
     })?;
@@ -129,7 +131,10 @@ async fn fetch(req: HttpRequest, env: Env, ctx: Context) -> worker::Result<axum:
                 APP.with(|a| *a.borrow_mut() = Some(app.clone()));
                 app
             }
-            Err(message) => return Ok(startup_failure(&message)),
+            Err(message) => {
+                tracing::error!(%message, "cannot start");
+                return Ok(startup_failure(&message));
+            }
         },
     };
     let mut app = app;

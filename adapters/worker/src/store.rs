@@ -46,7 +46,13 @@ pub struct PgTarget {
     pub application_name: String,
 }
 
-/// One open connection; [`Conn::close`] ends it.
+/// One open connection; [`Conn::close`] ends it and waits until the socket is closed.
+///
+/// A store call can also be dropped half way (the client of a streamed response went away
+/// and workerd cancelled the request). Then the connection task is dropped with it: the
+/// socket belongs to that request's I/O context, which workerd tears down — and closes —
+/// with the request. (Letting the task run on instead is worse: touching a cancelled
+/// request's socket aborts the whole isolate.)
 struct Conn {
     client: Client,
     done: RemoteHandle<()>,
@@ -70,8 +76,37 @@ fn map_err(e: tokio_postgres::Error) -> StoreError {
             }
             c => StoreError::Internal { detail: format!("SQLSTATE {c}: {e}") },
         },
-        None if e.is_closed() => StoreError::Unavailable { detail: e.to_string() },
-        None => StoreError::Unavailable { detail: e.to_string() },
+        // A connection that broke (closed, or an I/O error on the socket) may work again;
+        // anything else without a SQLSTATE — a value that does not decode, a missing column
+        // — will not, and must not send callers into a retry loop.
+        None if e.is_closed() || std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>()) => {
+            StoreError::Unavailable { detail: e.to_string() }
+        }
+        None => StoreError::Internal { detail: e.to_string() },
+    }
+}
+
+/// `execute`, retrying serialization failures and deadlocks a few times on the same
+/// connection — what the sqlx stores do — so a run's closing write is not lost to one.
+async fn execute_retrying(c: &Client, statement: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, StoreError> {
+    let mut attempt = 0u32;
+    loop {
+        match c.execute(statement, params).await {
+            Ok(n) => return Ok(n),
+            Err(e) if e.code().is_some_and(|c| matches!(c.code(), "40001" | "40P01")) && attempt < 4 => {
+                attempt += 1;
+                worker::Delay::from(std::time::Duration::from_millis(5 * 2u64.pow(attempt))).await;
+            }
+            Err(e) => return Err(map_err(e)),
+        }
+    }
+}
+
+/// A unique violation while appending events means the sequence numbers clashed.
+fn duplicate_event(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Conflict(_) => StoreError::Conflict("an event sequence of this run is already stored".into()),
+        other => other,
     }
 }
 
@@ -118,8 +153,9 @@ impl PgTarget {
 }
 
 /// Runs a `!Send` store future where a `Send` one is required (single-threaded isolate).
-async fn send<T>(f: impl std::future::Future<Output = T>) -> T {
-    SendWrapper::new(f).await
+/// (A plain function, so the caller holds only the wrapper — never the bare future.)
+fn send<F: std::future::Future>(f: F) -> SendWrapper<F> {
+    SendWrapper::new(f)
 }
 
 pub struct WorkerStores {
@@ -187,11 +223,18 @@ impl DefinitionStore for WorkerStores {
         now: DateTime<Utc>,
     ) -> Result<StoredDefinition, StoreError> {
         let body = to_json(&definition)?;
-        let row = send(self.target.with(async |c| {
-            c.query_opt(sql::DEF_UPDATE, &[&tenant.as_str(), &definition.name, &body, &now]).await.map_err(map_err)
-        }))
-        .await?
-        .ok_or(StoreError::NotFound)?;
+        // Two concurrent saves can pick the same next version; the loser retries on top.
+        let mut attempts = 0;
+        let row = loop {
+            let result = send(self.target.with(async |c| {
+                c.query_opt(sql::DEF_UPDATE, &[&tenant.as_str(), &definition.name, &body, &now]).await.map_err(map_err)
+            }))
+            .await;
+            match result {
+                Err(StoreError::Conflict(_)) if attempts < 5 => attempts += 1,
+                other => break other?.ok_or(StoreError::NotFound)?,
+            }
+        };
         let version: i32 = get(&row, "version")?;
         Ok(StoredDefinition {
             version: version.max(0) as u32,
@@ -374,7 +417,7 @@ impl RunStore for WorkerStores {
                 &batch.times,
                 &batch.payloads,
             ];
-            c.execute(sql::RUN_FINISH, &params).await.map_err(map_err)
+            execute_retrying(c, sql::RUN_FINISH, &params).await.map_err(duplicate_event)
         }))
         .await?;
         if n == 0 { Err(StoreError::NotFound) } else { Ok(()) }
@@ -453,7 +496,7 @@ impl RunStore for WorkerStores {
         let n = send(self.target.with(async |c| {
             let params: [&(dyn ToSql + Sync); 7] =
                 [&tenant.as_str(), &run.0, &batch.sequences, &kinds, &batch.times, &batch.payloads, &now];
-            c.execute(sql::EVENTS_APPEND, &params).await.map_err(map_err)
+            execute_retrying(c, sql::EVENTS_APPEND, &params).await.map_err(duplicate_event)
         }))
         .await?;
         if n == 0 { Err(StoreError::NotFound) } else { Ok(()) }
