@@ -12,20 +12,30 @@
 //! a deploy step (`tracon migrate`), not part of a cold start. There is no loopback here:
 //! until `TRACON_AUTH_TOKEN` is set, every route but `/api/meta` answers
 //! `503 authentication_not_configured`.
+//!
+//! The router sees the path the client asked for: an API Gateway stage and a custom
+//! domain's base path (`Tracon__Http__BasePath`) are taken off it ([`without_stage`]). An
+//! invocation is run at most once: one the Runtime API hands out again after its response
+//! failed to post is answered `502 invocation_replayed` ([`Function`]).
 
-use std::sync::Arc;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
-use axum::http::Uri;
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
 use lambda_http::request::RequestContext;
 use lambda_http::{Request, RequestExt};
-use tower::ServiceBuilder;
-use tower::util::MapRequest;
-use tracon_core::config::Config;
+use tower::Service;
+use tracon_core::config::{Config, env_name};
 use tracon_core::ports::tokio_rt;
 use tracon_core::setup::{self, HostDefaults};
 use tracon_core::store::Stores;
+use tracon_handlers::error::ApiError;
 use tracon_handlers::{AppState, HttpSettings};
 use tracon_postgres::pg::{self, PgSettings};
 use tracon_postgres::protect::Protection;
@@ -82,37 +92,95 @@ pub fn init_logging(config: &Config) {
         .try_init();
 }
 
-/// The function's handler: the group's routes behind the access layers and
-/// [`without_stage`].
-pub fn function(state: AppState, routes: Router<AppState>) -> MapRequest<Router, fn(Request) -> Request> {
-    ServiceBuilder::new()
-        .map_request(without_stage as fn(Request) -> Request)
-        .service(tracon_handlers::app(state, routes))
+/// The function's handler: the group's routes behind the access layers, reached through
+/// [`without_stage`], each invocation run at most once.
+pub fn function(state: AppState, routes: Router<AppState>, base_path: BasePath) -> Function {
+    Function { router: tracon_handlers::app(state, routes), base_path, last_invocation: Arc::default() }
 }
 
-/// Takes the API Gateway stage off the path. `lambda_http` puts a named stage (`/prod`) in
-/// front of the path it hands on; Tracon's routes are the same on every stage, so a REST API
-/// stage or an HTTP API named stage must not turn `/prod/api/runs` into a 404.
-pub fn without_stage(mut request: Request) -> Request {
-    let stage = match request.request_context_ref() {
-        Some(RequestContext::ApiGatewayV1(c)) => c.stage.clone(),
-        Some(RequestContext::ApiGatewayV2(c)) => c.stage.clone(),
-        _ => None,
+/// A Lambda function's handler (see [`function`]). Clones share what they remember, so the
+/// runtime loop restarted by [`serve`] still knows which invocation it last started.
+#[derive(Clone)]
+pub struct Function {
+    router: Router,
+    base_path: BasePath,
+    /// The request id of the last invocation whose handling started.
+    last_invocation: Arc<Mutex<Option<String>>>,
+}
+
+impl Function {
+    /// Whether the invocation `request_id` is new, remembering it as the last one started.
+    /// Invocations come one at a time and the Runtime API hands a redelivered one out again
+    /// straight away, so the last id is all there is to compare with.
+    fn starts(&self, request_id: &str) -> bool {
+        let mut last = self.last_invocation.lock().unwrap_or_else(PoisonError::into_inner);
+        if last.as_deref() == Some(request_id) {
+            return false;
+        }
+        *last = Some(request_id.to_owned());
+        true
+    }
+}
+
+impl Service<Request> for Function {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Service::<Request>::poll_ready(&mut self.router, cx)
+    }
+
+    /// When posting a response to the Runtime API fails, [`serve`] asks for the next
+    /// invocation and gets the same one again, although its handler already ran: running it
+    /// twice would start a second agent run, with its model cost and tool side effects. A
+    /// request without a Lambda context (built by hand) is not an invocation and passes.
+    fn call(&mut self, request: Request) -> Self::Future {
+        if let Some(context) = request.lambda_context_ref()
+            && !self.starts(&context.request_id)
+        {
+            tracing::warn!(request_id = %context.request_id, "invocation handed out again; not running it twice");
+            let replayed = ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "invocation_replayed",
+                "This invocation was already handled; it is not run twice.",
+            );
+            return Box::pin(std::future::ready(Ok(replayed.into_response())));
+        }
+        Box::pin(self.router.call(without_stage(request, &self.base_path)))
+    }
+}
+
+/// Makes the path the one Tracon's routes are written for, keeping the query string as
+/// `lambda_http` built it. Tracon's routes are the same on every stage and behind every
+/// base path mapping, so neither may turn `/api/runs` into a 404:
+///
+/// - A REST API event's `path` is the path the client sent, base path mapping included
+///   and stage not, so it is taken as is. (`lambda_http` puts the stage in front of it
+///   unless it already starts with the stage's name: a stage named `api` left `/api/runs`
+///   alone, and taking the stage off again broke it.)
+/// - An HTTP API event on a named stage has `/prod` in front (from the client or from
+///   `lambda_http`), which is taken off; `$default`, function URLs and ALB have none.
+/// - Then `base_path`, when the path starts with it.
+pub fn without_stage(mut request: Request, base_path: &BasePath) -> Request {
+    let path = match request.request_context_ref() {
+        Some(RequestContext::ApiGatewayV1(_)) => encode_path(request.raw_http_path()),
+        Some(RequestContext::ApiGatewayV2(c)) => {
+            let path = request.uri().path();
+            match c.stage.as_deref().filter(|s| !s.is_empty() && *s != "$default") {
+                Some(stage) => strip_segments(path, &format!("/{stage}")).unwrap_or(path).to_owned(),
+                None => path.to_owned(),
+            }
+        }
+        _ => request.uri().path().to_owned(),
     };
-    let Some(stage) = stage.filter(|s| !s.is_empty() && s != "$default") else {
-        return request;
-    };
-    let path = request.uri().path();
-    let Some(rest) = path.strip_prefix('/').and_then(|p| p.strip_prefix(stage.as_str())) else {
-        return request;
-    };
-    if !(rest.is_empty() || rest.starts_with('/')) {
+    let path = base_path.strip(&path);
+    if path == request.uri().path() {
         return request;
     }
-    let rest = if rest.is_empty() { "/" } else { rest };
     let path_and_query = match request.uri().query() {
-        Some(q) => format!("{rest}?{q}"),
-        None => rest.to_owned(),
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
     };
     let mut parts = request.uri().clone().into_parts();
     if let Ok(pq) = path_and_query.parse() {
@@ -124,16 +192,86 @@ pub fn without_stage(mut request: Request) -> Request {
     request
 }
 
+/// What is left of `path` after `prefix` (`/prod`), when `path` starts with it at a
+/// segment boundary: `/prod/x` → `/x`, `/prod` → `/`, `/product` → none.
+fn strip_segments<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
+    match path.strip_prefix(prefix)? {
+        "" => Some("/"),
+        rest if rest.starts_with('/') => Some(rest),
+        _ => None,
+    }
+}
+
+/// A REST API event's `path`, percent-encoded where a URI path may not hold a character
+/// (API Gateway may hand it over decoded); a `%` already there is left alone.
+fn encode_path(path: &str) -> String {
+    if path.is_empty() {
+        return "/".to_owned();
+    }
+    let mut encoded = String::with_capacity(path.len());
+    for byte in path.bytes() {
+        if is_path_byte(byte) {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
+}
+
+/// The bytes a URI path segment holds as they are (RFC 3986 `pchar`), plus `/` and `%`.
+fn is_path_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/%".contains(&byte)
+}
+
+/// A base path the function's routes sit under (`Tracon:Http:BasePath`, e.g. `/v1`): a
+/// custom domain's base path mapping that the client's path keeps in front of `/api/…`.
+/// None by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BasePath(Option<String>);
+
+impl BasePath {
+    pub const KEY: &str = "Tracon:Http:BasePath";
+
+    /// Reads [`Self::KEY`]; a value that is not a clean absolute path is a start-up error,
+    /// not a base path that never matches.
+    pub fn from_config(config: &Config) -> Result<Self, String> {
+        config.get(Self::KEY).map_or(Ok(Self::default()), Self::new)
+    }
+
+    /// `/v1` or `/tracon/v1`: starts with `/`, no trailing `/`, no empty or `..` segment.
+    pub fn new(path: &str) -> Result<Self, String> {
+        let valid = path.strip_prefix('/').is_some_and(|rest| rest.split('/').all(|s| !s.is_empty() && s != "."))
+            && !path.contains("..")
+            && path.bytes().all(is_path_byte);
+        if !valid {
+            return Err(format!(
+                "{} ({}) must be a path such as /v1: starting with /, without a trailing /, without '..'",
+                Self::KEY,
+                env_name(Self::KEY)
+            ));
+        }
+        Ok(Self(Some(path.to_owned())))
+    }
+
+    /// `path` without the base path in front; `path` itself when it does not start with it
+    /// (at a segment boundary: `/v1x/api` is not under `/v1`).
+    pub fn strip<'a>(&self, path: &'a str) -> &'a str {
+        self.0.as_deref().and_then(|base| strip_segments(path, base)).unwrap_or(path)
+    }
+}
+
 /// Runs one function: the group's routes (`tracon_handlers::agents_router()`, …, or
 /// `all_routes()`), streaming or buffered.
 pub async fn serve(routes: Router<AppState>, streaming: bool) -> Result<(), lambda_http::Error> {
     let config = Config::from_pairs(std::env::vars());
     init_logging(&config);
-    let state = state_from_env(&config).map_err(|e| {
-        tracing::error!(error = %e, "cannot start");
-        lambda_http::Error::from(e)
-    })?;
-    let handler = function(state, routes);
+    let handler = BasePath::from_config(&config)
+        .and_then(|base_path| Ok(function(state_from_env(&config)?, routes, base_path)))
+        .map_err(|e| {
+            tracing::error!(error = %e, "cannot start");
+            lambda_http::Error::from(e)
+        })?;
     // The runtime loop ends on the first failed exchange with the Runtime API (a connection
     // closed under a long poll, say). An execution environment whose process exits is
     // replaced with a cold start, so ask for the next invocation again instead — unless the

@@ -1,6 +1,7 @@
 //! The function binaries against a mock Runtime API: a failed exchange with the Runtime API
-//! (here: the first `next` answer cut off mid-body) does not end the function; it asks for
-//! the next invocation again and answers it.
+//! (the first `next` answer cut off mid-body, or the first response post cut off) does not
+//! end the function; it asks for the next invocation again and answers it — and an
+//! invocation it already handled, handed out again, is not run a second time.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -18,9 +19,21 @@ use axum::routing::{get, post};
 use serde_json::json;
 use tokio::sync::mpsc;
 
+/// Which exchange with the mock Runtime API breaks.
+#[derive(Clone, Copy, PartialEq)]
+enum Break {
+    /// The first `next` answer: the function never saw the invocation.
+    FirstPoll,
+    /// The first response post: the handler ran, and the Runtime API hands the same
+    /// invocation out again.
+    FirstResponse,
+}
+
 #[derive(Clone)]
 struct Api {
+    breaks: Break,
     polls: Arc<AtomicUsize>,
+    posts: Arc<AtomicUsize>,
     responses: mpsc::UnboundedSender<String>,
 }
 
@@ -40,6 +53,9 @@ fn meta_event() -> String {
 }
 
 async fn next(State(api): State<Api>) -> Response {
+    // Every answer is the same invocation, `request-1`, as when the Runtime API hands out
+    // again one whose exchange failed: after a broken poll the function never started it
+    // and must run it; after a broken response post it must not run it again.
     let mut headers = HeaderMap::new();
     headers.insert("lambda-runtime-aws-request-id", HeaderValue::from_static("request-1"));
     headers.insert("lambda-runtime-deadline-ms", HeaderValue::from_static("4102444800000"));
@@ -50,23 +66,29 @@ async fn next(State(api): State<Api>) -> Response {
     headers.insert("content-type", HeaderValue::from_static("application/json"));
     match api.polls.fetch_add(1, Ordering::SeqCst) {
         // The first poll's answer breaks off: the connection ends inside the body.
-        0 => {
+        0 if api.breaks == Break::FirstPoll => {
             let cut = futures::stream::once(async { Err::<Bytes, _>(std::io::Error::other("connection reset")) });
             (headers, Body::from_stream(cut)).into_response()
         }
-        1 => (headers, meta_event()).into_response(),
+        0 | 1 => (headers, meta_event()).into_response(),
         // One invocation is enough: hold later polls until the process is killed.
         _ => std::future::pending().await,
     }
 }
 
 async fn response(State(api): State<Api>, body: Bytes) {
+    if api.posts.fetch_add(1, Ordering::SeqCst) == 0 && api.breaks == Break::FirstResponse {
+        // The connection ends without an answer: the handler task dies with it.
+        panic!("the mock Runtime API cuts off the first response post");
+    }
     let _ = api.responses.send(String::from_utf8_lossy(&body).into_owned());
 }
 
-async fn answers_after_a_broken_poll(binary: &str) {
+/// Runs `binary` against the mock Runtime API broken at `breaks`; returns the first response
+/// posted whole.
+async fn answer_after(binary: &str, breaks: Break) -> String {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let api = Api { polls: Arc::new(AtomicUsize::new(0)), responses: tx };
+    let api = Api { breaks, polls: Arc::new(AtomicUsize::new(0)), posts: Arc::new(AtomicUsize::new(0)), responses: tx };
     let app = Router::new()
         .route("/2018-06-01/runtime/invocation/next", get(next))
         .route("/2018-06-01/runtime/invocation/{id}/response", post(response))
@@ -96,9 +118,22 @@ async fn answers_after_a_broken_poll(binary: &str) {
     let _ = child.kill().await;
     server.abort();
     let answer = answer.unwrap_or_else(|_| panic!("{binary}: no answer (exited: {exited:?})")).unwrap();
+    assert!(api.polls.load(Ordering::SeqCst) >= 2, "{binary}: the answer came without a second poll");
+    answer
+}
+
+async fn answers_after_a_broken_poll(binary: &str) {
+    let answer = answer_after(binary, Break::FirstPoll).await;
     // Buffered: the response document; streaming: its prelude, then the body as is.
     assert!(answer.contains(r#""statusCode":200"#) && answer.contains("product"), "{binary} answered {answer}");
-    assert!(api.polls.load(Ordering::SeqCst) >= 2, "{binary}: the answer came without a second poll");
+}
+
+async fn does_not_run_an_invocation_twice(binary: &str) {
+    let answer = answer_after(binary, Break::FirstResponse).await;
+    assert!(
+        answer.contains(r#""statusCode":502"#) && answer.contains("invocation_replayed") && !answer.contains("product"),
+        "{binary} answered {answer}"
+    );
 }
 
 #[tokio::test]
@@ -109,4 +144,14 @@ async fn a_buffered_function_survives_a_broken_runtime_api_exchange() {
 #[tokio::test]
 async fn a_streaming_function_survives_a_broken_runtime_api_exchange() {
     answers_after_a_broken_poll(env!("CARGO_BIN_EXE_tracon-runs")).await;
+}
+
+#[tokio::test]
+async fn a_buffered_function_does_not_run_an_invocation_handed_out_again() {
+    does_not_run_an_invocation_twice(env!("CARGO_BIN_EXE_tracon-sessions")).await;
+}
+
+#[tokio::test]
+async fn a_streaming_function_does_not_run_an_invocation_handed_out_again() {
+    does_not_run_an_invocation_twice(env!("CARGO_BIN_EXE_tracon-runs")).await;
 }
