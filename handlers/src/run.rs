@@ -144,7 +144,8 @@ pub async fn run(
     ));
 
     // Dropping the body (the caller went away) cancels the run.
-    let frames = sse::LiveFrames::new(rx, run_id, cancel.drop_guard());
+    let keep_alive = sse::KeepAlive::new(state.http.sse_keep_alive, runtime.platform.clock.clone());
+    let frames = sse::LiveFrames::new(rx, run_id, keep_alive, cancel.drop_guard());
     Ok(sse::response(Body::from_stream(frames)))
 }
 

@@ -225,6 +225,7 @@ pub async fn events(State(state): State<AppState>, Path(id): Path<String>, heade
         started: state.runtime.platform.clock.now(),
         done: false,
         quiet_polls_after_end: 0,
+        last_write: state.runtime.platform.clock.now(),
     };
     let body = stream::unfold(follow, |mut f| async move {
         let chunk = f.next_chunk().await?;
@@ -244,6 +245,8 @@ struct Follow {
     done: bool,
     /// Polls that found nothing new after the run row said it ended.
     quiet_polls_after_end: u32,
+    /// When the stream last wrote anything (frames or a keep-alive).
+    last_write: DateTime<Utc>,
 }
 
 impl Follow {
@@ -276,12 +279,19 @@ impl Follow {
                 }
                 self.pause = Duration::ZERO;
                 self.quiet_polls_after_end = 0;
+                self.last_write = clock.now();
                 return Some(buf.freeze());
             }
             // Nothing new: is the run still live?
-            let elapsed = (clock.now() - self.started).to_std().unwrap_or_default();
+            let now = clock.now();
+            let elapsed = (now - self.started).to_std().unwrap_or_default();
             if elapsed >= self.state.http.follow_timeout {
                 return None;
+            }
+            let keep_alive = self.state.http.sse_keep_alive;
+            if !keep_alive.is_zero() && (now - self.last_write).to_std().unwrap_or_default() >= keep_alive {
+                self.last_write = now;
+                return Some(bytes::Bytes::from_static(sse::KEEP_ALIVE));
             }
             let ended = matches!(
                 runtime.stores.runs.get_run(&self.tenant, self.run).await,

@@ -15,7 +15,9 @@
 //! `MessageCompleted` belongs to the recorded log only.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderValue, header};
@@ -23,6 +25,7 @@ use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
 use chrono::{DateTime, Utc};
 use futures::Stream;
+use futures::future::BoxFuture;
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
@@ -30,6 +33,7 @@ use tracon_core::events::{RecordedEvent, RunEvent};
 use tracon_core::failure::ErrorClass;
 use tracon_core::model::{FinishReason, Usage};
 use tracon_core::names::RunId;
+use tracon_core::ports::Clock;
 use tracon_core::pricing::CostSnapshot;
 use tracon_core::tools::pipeline::ToolCallStatus;
 
@@ -224,11 +228,47 @@ pub fn put_live_frames(buf: &mut BytesMut, run_id: RunId, event: &RunEvent) {
     }
 }
 
+/// An SSE comment: ignored by every client, it keeps proxies from closing a quiet stream.
+pub const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
+
+/// A stream's keep-alive: after `every` without a write, a [`KEEP_ALIVE`] comment.
+pub struct KeepAlive {
+    every: Duration,
+    clock: Arc<dyn Clock>,
+    timer: Option<BoxFuture<'static, ()>>,
+}
+
+impl KeepAlive {
+    /// `None` when `every` is zero (keep-alives off).
+    pub fn new(every: Duration, clock: Arc<dyn Clock>) -> Option<Self> {
+        (!every.is_zero()).then_some(Self { every, clock, timer: None })
+    }
+
+    /// Something was written: the silence starts again.
+    fn reset(&mut self) {
+        self.timer = None;
+    }
+
+    /// Ready when the stream has been silent for `every`.
+    fn poll_due(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let timer = self.timer.get_or_insert_with(|| self.clock.sleep(self.every));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                self.timer = None;
+                Poll::Ready(())
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
 /// The live-turn frames, as a body stream that writes every event already waiting in the
-/// channel as one chunk (fewer writes and TCP segments when the model streams fast).
+/// channel as one chunk (fewer writes and TCP segments when the model streams fast), and a
+/// keep-alive comment while the run is quiet (a long tool call, a model that thinks).
 pub struct LiveFrames {
     rx: mpsc::Receiver<RunEvent>,
     run_id: RunId,
+    keep_alive: Option<KeepAlive>,
     /// Dropped with the body: the caller went away, so the run is cancelled.
     _on_drop: DropGuard,
 }
@@ -237,8 +277,8 @@ pub struct LiveFrames {
 const MAX_CHUNK: usize = 16 * 1024;
 
 impl LiveFrames {
-    pub fn new(rx: mpsc::Receiver<RunEvent>, run_id: RunId, on_drop: DropGuard) -> Self {
-        Self { rx, run_id, _on_drop: on_drop }
+    pub fn new(rx: mpsc::Receiver<RunEvent>, run_id: RunId, keep_alive: Option<KeepAlive>, on_drop: DropGuard) -> Self {
+        Self { rx, run_id, keep_alive, _on_drop: on_drop }
     }
 }
 
@@ -259,12 +299,20 @@ impl Stream for LiveFrames {
                         }
                     }
                     if !buf.is_empty() {
+                        if let Some(k) = this.keep_alive.as_mut() {
+                            k.reset();
+                        }
                         return Poll::Ready(Some(Ok(buf.freeze())));
                     }
                 }
                 Poll::Ready(None) if buf.is_empty() => return Poll::Ready(None),
                 Poll::Ready(None) => return Poll::Ready(Some(Ok(buf.freeze()))),
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    return match this.keep_alive.as_mut().map(|k| k.poll_due(cx)) {
+                        Some(Poll::Ready(())) => Poll::Ready(Some(Ok(Bytes::from_static(KEEP_ALIVE)))),
+                        _ => Poll::Pending,
+                    };
+                }
             }
         }
     }

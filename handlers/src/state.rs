@@ -35,6 +35,9 @@ pub struct HttpSettings {
     pub follow_timeout: Duration,
     /// Longest pause between two store reads while following a live run.
     pub follow_poll_max: Duration,
+    /// How long an event stream may stay silent before a `: keep-alive` comment is sent
+    /// (proxies and API Gateway close idle streams); zero turns it off.
+    pub sse_keep_alive: Duration,
     /// Browser origins allowed to call the API cross-origin, each exact
     /// (`https://app.example.com`). Empty by default, and while empty no CORS header is
     /// ever sent; there is no wildcard.
@@ -84,6 +87,7 @@ impl HttpSettings {
             follow_timeout: config.seconds("Tracon:Runs:FollowTimeoutSeconds")?.unwrap_or(d.follow_timeout),
             follow_poll_max: config.seconds("Tracon:Runs:FollowPollMaxSeconds")?.unwrap_or(d.follow_poll_max),
             allowed_origins: allowed_origins(config)?,
+            sse_keep_alive: config.seconds("Tracon:Http:SseKeepAliveSeconds")?.unwrap_or(d.sse_keep_alive),
         })
     }
 
@@ -115,6 +119,7 @@ impl Default for HttpSettings {
             follow_timeout: Duration::from_secs(900),
             follow_poll_max: Duration::from_secs(1),
             allowed_origins: Vec::new(),
+            sse_keep_alive: Duration::from_secs(15),
         }
     }
 }

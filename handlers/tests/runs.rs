@@ -108,6 +108,7 @@ struct Options {
     cancel_check: Duration,
     sinks: Vec<Arc<dyn RunEventSink>>,
     labels: bool,
+    keep_alive: Option<Duration>,
 }
 
 impl Default for Options {
@@ -119,6 +120,7 @@ impl Default for Options {
             cancel_check: Duration::ZERO,
             sinks: Vec::new(),
             labels: false,
+            keep_alive: None,
         }
     }
 }
@@ -175,7 +177,11 @@ fn app(o: &Options) -> Router {
         b = b.attribution(Arc::new(HeaderLabels::new("x-tracon-label-")));
     }
     let runtime = Arc::new(b.build().unwrap());
-    tracon_handlers::router(AppState::new(runtime, HttpSettings::default()))
+    let mut http = HttpSettings::default();
+    if let Some(every) = o.keep_alive {
+        http.sse_keep_alive = every;
+    }
+    tracon_handlers::router(AppState::new(runtime, http))
 }
 
 fn loopback() -> PeerAddr {
@@ -420,6 +426,38 @@ async fn a_follower_on_another_instance_sees_what_a_silent_model_already_said() 
     permits.add_permits(2);
     assert_eq!(live.rest().await.last().unwrap().event, "done");
     assert_eq!(log.rest().await.last().unwrap().event, "run.completed");
+}
+
+#[tokio::test]
+async fn quiet_streams_carry_keep_alive_comments_and_nothing_else_changes() {
+    let stores = Stores::in_memory();
+    let (g, permits) = gated(2);
+    let o = Options { stores, gated: Some(g), keep_alive: Some(Duration::from_millis(30)), ..Options::default() };
+    let app = app(&o);
+
+    let mut live = Live::open(&app, req(Method::POST, "/api/agents/slow/run", Some(json!({"message": "go"})))).await;
+    let id = live.next().await.unwrap().data["runId"].as_str().unwrap().to_owned();
+    let mut log = Live::open(&app, req(Method::GET, &format!("/api/runs/{id}/events"), None)).await;
+    // (The log may be quiet before its first event too: the recorder writes in batches.)
+    let mut first = log.next().await.unwrap();
+    while first.event.is_empty() {
+        first = log.next().await.unwrap();
+    }
+    assert_eq!(first.event, "run.started");
+    // The model says nothing: both streams send comments, which carry no event.
+    for stream in [&mut live, &mut log] {
+        let quiet = stream.next().await.unwrap();
+        assert_eq!((quiet.raw.as_str(), quiet.event.as_str()), (": keep-alive\n\n", ""));
+    }
+    permits.add_permits(2);
+    let events = |frames: Vec<Frame>| frames.into_iter().filter(|f| !f.event.is_empty()).collect::<Vec<_>>();
+    let live = events(live.rest().await);
+    assert_eq!(live.iter().map(|f| f.event.as_str()).collect::<Vec<_>>(), ["update", "update", "done"]);
+    assert_eq!(events(log.rest().await).last().unwrap().event, "run.completed");
+
+    // A replay of the finished run has no comments: it never waits.
+    let (_, body) = send(&app, req(Method::GET, &format!("/api/runs/{id}/events"), None)).await;
+    assert!(!String::from_utf8_lossy(&body).contains("keep-alive"));
 }
 
 // ---- sessions ------------------------------------------------------------------------------
