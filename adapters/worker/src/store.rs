@@ -50,9 +50,9 @@ pub struct PgTarget {
 ///
 /// A store call can also be dropped half way (the client of a streamed response went away
 /// and workerd cancelled the request). Then the connection task is dropped with it: the
-/// socket belongs to that request's I/O context, which workerd tears down — and closes —
-/// with the request. (Letting the task run on instead is worse: touching a cancelled
-/// request's socket aborts the whole isolate.)
+/// socket belongs to that request's I/O context, which workerd tears down with the
+/// request. (Letting the task run on instead was tried: touching a cancelled request's
+/// socket aborted the whole isolate.)
 struct Conn {
     client: Client,
     done: RemoteHandle<()>,
