@@ -12,6 +12,20 @@ use tracon_core::store::{RunStats, RunStatus, StoreError};
 use crate::protect::{Place, Protection, ProtectionError};
 
 /// A stored value that does not decode: a bug or a foreign write.
+/// Whether a statement that failed with this SQLSTATE may succeed when run again: a
+/// serialization failure or a deadlock. Both drivers' stores retry these.
+pub fn is_retryable_sqlstate(code: &str) -> bool {
+    matches!(code, "40001" | "40P01")
+}
+
+/// A unique violation while appending events means two writers used the same sequence.
+pub fn duplicate_event(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Conflict(_) => StoreError::Conflict("an event sequence of this run is already stored".into()),
+        other => other,
+    }
+}
+
 pub fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Internal { detail: format!("stored {what} does not decode: {e}") }
 }

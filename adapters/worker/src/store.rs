@@ -25,8 +25,9 @@ use tracon_core::store::{
 };
 use tracon_core::tools::pipeline::LateCompletion;
 use tracon_postgres::codec::{
-    add_stats_row, corrupt, enum_parse, enum_text, event_arrays, from_json, input_place, item_arrays, open_event,
-    open_item, status_parse, to_i64, to_json, to_u64, tool_place, unreadable,
+    add_stats_row, corrupt, duplicate_event, enum_parse, enum_text, event_arrays, from_json, input_place,
+    is_retryable_sqlstate, item_arrays, open_event, open_item, status_parse, to_i64, to_json, to_u64, tool_place,
+    unreadable,
 };
 use tracon_postgres::protect::Protection;
 use tracon_postgres::sql;
@@ -93,20 +94,12 @@ async fn execute_retrying(c: &Client, statement: &str, params: &[&(dyn ToSql + S
     loop {
         match c.execute(statement, params).await {
             Ok(n) => return Ok(n),
-            Err(e) if e.code().is_some_and(|c| matches!(c.code(), "40001" | "40P01")) && attempt < 4 => {
+            Err(e) if e.code().is_some_and(|c| is_retryable_sqlstate(c.code())) && attempt < 4 => {
                 attempt += 1;
                 worker::Delay::from(std::time::Duration::from_millis(5 * 2u64.pow(attempt))).await;
             }
             Err(e) => return Err(map_err(e)),
         }
-    }
-}
-
-/// A unique violation while appending events means the sequence numbers clashed.
-fn duplicate_event(e: StoreError) -> StoreError {
-    match e {
-        StoreError::Conflict(_) => StoreError::Conflict("an event sequence of this run is already stored".into()),
-        other => other,
     }
 }
 

@@ -272,7 +272,7 @@ pub fn map_err(e: sqlx::Error) -> StoreError {
 
 /// Whether an error is a serialization failure or deadlock worth retrying.
 fn retryable(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("40001" | "40P01")))
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref().is_some_and(crate::codec::is_retryable_sqlstate))
 }
 
 /// Runs `op`, retrying serialization failures and deadlocks a few times.

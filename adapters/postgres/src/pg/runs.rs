@@ -19,8 +19,8 @@ use tracon_core::tools::pipeline::LateCompletion;
 
 use super::{map_err, retrying};
 use crate::codec::{
-    add_stats_row, corrupt, enum_parse, enum_text, event_arrays, from_json, input_place, open_event, status_parse,
-    to_json, tool_place, unreadable,
+    add_stats_row, corrupt, duplicate_event, enum_parse, enum_text, event_arrays, from_json, input_place, open_event,
+    status_parse, to_json, tool_place, unreadable,
 };
 use crate::protect::Protection;
 use crate::sql;
@@ -84,13 +84,6 @@ fn bind_filter<'q>(
         .bind(to_json(&f.labels)?)
         .bind(f.from)
         .bind(f.to))
-}
-
-fn duplicate_event(e: StoreError) -> StoreError {
-    match e {
-        StoreError::Conflict(_) => StoreError::Conflict("an event sequence of this run is already stored".into()),
-        other => other,
-    }
 }
 
 impl PgRunStore {
