@@ -315,11 +315,11 @@ impl AgentDefinition {
                     "model.responseFormat.schema",
                     "The response schema must be a JSON object.",
                 ));
-            } else if !crate::schema::is_valid_schema(schema) {
+            } else if let Err(reason) = crate::schema::Validator::new(schema) {
                 p.push(Problem::new(
                     ProblemCode::InvalidResponseFormat,
                     "model.responseFormat.schema",
-                    "The response schema is not a valid JSON Schema.",
+                    format!("The response schema is not a valid JSON Schema: {reason}."),
                 ));
             }
         }

@@ -21,11 +21,15 @@ pub struct Validator {
 impl Validator {
     /// Compiles `schema` after checking it against its meta-schema.
     pub fn new(schema: &Value) -> Result<Self, String> {
+        if let Some(refused) = unsupported_pattern(schema) {
+            return Err(refused);
+        }
         let mut schemas = boon::Schemas::new();
         let mut compiler = boon::Compiler::new();
         compiler.use_loader(Box::new(NoExternalReferences));
-        compiler.add_resource(LOCATION, schema.clone()).map_err(|e| e.to_string())?;
-        let index = compiler.compile(LOCATION, &mut schemas).map_err(|e| e.to_string())?;
+        let readable = |e: boon::CompileError| e.to_string().replace(&format!("{LOCATION}#"), "the schema");
+        compiler.add_resource(LOCATION, schema.clone()).map_err(readable)?;
+        let index = compiler.compile(LOCATION, &mut schemas).map_err(readable)?;
         Ok(Self { schemas, index })
     }
 
@@ -58,6 +62,25 @@ fn leaves(e: &boon::ValidationError<'_, '_>, max: usize, out: &mut Vec<String>) 
 /// Whether `schema` is a valid JSON Schema: valid against its meta-schema, and it compiles.
 pub fn is_valid_schema(schema: &Value) -> bool {
     Validator::new(schema).is_ok()
+}
+
+/// The first `pattern` the regex engine cannot compile, as a message. boon checks a pattern
+/// is ECMA-262 but treats an engine refusal of a valid one as its own bug (a debug
+/// assertion), so patterns are compiled here first. The engine is regex-lite (see
+/// `shims/regex`): no Unicode classes, no back-references.
+fn unsupported_pattern(schema: &Value) -> Option<String> {
+    match schema {
+        Value::Object(map) => map.iter().find_map(|(key, value)| match (key.as_str(), value) {
+            // Instance data, not schemas: a "pattern" key in there is just data.
+            ("const" | "enum" | "default" | "examples", _) => None,
+            ("pattern", Value::String(pattern)) => {
+                regex::Regex::new(pattern).err().map(|e| format!("pattern {pattern:?} is not supported: {e}"))
+            }
+            _ => unsupported_pattern(value),
+        }),
+        Value::Array(items) => items.iter().find_map(unsupported_pattern),
+        _ => None,
+    }
 }
 
 struct NoExternalReferences;
@@ -103,5 +126,24 @@ mod tests {
         assert!(is_valid_schema(
             &json!({"type": "object", "$defs": {"x": {"type": "string"}}, "properties": {"a": {"$ref": "#/$defs/x"}}})
         ));
+    }
+
+    #[test]
+    fn patterns_are_ecma_regular_expressions_without_unicode_classes() {
+        let v = Validator::new(&json!({
+            "type": "object",
+            "properties": {"sku": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3}$"}},
+            "patternProperties": {"^x-": {"type": "integer"}}
+        }))
+        .unwrap();
+        assert!(v.errors(&json!({"sku": "AB-123", "x-count": 3}), 8).is_empty());
+        assert_eq!(v.errors(&json!({"sku": "AB-12"}), 8).len(), 1);
+        assert_eq!(v.errors(&json!({"x-count": "three"}), 8).len(), 1);
+        // ECMA's \d is ASCII: an Arabic-Indic digit is not one.
+        assert_eq!(v.errors(&json!({"sku": "AB-\u{0661}23"}), 8).len(), 1);
+        // The regex engine (regex-lite, see shims/regex) has no Unicode classes: a schema
+        // that needs one is refused, never matched wrongly.
+        let refused = Validator::new(&json!({"type": "string", "pattern": "^\\p{L}+$"})).err().unwrap();
+        assert!(refused.contains("not supported"), "{refused}");
     }
 }

@@ -323,6 +323,33 @@ async fn validate_answers_200_with_a_report_and_save_answers_400_with_the_same_p
 }
 
 #[tokio::test]
+async fn a_response_schema_is_refused_with_the_reason_it_is_invalid() {
+    let app = app();
+    let with_schema = |schema: Value| {
+        let mut agent = stored("shaped");
+        agent["model"]["responseFormat"] = json!({"type": "jsonSchema", "name": "answer", "schema": schema});
+        agent
+    };
+    for (schema, reason) in [
+        (json!({"type": 12}), "not valid against metaschema"),
+        (json!({"type": "string", "pattern": "^\\p{L}+$"}), "Unicode character classes are not supported"),
+    ] {
+        let (status, report) =
+            json_of(&app, request(Method::POST, "/api/agents/validate", Some(with_schema(schema)))).await;
+        assert_eq!(status, StatusCode::OK);
+        let problem = &report["problems"][0];
+        assert_eq!(problem["code"], "invalid_response_format", "{report}");
+        assert_eq!(problem["field"], "model.responseFormat.schema");
+        let message = problem["message"].as_str().unwrap();
+        assert!(message.contains(reason) && !message.contains("urn:"), "{message}");
+    }
+    let fine =
+        with_schema(json!({"type": "object", "properties": {"sku": {"type": "string", "pattern": "^[A-Z]{2}-\\d+$"}}}));
+    let (_, report) = json_of(&app, request(Method::POST, "/api/agents/validate", Some(fine))).await;
+    assert_eq!(report, json!({"valid": true, "problems": []}));
+}
+
+#[tokio::test]
 async fn lists_clamp_take_and_refuse_non_numeric_paging() {
     let app = app();
     for i in 0..3 {
