@@ -144,6 +144,9 @@ pub struct Drain {
     /// Runs executing in this process, so a cancel reaching this instance stops its own
     /// runs at once (other instances observe the store's flag).
     running: Mutex<HashMap<RunId, CancellationToken>>,
+    /// Set by hosts where one request must never wake another's work (see
+    /// [`Drain::isolate_requests`]).
+    isolated: AtomicBool,
 }
 
 impl Drain {
@@ -169,8 +172,21 @@ impl Drain {
         (RunGuard(self.clone(), run), token)
     }
 
-    /// Cancels a run executing in this process; `false` when it is not running here.
+    /// For hosts whose requests each have their own I/O context — a Cloudflare Worker. A
+    /// cancel request there must not wake the run it cancels: the run would go on inside the
+    /// cancel request's context, with its sockets and timers, and stall once that short
+    /// request ends. The run notices the store's flag at its next cancel check instead,
+    /// exactly as a run on another instance does.
+    pub fn isolate_requests(&self) {
+        self.isolated.store(true, Ordering::SeqCst);
+    }
+
+    /// Cancels a run executing in this process; `false` when it is not running here (or
+    /// requests are isolated).
     pub fn cancel_local(&self, run: RunId) -> bool {
+        if self.isolated.load(Ordering::SeqCst) {
+            return false;
+        }
         match self.running_lock().get(&run) {
             Some(token) => {
                 token.cancel();

@@ -434,6 +434,63 @@ async fn the_worker_streams_a_run_keeps_it_in_postgres_and_leaks_no_connections(
     }
     eprintln!("worker connections listed after a request, at most: {most}");
     assert!(most <= 2, "at most a closing connection or two may still be listed, saw {most}");
+
+    // A run cancelled through the Worker while its model is silent (a read of the model's
+    // body outstanding): the Worker drops that read without tearing down the isolate, the
+    // live stream ends Canceled, and the model call's connection is let go.
+    let quiet = || MockTurn::text("Still thinking about it.").hang_after_chunks(1);
+    mock.script("quiet-model", vec![quiet(), quiet()]);
+    create_agent(&worker, &agent("quiet", "quiet-model")).await;
+    let mut live = Live::open(
+        authed(client().post(worker.url(Group::Agents, "/api/agents/quiet/run"))).json(&json!({"message": "Go."})),
+    )
+    .await;
+    let live_id = live.next().await.unwrap().data["runId"].as_str().unwrap().to_owned();
+    let res =
+        authed(client().post(worker.url(Group::Runs, &format!("/api/runs/{live_id}/cancel")))).send().await.unwrap();
+    assert_eq!(res.status(), 202);
+    let end = live.rest().await.pop().unwrap();
+    assert_eq!(end.data["status"], "Canceled", "{}", live.raw);
+    // The isolate lived through it: the next request is served, nothing was reset.
+    let res = authed(client().get(worker.url(Group::Runs, &format!("/api/runs/{live_id}")))).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.json::<Value>().await.unwrap()["status"], "Canceled");
+    let log = worker.log_text();
+    for fatal in [
+        "Critical error",
+        "previous Wasm instance",
+        "previous WASM instance",
+        "invoked recursively or after being dropped",
+    ] {
+        assert!(!log.contains(fatal), "the Worker logged '{fatal}':\n{log}");
+    }
+    // Followers of a live run that hang up mid-stream: the Worker cancels their streams,
+    // store calls in flight included, and the run itself is untouched and still cancellable.
+    let mut live = Live::open(
+        authed(client().post(worker.url(Group::Agents, "/api/agents/quiet/run"))).json(&json!({"message": "Again."})),
+    )
+    .await;
+    let live_id = live.next().await.unwrap().data["runId"].as_str().unwrap().to_owned();
+    for _ in 0..10 {
+        let mut follower =
+            Live::open(authed(client().get(worker.url(Group::Runs, &format!("/api/runs/{live_id}/events"))))).await;
+        assert_eq!(follower.next().await.unwrap().event, "run.started");
+        drop(follower);
+    }
+    let res =
+        authed(client().post(worker.url(Group::Runs, &format!("/api/runs/{live_id}/cancel")))).send().await.unwrap();
+    assert_eq!(res.status(), 202);
+    let end = live.rest().await.pop().unwrap();
+    assert_eq!(end.data["status"], "Canceled", "{}", live.raw);
+    let log = worker.log_text();
+    for fatal in [
+        "Critical error",
+        "previous Wasm instance",
+        "previous WASM instance",
+        "invoked recursively or after being dropped",
+    ] {
+        assert!(!log.contains(fatal), "the Worker logged '{fatal}':\n{log}");
+    }
     // Whatever was still closing is gone soon after; nothing stays open.
     let deadline = Instant::now() + Duration::from_secs(10);
     while connections(&db, &application_name).await > 0 {

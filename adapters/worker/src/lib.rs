@@ -102,7 +102,11 @@ fn build(env: &Env) -> Result<Router, String> {
     let runtime =
         setup::runtime_from_config(&config, platform::platform(), stores, client, &HostDefaults { demo_agent: false })?;
     let http = HttpSettings::serverless_from_config(&config).map_err(|e| e.to_string())?;
-    Ok(tracon_handlers::app(AppState::new(Arc::new(runtime), http), routes()))
+    let state = AppState::new(Arc::new(runtime), http);
+    // A cancel reaching this isolate reaches the run through the store, in the run's own
+    // request context (see `Drain::isolate_requests`).
+    state.drain.isolate_requests();
+    Ok(tracon_handlers::app(state, routes()))
 }
 
 fn startup_failure(message: &str) -> axum::http::Response<axum::body::Body> {

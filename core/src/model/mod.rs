@@ -12,6 +12,8 @@
 
 pub mod anthropic;
 pub mod error;
+#[cfg(target_arch = "wasm32")]
+mod fetch;
 pub mod openai;
 pub mod registry;
 pub mod scripted;

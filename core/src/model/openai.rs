@@ -128,13 +128,7 @@ impl OpenAiProvider {
             builder = builder.bearer_auth(key);
         }
         let response = sse::send(builder).await?;
-        let content_type = response
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_ascii_lowercase();
-        if content_type.starts_with("application/json") {
+        if sse::is_json(&response) {
             // A server that ignored `stream: true` answered with a whole completion.
             let body = sse::json_body(response).await?;
             let events = parse_completion(&body)?;
