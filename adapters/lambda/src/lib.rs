@@ -266,12 +266,16 @@ impl BasePath {
 pub async fn serve(routes: Router<AppState>, streaming: bool) -> Result<(), lambda_http::Error> {
     let config = Config::from_pairs(std::env::vars());
     init_logging(&config);
-    let handler = BasePath::from_config(&config)
+    let handler = match BasePath::from_config(&config)
         .and_then(|base_path| Ok(function(state_from_env(&config)?, routes, base_path)))
-        .map_err(|e| {
+    {
+        Ok(handler) => handler,
+        Err(e) => {
             tracing::error!(error = %e, "cannot start");
-            lambda_http::Error::from(e)
-        })?;
+            report_init_error(&e).await;
+            return Err(e.into());
+        }
+    };
     // The runtime loop ends on the first failed exchange with the Runtime API (a connection
     // closed under a long poll, say). An execution environment whose process exits is
     // replaced with a cold start, so ask for the next invocation again instead — unless the
@@ -292,6 +296,25 @@ pub async fn serve(routes: Router<AppState>, streaming: bool) -> Result<(), lamb
         }
         tracing::warn!(error = %e, "the Runtime API exchange failed; asking for the next invocation again");
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Tells the Runtime API why the function cannot start, so an invocation fails with
+/// `Runtime.ConfigError` and the reason (what to set) instead of a bare exit status. Best
+/// effort: outside Lambda (no `AWS_LAMBDA_RUNTIME_API`) or when the post fails, the log line
+/// written before is all there is.
+async fn report_init_error(message: &str) {
+    let Ok(api) = std::env::var("AWS_LAMBDA_RUNTIME_API") else { return };
+    let body = serde_json::json!({"errorMessage": message, "errorType": "Runtime.ConfigError", "stackTrace": []});
+    let post = reqwest::Client::new()
+        .post(format!("http://{api}/2018-06-01/runtime/init/error"))
+        .header("Lambda-Runtime-Function-Error-Type", "Runtime.ConfigError")
+        .timeout(Duration::from_secs(2))
+        .json(&body)
+        .send()
+        .await;
+    if let Err(e) = post.and_then(|r| r.error_for_status()) {
+        tracing::warn!(error = %e, "could not report the start-up failure to the Runtime API");
     }
 }
 

@@ -1,7 +1,8 @@
 //! The function binaries against a mock Runtime API: a failed exchange with the Runtime API
 //! (the first `next` answer cut off mid-body, or the first response post cut off) does not
 //! end the function; it asks for the next invocation again and answers it — and an
-//! invocation it already handled, handed out again, is not run a second time.
+//! invocation it already handled, handed out again, is not run a second time. A function
+//! that cannot start reports why through the init error endpoint.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -154,4 +155,41 @@ async fn a_buffered_function_does_not_run_an_invocation_handed_out_again() {
 #[tokio::test]
 async fn a_streaming_function_does_not_run_an_invocation_handed_out_again() {
     does_not_run_an_invocation_twice(env!("CARGO_BIN_EXE_tracon-runs")).await;
+}
+
+/// A function that cannot start says why through the Runtime API's init error, so the
+/// failed invocation carries what to set — not only a bare exit status.
+#[tokio::test]
+async fn a_function_that_cannot_start_reports_why_to_the_runtime_api() {
+    let (tx, mut rx) = mpsc::unbounded_channel::<(HeaderMap, String)>();
+    let app = Router::new()
+        .route(
+            "/2018-06-01/runtime/init/error",
+            post(|State(tx): State<mpsc::UnboundedSender<(HeaderMap, String)>>, headers: HeaderMap, body: String| async move {
+                let _ = tx.send((headers, body));
+                axum::Json(json!({"status": "OK"}))
+            }),
+        )
+        .with_state(tx);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_tracon-sessions"))
+        .env_clear()
+        .env("AWS_LAMBDA_RUNTIME_API", addr.to_string())
+        .env("AWS_LAMBDA_FUNCTION_NAME", "tracon")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .status();
+    let status =
+        tokio::time::timeout(Duration::from_secs(30), status).await.expect("the function did not exit").unwrap();
+    server.abort();
+    assert!(!status.success(), "a function that cannot start exits with a failure");
+    let (headers, body) = rx.try_recv().expect("no init error was posted");
+    assert_eq!(headers["lambda-runtime-function-error-type"], "Runtime.ConfigError");
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["errorType"], "Runtime.ConfigError");
+    assert!(body["errorMessage"].as_str().unwrap().contains("DATABASE_URL is not set"), "{body}");
 }
