@@ -12,6 +12,7 @@
 //! Core names no web framework, database driver or platform, and builds for
 //! `wasm32-unknown-unknown`.
 
+pub mod access;
 pub mod attribution;
 pub mod catalog;
 pub mod compiler;
@@ -22,6 +23,7 @@ pub mod engine;
 pub mod events;
 pub mod failure;
 pub mod identity;
+pub mod keys;
 pub mod model;
 pub mod names;
 pub mod platform;

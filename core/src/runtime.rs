@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::access::{AllowAllRuns, RunAuthorizer};
 use crate::attribution::{NoAttribution, RunAttribution};
 use crate::catalog::Catalog;
 use crate::config::{Config, ConfigError};
@@ -75,6 +76,8 @@ pub struct Runtime {
     pub tool_validator: Option<Arc<dyn ToolArgumentsValidator>>,
     pub attribution: Arc<dyn RunAttribution>,
     pub event_sinks: Vec<Arc<dyn RunEventSink>>,
+    /// The host's policy for runs and sessions (allows everything by default).
+    pub run_authorizer: Arc<dyn RunAuthorizer>,
 }
 
 /// Start-up registrations. Problems are collected and reported together by [`build`](Self::build).
@@ -90,6 +93,7 @@ pub struct RuntimeBuilder {
     tool_validator: Option<Arc<dyn ToolArgumentsValidator>>,
     attribution: Arc<dyn RunAttribution>,
     event_sinks: Vec<Arc<dyn RunEventSink>>,
+    run_authorizer: Arc<dyn RunAuthorizer>,
     errors: Vec<String>,
 }
 
@@ -111,9 +115,16 @@ impl RuntimeBuilder {
             tool_authorizer: Arc::new(AllowAllTools),
             tool_validator: None,
             attribution: Arc::new(NoAttribution),
+            run_authorizer: Arc::new(AllowAllRuns),
             event_sinks: Vec::new(),
             errors: Vec::new(),
         }
+    }
+
+    /// Binds the host's run and session authorization policy (see [`crate::access`]).
+    pub fn run_authorizer(mut self, authorizer: Arc<dyn RunAuthorizer>) -> Self {
+        self.run_authorizer = authorizer;
+        self
     }
 
     /// Binds run attribution (user id and labels) to the host's identity layer.
@@ -208,6 +219,7 @@ impl RuntimeBuilder {
             tool_authorizer: self.tool_authorizer,
             tool_validator: self.tool_validator,
             attribution: self.attribution,
+            run_authorizer: self.run_authorizer,
             event_sinks: self.event_sinks,
         })
     }

@@ -19,7 +19,7 @@ use tracon_core::store::{StoreError, StoredDefinition};
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::{ApiJson, Paging};
+use crate::extract::{ApiJson, Paging, Tenant};
 use crate::state::AppState;
 
 /// An agent as the management API shows it.
@@ -64,10 +64,6 @@ impl AgentView {
     }
 }
 
-pub(crate) fn tenant() -> TenantId {
-    TenantId::default_tenant()
-}
-
 /// Parses a path segment as an agent name (`400` when it cannot be one).
 pub(crate) fn agent_name(raw: &str) -> ApiResult<AgentName> {
     AgentName::parse(raw).map_err(|e| ApiError::bad_request("invalid_agent_name", e.0))
@@ -78,8 +74,12 @@ pub(crate) fn agent_name(raw: &str) -> ApiResult<AgentName> {
     params(("skip" = Option<u32>, Query, description = "Items to skip"), ("take" = Option<u32>, Query, description = "Items to return, 1..200 (default 50)")),
     responses((status = 200, body = [AgentView])))]
 #[tracing::instrument(name = "agents.list", skip_all)]
-pub async fn list(State(state): State<AppState>, paging: Paging) -> ApiResult<Json<Vec<AgentView>>> {
-    let entries = state.runtime.catalog.list(&tenant(), paging.skip, paging.take).await?;
+pub async fn list(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    paging: Paging,
+) -> ApiResult<Json<Vec<AgentView>>> {
+    let entries = state.runtime.catalog.list(&tenant, paging.skip, paging.take).await?;
     Ok(Json(entries.iter().map(|e| AgentView::from_entry(e, false)).collect()))
 }
 
@@ -88,10 +88,14 @@ pub async fn list(State(state): State<AppState>, paging: Paging) -> ApiResult<Js
     params(("name" = String, Path, description = "Agent name")),
     responses((status = 200, body = AgentView), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "agents.get", skip_all)]
-pub async fn get(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Json<AgentView>> {
+pub async fn get(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Path(name): Path<String>,
+) -> ApiResult<Json<AgentView>> {
     let name = agent_name(&name)?;
     let entry =
-        state.runtime.catalog.get(&tenant(), &name).await?.ok_or_else(|| ApiError::agent_not_found(name.as_str()))?;
+        state.runtime.catalog.get(&tenant, &name).await?.ok_or_else(|| ApiError::agent_not_found(name.as_str()))?;
     Ok(Json(AgentView::from_entry(&entry, true)))
 }
 
@@ -101,12 +105,16 @@ pub async fn get(State(state): State<AppState>, Path(name): Path<String>) -> Api
         (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "agents.create", skip_all)]
-pub async fn create(State(state): State<AppState>, ApiJson(def): ApiJson<AgentDefinition>) -> ApiResult<Response> {
+pub async fn create(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    ApiJson(def): ApiJson<AgentDefinition>,
+) -> ApiResult<Response> {
     let name = AgentName::parse(&def.name).map_err(|e| ApiError::validation(vec![invalid_name(e.0)]))?;
     refuse_code_agent(&state, &name)?;
-    check(&state, &def).await?;
+    check(&state, &tenant, &def).await?;
     let now = state.runtime.platform.clock.now();
-    let stored = state.runtime.stores.definitions.create(&tenant(), def, now).await.map_err(|e| match e {
+    let stored = state.runtime.stores.definitions.create(&tenant, def, now).await.map_err(|e| match e {
         StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "agent_exists", m),
         other => other.into(),
     })?;
@@ -128,6 +136,7 @@ pub async fn create(State(state): State<AppState>, ApiJson(def): ApiJson<AgentDe
 #[tracing::instrument(name = "agents.replace", skip_all)]
 pub async fn replace(
     State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     Path(name): Path<String>,
     ApiJson(def): ApiJson<AgentDefinition>,
 ) -> ApiResult<Json<AgentView>> {
@@ -139,9 +148,9 @@ pub async fn replace(
         ));
     }
     refuse_code_agent(&state, &name)?;
-    check(&state, &def).await?;
+    check(&state, &tenant, &def).await?;
     let now = state.runtime.platform.clock.now();
-    let stored = state.runtime.stores.definitions.update(&tenant(), def, now).await.map_err(|e| match e {
+    let stored = state.runtime.stores.definitions.update(&tenant, def, now).await.map_err(|e| match e {
         StoreError::NotFound => ApiError::agent_not_found(name.as_str()),
         other => other.into(),
     })?;
@@ -156,10 +165,14 @@ pub async fn replace(
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "agents.delete", skip_all)]
-pub async fn delete(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<StatusCode> {
+pub async fn delete(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Path(name): Path<String>,
+) -> ApiResult<StatusCode> {
     let name = agent_name(&name)?;
     refuse_code_agent(&state, &name)?;
-    if state.runtime.stores.definitions.delete(&tenant(), &name).await? {
+    if state.runtime.stores.definitions.delete(&tenant, &name).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::agent_not_found(name.as_str()))
@@ -173,9 +186,10 @@ pub async fn delete(State(state): State<AppState>, Path(name): Path<String>) -> 
 #[tracing::instrument(name = "agents.validate", skip_all)]
 pub async fn validate(
     State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     ApiJson(def): ApiJson<AgentDefinition>,
 ) -> ApiResult<Json<ValidationReport>> {
-    Ok(Json(state.runtime.catalog.validate(&tenant(), &def).await?))
+    Ok(Json(state.runtime.catalog.validate(&tenant, &def).await?))
 }
 
 fn stored_entry(stored: StoredDefinition) -> CatalogEntry {
@@ -213,11 +227,12 @@ impl From<StoredDefinition> for AgentVersionView {
 #[tracing::instrument(name = "agents.versions", skip_all)]
 pub async fn versions(
     State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Vec<AgentVersionView>>> {
     let name = agent_name(&name)?;
     refuse_code_agent(&state, &name)?;
-    let versions = state.runtime.stores.definitions.versions(&tenant(), &name).await?;
+    let versions = state.runtime.stores.definitions.versions(&tenant, &name).await?;
     if versions.is_empty() {
         return Err(ApiError::agent_not_found(name.as_str()));
     }
@@ -240,20 +255,21 @@ pub struct VersionDiff {
 #[tracing::instrument(name = "agents.diff", skip_all)]
 pub async fn diff(
     State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     Path((name, a, b)): Path<(String, String, String)>,
 ) -> ApiResult<Json<VersionDiff>> {
     let name = agent_name(&name)?;
     refuse_code_agent(&state, &name)?;
-    let a = load_version(&state, &name, &a).await?;
-    let b = load_version(&state, &name, &b).await?;
+    let a = load_version(&state, &tenant, &name, &a).await?;
+    let b = load_version(&state, &tenant, &name, &b).await?;
     Ok(Json(VersionDiff { a: a.into(), b: b.into() }))
 }
 
-async fn load_version(state: &AppState, name: &AgentName, raw: &str) -> ApiResult<StoredDefinition> {
+async fn load_version(state: &AppState, tenant: &TenantId, name: &AgentName, raw: &str) -> ApiResult<StoredDefinition> {
     let missing =
         || ApiError::new(StatusCode::NOT_FOUND, "version_not_found", format!("'{name}' has no version {raw}."));
     let version = raw.parse::<u32>().map_err(|_| missing())?;
-    state.runtime.stores.definitions.version(&tenant(), name, version).await?.ok_or_else(missing)
+    state.runtime.stores.definitions.version(tenant, name, version).await?.ok_or_else(missing)
 }
 
 /// Which version to go back to.
@@ -274,25 +290,25 @@ pub struct RollbackRequest {
 #[tracing::instrument(name = "agents.rollback", skip_all)]
 pub async fn rollback(
     State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<RollbackRequest>,
 ) -> ApiResult<Json<AgentView>> {
     let name = agent_name(&name)?;
     refuse_code_agent(&state, &name)?;
-    let old = load_version(&state, &name, &body.version.to_string()).await?;
+    let old = load_version(&state, &tenant, &name, &body.version.to_string()).await?;
     // The old content must still compile today (a tool may have been removed since).
-    check(&state, &old.definition).await?;
+    check(&state, &tenant, &old.definition).await?;
     let now = state.runtime.platform.clock.now();
-    let stored =
-        state.runtime.stores.definitions.update(&tenant(), old.definition, now).await.map_err(|e| match e {
-            StoreError::NotFound => ApiError::agent_not_found(name.as_str()),
-            other => other.into(),
-        })?;
+    let stored = state.runtime.stores.definitions.update(&tenant, old.definition, now).await.map_err(|e| match e {
+        StoreError::NotFound => ApiError::agent_not_found(name.as_str()),
+        other => other.into(),
+    })?;
     Ok(Json(AgentView::from_entry(&stored_entry(stored), true)))
 }
 
-async fn check(state: &AppState, def: &AgentDefinition) -> ApiResult<()> {
-    let report = state.runtime.catalog.validate(&tenant(), def).await?;
+async fn check(state: &AppState, tenant: &TenantId, def: &AgentDefinition) -> ApiResult<()> {
+    let report = state.runtime.catalog.validate(tenant, def).await?;
     if report.valid { Ok(()) } else { Err(ApiError::validation(report.problems)) }
 }
 

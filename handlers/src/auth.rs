@@ -3,23 +3,37 @@
 //! 1. `/api/meta` is open;
 //! 2. a non-loopback caller gets `403` unless remote access is on (it is on only with a
 //!    token behind it);
-//! 3. with a static token configured, a missing or wrong `Authorization: Bearer` is `401`;
-//!    the comparison is between SHA-256 digests, in constant time;
-//! 4. without any authentication configured, a request that *sends* credentials is `401`
-//!    too — there is nothing to check them against, and silently ignoring them would let
-//!    a client believe it is authenticated.
+//! 3. `Authorization: Bearer <credential>`: the static token (SHA-256 digests compared in
+//!    constant time) or else an API key (`trk_…`: found by its id, its digest compared in
+//!    constant time, active — not revoked, not expired). Neither → `401`. No header while a
+//!    token is configured → `401`;
+//! 4. the endpoint's scope: a key without it → `403 insufficient_scope` (the table is
+//!    [`requirement`]). The static token and an unauthenticated loopback caller are not
+//!    narrowed by scopes;
+//! 5. the tenant: an API key's tenant, otherwise the default tenant. Handlers read it from
+//!    the [`Caller`] (`extract::Tenant`), so every store call is confined to it.
 //!
-//! On serverless hosts there is no loopback: until a token is configured every route but
-//! `/api/meta` answers `503 authentication_not_configured`, saying what to set.
+//! Without a static token, a request that *sends* something that is not an API key is `401`
+//! too — there is nothing to check it against, and silently ignoring it would let a client
+//! believe it is authenticated. On serverless hosts there is no loopback: until a token is
+//! configured, every route but `/api/meta` answers `503 authentication_not_configured` to
+//! a request without an API key.
 //!
-//! The resolved [`Caller`] is put into the request extensions for the handlers.
+//! Keys are cached per instance for `Tracon:ApiKeys:CacheSeconds` (5 s): a revocation or
+//! rotation made through this instance applies to its very next request; one made through
+//! another instance within that time.
 
-use axum::extract::{Request, State};
-use axum::http::header;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Duration, Utc};
 use subtle::ConstantTimeEq;
 use tracon_core::identity::{AuthMethod, Caller};
+use tracon_core::keys::{self, ApiKeyRecord, Scope};
 
 use crate::error::ApiError;
 use crate::state::{AppState, PeerAddr, digest};
@@ -27,8 +41,17 @@ use crate::state::{AppState, PeerAddr, digest};
 /// Paths that answer without authentication.
 const OPEN_PATHS: &[&str] = &["/api/meta"];
 
+/// How often a key's `lastUsedAt` is written at most.
+const TOUCH_EVERY: Duration = Duration::seconds(60);
+
 pub async fn access(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    match authenticate(&state, &request) {
+    let peer = request.extensions().get::<PeerAddr>().copied();
+    let authorization = request.headers().get(header::AUTHORIZATION).cloned();
+    let result = match authenticate(&state, request.uri().path(), authorization.as_ref(), peer).await {
+        Ok(caller) => authorize(&caller, &request).map(|()| caller),
+        Err(e) => Err(e),
+    };
+    match result {
         Ok(caller) => {
             request.extensions_mut().insert(caller);
             next.run(request).await
@@ -37,20 +60,96 @@ pub async fn access(State(state): State<AppState>, mut request: Request, next: N
     }
 }
 
-fn authenticate(state: &AppState, request: &Request) -> Result<Caller, ApiError> {
-    if OPEN_PATHS.contains(&request.uri().path()) {
+/// What an endpoint needs from a caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requirement {
+    /// Open (`/api/meta`).
+    Open,
+    /// Any authenticated caller (the OpenAPI document).
+    Authenticated,
+    /// A key must carry this scope.
+    Scope(Scope),
+    /// A route this table does not list: no key may use it (fail closed).
+    Unlisted,
+}
+
+/// The scope each route needs, by method and route template. Every route of every router
+/// is listed; a route missing here is refused to every API key.
+pub fn requirement(method: &Method, route: &str) -> Requirement {
+    use Requirement::{Authenticated, Open, Scope as S, Unlisted};
+    let read = method == Method::GET || method == Method::HEAD;
+    match route {
+        "/api/meta" => Open,
+        "/api/openapi.json" => Authenticated,
+        "/api/agents" | "/api/agents/{name}" => S(if read { Scope::AgentsRead } else { Scope::AgentsAdmin }),
+        "/api/agents/validate" | "/api/agents/{name}/versions" | "/api/agents/{name}/versions/{a}/diff/{b}" => {
+            S(Scope::AgentsRead)
+        }
+        "/api/agents/{name}/rollback" => S(Scope::AgentsAdmin),
+        "/api/agents/{name}/run" => S(Scope::RunsWrite),
+        "/api/runs"
+        | "/api/runs/{id}"
+        | "/api/runs/{id}/events"
+        | "/api/runs/{id}/tools"
+        | "/api/runs/{id}/input"
+        | "/api/runs/{a}/compare/{b}"
+        | "/api/stats" => S(Scope::RunsRead),
+        "/api/runs/{id}/cancel" => S(Scope::RunsCancel),
+        "/api/sessions" | "/api/sessions/{id}" => S(if read { Scope::SessionsRead } else { Scope::SessionsWrite }),
+        "/api/sessions/{id}/branch" => S(Scope::SessionsWrite),
+        "/api/api-keys" | "/api/api-keys/{id}" | "/api/api-keys/{id}/rotate" => S(Scope::SecurityAdmin),
+        _ => Unlisted,
+    }
+}
+
+fn authorize(caller: &Caller, request: &Request) -> Result<(), ApiError> {
+    let Some(scopes) = &caller.scopes else { return Ok(()) };
+    // An unmatched path (a 404 to come) needs nothing: the fallback answers it.
+    let Some(route) = request.extensions().get::<MatchedPath>() else { return Ok(()) };
+    let needed = match requirement(request.method(), route.as_str()) {
+        Requirement::Open | Requirement::Authenticated => return Ok(()),
+        Requirement::Scope(scope) if scopes.contains(&scope) => return Ok(()),
+        Requirement::Scope(scope) => Some(scope),
+        Requirement::Unlisted => None,
+    };
+    let message = match needed {
+        Some(scope) => format!("This API key lacks the '{}' scope this endpoint needs.", scope.as_str()),
+        None => "API keys cannot reach this endpoint.".to_owned(),
+    };
+    let mut error = ApiError::forbidden("insufficient_scope", message);
+    if let Some(scope) = needed {
+        error = error.with("requiredScope", scope.as_str());
+    }
+    Err(error)
+}
+
+async fn authenticate(
+    state: &AppState,
+    path: &str,
+    authorization: Option<&HeaderValue>,
+    peer: Option<PeerAddr>,
+) -> Result<Caller, ApiError> {
+    if OPEN_PATHS.contains(&path) {
         return Ok(Caller::anonymous());
     }
     let http = &state.http;
-    if http.require_authentication && http.auth_token_digest.is_none() {
+    let presented = authorization.map(HeaderValue::as_bytes);
+    let credential = match presented {
+        Some(value) => {
+            Some(bearer(value).ok_or_else(|| ApiError::unauthorized("Send 'Authorization: Bearer <token>'."))?)
+        }
+        None => None,
+    };
+    let key_id = credential.and_then(keys::parse_id);
+    if http.require_authentication && http.auth_token_digest.is_none() && key_id.is_none() {
         return Err(ApiError::new(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            StatusCode::SERVICE_UNAVAILABLE,
             "authentication_not_configured",
-            "This deployment serves nothing but /api/meta until authentication is configured: set TRACON_AUTH_TOKEN (at least 16 characters) as a secret of the function or Worker.",
+            "This deployment serves nothing but /api/meta until authentication is configured: set TRACON_AUTH_TOKEN (at least 16 characters) as a secret of the function or Worker, or call with an API key.",
         ));
     }
     if !http.allow_remote_access {
-        let loopback = request.extensions().get::<PeerAddr>().is_some_and(|p| p.0.ip().is_loopback());
+        let loopback = peer.is_some_and(|p| p.0.ip().is_loopback());
         if !loopback {
             return Err(ApiError::forbidden(
                 "remote_access_denied",
@@ -58,21 +157,115 @@ fn authenticate(state: &AppState, request: &Request) -> Result<Caller, ApiError>
             ));
         }
     }
-    let presented = request.headers().get(header::AUTHORIZATION).map(|v| v.as_bytes());
-    match (&http.auth_token_digest, presented) {
-        (None, None) => Ok(Caller::anonymous()),
-        (None, Some(_)) => Err(ApiError::unauthorized(
-            "This server has no authentication configured, so the credentials sent cannot be checked; remove the Authorization header or configure TRACON_AUTH_TOKEN.",
-        )),
-        (Some(_), None) => Err(ApiError::unauthorized("Send 'Authorization: Bearer <token>'.")),
-        (Some(expected), Some(value)) => {
-            let token = bearer(value).ok_or_else(|| ApiError::unauthorized("Send 'Authorization: Bearer <token>'."))?;
-            if bool::from(digest(token).ct_eq(expected)) {
-                Ok(Caller { method: AuthMethod::StaticToken, user_id: None, permissions: Default::default() })
-            } else {
-                Err(ApiError::unauthorized("The bearer token is not valid."))
+    let Some(credential) = credential else {
+        return match http.auth_token_digest {
+            Some(_) => Err(ApiError::unauthorized("Send 'Authorization: Bearer <token>'.")),
+            None => Ok(Caller::anonymous()),
+        };
+    };
+    if let Some(expected) = &http.auth_token_digest
+        && bool::from(digest(credential).ct_eq(expected))
+    {
+        return Ok(Caller::static_token());
+    }
+    if let Some(id) = key_id {
+        return api_key(state, id, credential).await;
+    }
+    Err(ApiError::unauthorized(if http.auth_token_digest.is_some() {
+        "The bearer token is not valid."
+    } else {
+        "This server has no bearer token configured and the credential sent is not an API key; remove the Authorization header or send an API key."
+    }))
+}
+
+/// Checks an API key: known, same digest (constant time), active.
+async fn api_key(state: &AppState, id: &str, presented: &str) -> Result<Caller, ApiError> {
+    let invalid = || ApiError::unauthorized("The API key is not valid.");
+    let now = state.runtime.platform.clock.now();
+    let record = state.keys.lookup(state, id, now).await?.ok_or_else(invalid)?;
+    if !bool::from(keys::digest(presented).ct_eq(&record.hash)) {
+        return Err(invalid());
+    }
+    if record.revoked_at.is_some() {
+        return Err(ApiError::unauthorized("The API key was revoked."));
+    }
+    if !record.is_active(now) {
+        return Err(ApiError::unauthorized("The API key has expired."));
+    }
+    state.keys.touch_if_due(state, &record, now);
+    Ok(Caller {
+        method: AuthMethod::ApiKey,
+        user_id: None,
+        permissions: Default::default(),
+        tenant: record.tenant,
+        scopes: Some(record.scopes),
+        key_id: Some(record.id),
+    })
+}
+
+/// API keys recently read from the store, by id.
+#[derive(Default)]
+pub struct KeyCache {
+    ttl: Duration,
+    entries: Mutex<HashMap<String, Cached>>,
+}
+
+struct Cached {
+    record: ApiKeyRecord,
+    fetched: DateTime<Utc>,
+    touched: Option<DateTime<Utc>>,
+}
+
+impl KeyCache {
+    pub fn new(ttl: std::time::Duration) -> Self {
+        Self { ttl: Duration::from_std(ttl).unwrap_or(Duration::zero()), entries: Mutex::default() }
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn lookup(&self, state: &AppState, id: &str, now: DateTime<Utc>) -> Result<Option<ApiKeyRecord>, ApiError> {
+        if let Some(hit) = self.entries().get(id).filter(|c| now - c.fetched < self.ttl) {
+            return Ok(Some(hit.record.clone()));
+        }
+        let found = state.runtime.stores.keys.find(id).await?;
+        if let Some(record) = &found
+            && self.ttl > Duration::zero()
+        {
+            let mut entries = self.entries();
+            let touched = entries.get(id).and_then(|c| c.touched);
+            entries.insert(id.to_owned(), Cached { record: record.clone(), fetched: now, touched });
+        }
+        Ok(found)
+    }
+
+    /// Forgets a key, so this instance's next request reads it again (after a revocation
+    /// or rotation).
+    pub fn forget(&self, id: &str) {
+        self.entries().remove(id);
+    }
+
+    /// Writes `lastUsedAt` at most once a minute per key per instance, off the request path;
+    /// a failed write is logged and changes nothing for the request.
+    fn touch_if_due(&self, state: &AppState, record: &ApiKeyRecord, now: DateTime<Utc>) {
+        {
+            let mut entries = self.entries();
+            let last = entries.get(&record.id).and_then(|c| c.touched).or(record.last_used_at);
+            if last.is_some_and(|at| now - at < TOUCH_EVERY) {
+                return;
+            }
+            if let Some(entry) = entries.get_mut(&record.id) {
+                entry.touched = Some(now);
             }
         }
+        let store = state.runtime.stores.keys.clone();
+        let id = record.id.clone();
+        state.runtime.platform.spawner.spawn(Box::pin(tracon_core::platform::send_future(async move {
+            if let Err(e) = store.touch(&id, now).await {
+                tracing::warn!(key = %id, error = %e, "could not record an API key's use");
+            }
+        })));
     }
 }
 

@@ -8,6 +8,9 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{StatusCode, header, request::Parts};
 use serde::de::DeserializeOwned;
 
+use tracon_core::identity::Caller;
+use tracon_core::names::TenantId;
+
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -128,5 +131,22 @@ impl<S: Send + Sync> FromRequestParts<S> for Paging {
             }
         }
         Ok(paging)
+    }
+}
+
+/// The tenant of the request, as the access layer resolved it (an API key's tenant, or the
+/// default tenant). Every store call of a handler takes it from here.
+pub struct Tenant(pub TenantId);
+
+impl<S: Send + Sync> FromRequestParts<S> for Tenant {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        // The access layer always inserts a caller; without one, refuse rather than guess.
+        parts
+            .extensions
+            .get::<Caller>()
+            .map(|c| Tenant(c.tenant.clone()))
+            .ok_or_else(|| ApiError::unauthorized("The request was not authenticated."))
     }
 }

@@ -13,6 +13,7 @@ pub mod auth;
 pub mod cors;
 pub mod error;
 pub mod extract;
+pub mod keys;
 pub mod meta;
 pub mod openapi;
 pub mod run;
@@ -65,8 +66,15 @@ pub fn sessions_router() -> Router<AppState> {
 }
 
 /// The meta group: metadata and the API document.
+/// Served by every host and group, like `/api/meta`: metadata, the OpenAPI document, and
+/// the security administration (API keys).
 pub fn meta_router() -> Router<AppState> {
-    Router::new().route("/api/meta", get(meta::meta)).route("/api/openapi.json", get(openapi::document))
+    Router::new()
+        .route("/api/meta", get(meta::meta))
+        .route("/api/openapi.json", get(openapi::document))
+        .route("/api/api-keys", get(keys::list).post(keys::create))
+        .route("/api/api-keys/{id}", get(keys::get).delete(keys::revoke))
+        .route("/api/api-keys/{id}/rotate", post(keys::rotate))
 }
 
 /// Every endpoint group's routes: the local server and the `all` builds.

@@ -20,7 +20,8 @@ pub struct Meta {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AuthenticationMeta {
-    /// Methods a client can present (`bearerToken`); empty when none is configured.
+    /// Methods a client can present: `bearerToken` when a static token is configured, and
+    /// `apiKey` (always).
     pub methods: Vec<&'static str>,
     /// Whether callers other than loopback are served.
     pub remote_access: bool,
@@ -40,6 +41,8 @@ pub async fn meta(State(state): State<AppState>) -> Json<Meta> {
     if state.http.auth_token_digest.is_some() {
         methods.push("bearerToken");
     }
+    // Keys are always checked; they exist once an administrator issued one.
+    methods.push("apiKey");
     Json(Meta {
         product: "tracon",
         version: env!("CARGO_PKG_VERSION"),

@@ -41,6 +41,11 @@ pub const DOCUMENT: &str = include_str!("../openapi.json");
         crate::sessions::get,
         crate::sessions::delete,
         crate::sessions::branch,
+        crate::keys::list,
+        crate::keys::create,
+        crate::keys::get,
+        crate::keys::revoke,
+        crate::keys::rotate,
     ),
     components(schemas(
         crate::error::ProblemDetails,
@@ -54,6 +59,7 @@ pub const DOCUMENT: &str = include_str!("../openapi.json");
         (name = "agents", description = "Agent definitions"),
         (name = "runs", description = "Running agents and reading what happened"),
         (name = "sessions", description = "Conversations between turns"),
+        (name = "security", description = "API keys"),
     )
 )]
 pub struct ApiDoc;

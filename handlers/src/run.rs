@@ -21,6 +21,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::Instrument;
+use tracon_core::access::{RunAction, is_allowed};
 use tracon_core::attribution::{self, Attribution, AttributionRequest};
 use tracon_core::catalog::CatalogError;
 use tracon_core::identity::Caller;
@@ -29,9 +30,9 @@ use tracon_core::runs::{self, RunRequest, StartError};
 use tracon_core::store::DocumentInput;
 use utoipa::ToSchema;
 
-use crate::agents::{agent_name, tenant};
+use crate::agents::agent_name;
 use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::ApiJson;
+use crate::extract::{ApiJson, Tenant};
 use crate::sse;
 use crate::state::AppState;
 
@@ -75,6 +76,7 @@ pub struct RunBody {
 #[tracing::instrument(name = "runs.start", skip_all, fields(agent = %name, run_id))]
 pub async fn run(
     State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     headers: HeaderMap,
@@ -104,7 +106,10 @@ pub async fn run(
         .transpose()
         .map_err(|e| ApiError::bad_request("validation_failed", e.0).with("field", "sessionId"))?;
     let parameters = parameter_values(body.parameters)?;
-    let tenant = tenant();
+    let start = RunAction::StartRun { agent: name.as_str(), session: session_id.as_ref().map(SessionId::as_str) };
+    if !is_allowed(state.runtime.run_authorizer.as_ref(), &caller, &tenant, start).await {
+        return Err(ApiError::forbidden("run_denied", "The authorization policy does not allow this run."));
+    }
     let attribution = attribute(&state, &tenant, &caller, &headers)?;
 
     let runtime = state.runtime.clone();

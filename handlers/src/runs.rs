@@ -8,22 +8,23 @@
 
 use std::time::Duration;
 
-use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use bytes::BytesMut;
 use chrono::{DateTime, Utc};
 use futures::stream;
 use serde::Serialize;
+use tracon_core::access::{RunAction, is_allowed};
+use tracon_core::identity::Caller;
 use tracon_core::names::{RunId, TenantId};
 use tracon_core::store::{CancelOutcome, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, ToolCallRecord};
 use utoipa::ToSchema;
 
-use crate::agents::tenant;
 use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::Paging;
+use crate::extract::{Paging, Tenant};
 use crate::sse;
 use crate::state::AppState;
 
@@ -41,8 +42,19 @@ fn run_not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "run_not_found", "The run does not exist.")
 }
 
-async fn load(state: &AppState, tenant: &TenantId, id: RunId) -> ApiResult<RunRecord> {
-    state.runtime.stores.runs.get_run(tenant, id).await?.ok_or_else(run_not_found)
+/// A run of the tenant the caller may read; a run the policy denies answers exactly as a
+/// missing one.
+async fn load(state: &AppState, tenant: &TenantId, caller: &Caller, id: RunId) -> ApiResult<RunRecord> {
+    let run = state.runtime.stores.runs.get_run(tenant, id).await?.ok_or_else(run_not_found)?;
+    if !is_allowed(state.runtime.run_authorizer.as_ref(), caller, tenant, RunAction::ReadRun { run: &run }).await {
+        return Err(run_not_found());
+    }
+    Ok(run)
+}
+
+/// The answer to a list the policy denies.
+pub(crate) fn list_denied() -> ApiError {
+    ApiError::forbidden("access_denied", "The authorization policy does not allow this list.")
 }
 
 /// Query parameters of the run list and the statistics, parsed with clear errors.
@@ -91,17 +103,31 @@ fn timestamp(s: &str) -> Option<DateTime<Utc>> {
         ("take" = Option<u32>, Query, description = "Items to return, 1..200 (default 50)")),
     responses((status = 200, body = [RunRecord]), (status = 400, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "runs.list", skip_all)]
-pub async fn list(State(state): State<AppState>, uri: Uri, paging: Paging) -> ApiResult<Json<Vec<RunRecord>>> {
+pub async fn list(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
+    uri: Uri,
+    paging: Paging,
+) -> ApiResult<Json<Vec<RunRecord>>> {
     let f = filter(&uri)?;
-    Ok(Json(state.runtime.stores.runs.list_runs(&tenant(), &f, paging.skip, paging.take).await?))
+    if !is_allowed(state.runtime.run_authorizer.as_ref(), &caller, &tenant, RunAction::ListRuns).await {
+        return Err(list_denied());
+    }
+    Ok(Json(state.runtime.stores.runs.list_runs(&tenant, &f, paging.skip, paging.take).await?))
 }
 
 /// Read a run's summary: status, timings, usage, cost, error class. Not the conversation.
 #[utoipa::path(get, path = "/api/runs/{id}", tag = "runs", params(("id" = String, Path, description = "Run id")),
     responses((status = 200, body = RunRecord), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "runs.get", skip_all)]
-pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<RunRecord>> {
-    Ok(Json(load(&state, &tenant(), run_id(&id)?).await?))
+pub async fn get(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<RunRecord>> {
+    Ok(Json(load(&state, &tenant, &caller, run_id(&id)?).await?))
 }
 
 /// A run's tool calls, in call order: name, arguments, result, duration, error, effect,
@@ -109,9 +135,14 @@ pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> ApiRe
 #[utoipa::path(get, path = "/api/runs/{id}/tools", tag = "runs", params(("id" = String, Path, description = "Run id")),
     responses((status = 200, body = [ToolCallRecord]), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "runs.tools", skip_all)]
-pub async fn tools(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Vec<ToolCallRecord>>> {
-    let (tenant, id) = (tenant(), run_id(&id)?);
-    load(&state, &tenant, id).await?;
+pub async fn tools(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Vec<ToolCallRecord>>> {
+    let (tenant, id) = (tenant, run_id(&id)?);
+    load(&state, &tenant, &caller, id).await?;
     Ok(Json(state.runtime.stores.runs.list_tool_calls(&tenant, id).await?))
 }
 
@@ -119,9 +150,14 @@ pub async fn tools(State(state): State<AppState>, Path(id): Path<String>) -> Api
 #[utoipa::path(get, path = "/api/runs/{id}/input", tag = "runs", params(("id" = String, Path, description = "Run id")),
     responses((status = 200, body = RunInputRecord), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "runs.input", skip_all)]
-pub async fn input(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<RunInputRecord>> {
-    let (tenant, id) = (tenant(), run_id(&id)?);
-    load(&state, &tenant, id).await?;
+pub async fn input(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<RunInputRecord>> {
+    let (tenant, id) = (tenant, run_id(&id)?);
+    load(&state, &tenant, &caller, id).await?;
     state.runtime.stores.runs.get_input(&tenant, id).await?.map(Json).ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,
@@ -145,11 +181,12 @@ pub struct Comparison {
 #[tracing::instrument(name = "runs.compare", skip_all)]
 pub async fn compare(
     State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
     Path((a, b)): Path<(String, String)>,
 ) -> ApiResult<Json<Comparison>> {
-    let tenant = tenant();
-    let a = load(&state, &tenant, run_id(&a)?).await?;
-    let b = load(&state, &tenant, run_id(&b)?).await?;
+    let a = load(&state, &tenant, &caller, run_id(&a)?).await?;
+    let b = load(&state, &tenant, &caller, run_id(&b)?).await?;
     Ok(Json(Comparison { a, b }))
 }
 
@@ -167,9 +204,18 @@ pub struct CancelAccepted {
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "runs.cancel", skip_all)]
-pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Response> {
+pub async fn cancel(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
     let id = run_id(&id)?;
-    match state.runtime.stores.runs.request_cancel(&tenant(), id).await {
+    let run = state.runtime.stores.runs.get_run(&tenant, id).await?.ok_or_else(run_not_found)?;
+    if !is_allowed(state.runtime.run_authorizer.as_ref(), &caller, &tenant, RunAction::CancelRun { run: &run }).await {
+        return Err(run_not_found());
+    }
+    match state.runtime.stores.runs.request_cancel(&tenant, id).await {
         Ok(CancelOutcome::Requested) => {
             state.drain.cancel_local(id);
             Ok((StatusCode::ACCEPTED, Json(CancelAccepted { run_id: id, status: "CancelRequested" })).into_response())
@@ -193,9 +239,17 @@ pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Ap
         ("to" = Option<String>, Query, description = "Started before (RFC 3339)")),
     responses((status = 200, body = RunStats), (status = 400, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "runs.stats", skip_all)]
-pub async fn stats(State(state): State<AppState>, uri: Uri) -> ApiResult<Json<RunStats>> {
+pub async fn stats(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
+    uri: Uri,
+) -> ApiResult<Json<RunStats>> {
     let f = filter(&uri)?;
-    Ok(Json(state.runtime.stores.runs.stats(&tenant(), &f).await?))
+    if !is_allowed(state.runtime.run_authorizer.as_ref(), &caller, &tenant, RunAction::ListRuns).await {
+        return Err(list_denied());
+    }
+    Ok(Json(state.runtime.stores.runs.stats(&tenant, &f).await?))
 }
 
 /// The recorded event log as server-sent events (`run.started`, `message.delta`,
@@ -207,9 +261,15 @@ pub async fn stats(State(state): State<AppState>, uri: Uri) -> ApiResult<Json<Ru
     responses((status = 200, description = "The recorded log", content_type = "text/event-stream", body = String),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "runs.events", skip_all)]
-pub async fn events(State(state): State<AppState>, Path(id): Path<String>, headers: HeaderMap) -> ApiResult<Response> {
-    let (tenant, id) = (tenant(), run_id(&id)?);
-    load(&state, &tenant, id).await?;
+pub async fn events(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let (tenant, id) = (tenant, run_id(&id)?);
+    load(&state, &tenant, &caller, id).await?;
     let after = match headers.get("last-event-id") {
         None => 0,
         Some(v) => v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()).ok_or_else(|| {

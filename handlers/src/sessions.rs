@@ -10,15 +10,16 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
+use tracon_core::access::{RunAction, is_allowed};
 use tracon_core::identity::Caller;
 use tracon_core::names::SessionId;
+use tracon_core::names::TenantId;
 use tracon_core::ports::new_id;
 use tracon_core::store::{SessionItem, SessionRecord, StoreError};
 use utoipa::ToSchema;
 
-use crate::agents::tenant;
 use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::{ApiJson, Paging};
+use crate::extract::{ApiJson, Paging, Tenant};
 use crate::state::AppState;
 
 /// A session with its conversation.
@@ -35,6 +36,15 @@ fn session_not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "session_not_found", "The session does not exist.")
 }
 
+/// A session the policy denies answers exactly as a missing one.
+async fn allowed(state: &AppState, caller: &Caller, tenant: &TenantId, action: RunAction<'_>) -> ApiResult<()> {
+    if is_allowed(state.runtime.run_authorizer.as_ref(), caller, tenant, action).await {
+        Ok(())
+    } else {
+        Err(session_not_found())
+    }
+}
+
 fn session_id(raw: &str) -> ApiResult<SessionId> {
     // An id that cannot exist answers like a missing one.
     SessionId::parse(raw).map_err(|_| session_not_found())
@@ -45,16 +55,30 @@ fn session_id(raw: &str) -> ApiResult<SessionId> {
     params(("skip" = Option<u32>, Query, description = "Items to skip"), ("take" = Option<u32>, Query, description = "Items to return, 1..200 (default 50)")),
     responses((status = 200, body = [SessionRecord])))]
 #[tracing::instrument(name = "sessions.list", skip_all)]
-pub async fn list(State(state): State<AppState>, paging: Paging) -> ApiResult<Json<Vec<SessionRecord>>> {
-    Ok(Json(state.runtime.stores.sessions.list(&tenant(), paging.skip, paging.take).await?))
+pub async fn list(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
+    paging: Paging,
+) -> ApiResult<Json<Vec<SessionRecord>>> {
+    if !is_allowed(state.runtime.run_authorizer.as_ref(), &caller, &tenant, RunAction::ListSessions).await {
+        return Err(crate::runs::list_denied());
+    }
+    Ok(Json(state.runtime.stores.sessions.list(&tenant, paging.skip, paging.take).await?))
 }
 
 /// Read a session and its messages.
 #[utoipa::path(get, path = "/api/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
     responses((status = 200, body = SessionView), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "sessions.get", skip_all)]
-pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<SessionView>> {
-    let (tenant, id) = (tenant(), session_id(&id)?);
+pub async fn get(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<SessionView>> {
+    let (tenant, id) = (tenant, session_id(&id)?);
+    allowed(&state, &caller, &tenant, RunAction::ReadSession { session: id.as_str() }).await?;
     let sessions = &state.runtime.stores.sessions;
     let session = sessions.get(&tenant, id.as_str()).await?.ok_or_else(session_not_found)?;
     let messages = sessions.items(&tenant, id.as_str()).await?;
@@ -65,9 +89,15 @@ pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> ApiRe
 #[utoipa::path(delete, path = "/api/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
     responses((status = 204), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "sessions.delete", skip_all)]
-pub async fn delete(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<StatusCode> {
+pub async fn delete(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
     let id = session_id(&id)?;
-    if state.runtime.stores.sessions.delete(&tenant(), id.as_str()).await? {
+    allowed(&state, &caller, &tenant, RunAction::DeleteSession { session: id.as_str() }).await?;
+    if state.runtime.stores.sessions.delete(&tenant, id.as_str()).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(session_not_found())
@@ -95,12 +125,14 @@ pub struct BranchRequest {
 #[tracing::instrument(name = "sessions.branch", skip_all)]
 pub async fn branch(
     State(state): State<AppState>,
+    Tenant(tenant): Tenant,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<BranchRequest>,
 ) -> ApiResult<Response> {
-    let (tenant, source) = (tenant(), session_id(&id)?);
+    let (tenant, source) = (tenant, session_id(&id)?);
+    allowed(&state, &caller, &tenant, RunAction::BranchSession { session: source.as_str() }).await?;
     // A branch is a copy, not a handover: it belongs to whoever branches.
     let owner = crate::run::attribute(&state, &tenant, &caller, &headers)?.user_id;
     let sessions = &state.runtime.stores.sessions;

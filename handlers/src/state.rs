@@ -42,6 +42,10 @@ pub struct HttpSettings {
     /// (`https://app.example.com`). Empty by default, and while empty no CORS header is
     /// ever sent; there is no wildcard.
     pub allowed_origins: Vec<String>,
+    /// How long an API key read from the store is trusted by this instance
+    /// (`Tracon:ApiKeys:CacheSeconds`, 5 s; 0 reads the store on every request). A
+    /// revocation through this instance applies at once regardless.
+    pub key_cache_ttl: Duration,
 }
 
 impl std::fmt::Debug for HttpSettings {
@@ -88,6 +92,7 @@ impl HttpSettings {
             follow_poll_max: config.seconds("Tracon:Runs:FollowPollMaxSeconds")?.unwrap_or(d.follow_poll_max),
             allowed_origins: allowed_origins(config)?,
             sse_keep_alive: config.seconds("Tracon:Http:SseKeepAliveSeconds")?.unwrap_or(d.sse_keep_alive),
+            key_cache_ttl: config.seconds("Tracon:ApiKeys:CacheSeconds")?.unwrap_or(d.key_cache_ttl),
         })
     }
 
@@ -120,6 +125,7 @@ impl Default for HttpSettings {
             follow_poll_max: Duration::from_secs(1),
             allowed_origins: Vec::new(),
             sse_keep_alive: Duration::from_secs(15),
+            key_cache_ttl: Duration::from_secs(5),
         }
     }
 }
@@ -235,11 +241,14 @@ pub struct AppState {
     pub runtime: Arc<Runtime>,
     pub http: Arc<HttpSettings>,
     pub drain: Arc<Drain>,
+    /// API keys recently read, for authentication.
+    pub keys: Arc<crate::auth::KeyCache>,
 }
 
 impl AppState {
     pub fn new(runtime: Arc<Runtime>, http: HttpSettings) -> Self {
-        Self { runtime, http: Arc::new(http), drain: Arc::new(Drain::default()) }
+        let keys = Arc::new(crate::auth::KeyCache::new(http.key_cache_ttl));
+        Self { runtime, http: Arc::new(http), drain: Arc::new(Drain::default()), keys }
     }
 }
 

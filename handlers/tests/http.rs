@@ -151,7 +151,7 @@ async fn meta_is_open_to_everyone_and_reveals_no_secret() {
     let req = Request::get("/api/meta").extension(remote()).body(Body::empty()).unwrap();
     let (status, body) = json_of(&app, req).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(body["authentication"]["methods"], json!(["bearerToken"]));
+    assert_eq!(body["authentication"]["methods"], json!(["bearerToken", "apiKey"]));
     assert_eq!(body["storage"]["persistent"], false);
     assert!(!body.to_string().contains(TOKEN));
 }

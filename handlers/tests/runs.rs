@@ -885,7 +885,13 @@ async fn an_unreachable_store_refuses_a_run_with_503_before_anything_streams() {
 #[tokio::test]
 async fn a_store_that_fails_every_write_still_lets_the_run_complete() {
     let broken = Arc::new(Broken);
-    let stores = Stores { definitions: broken.clone(), runs: broken.clone(), sessions: broken, persistent: true };
+    let stores = Stores {
+        definitions: broken.clone(),
+        runs: broken.clone(),
+        sessions: broken,
+        keys: Stores::in_memory().keys,
+        persistent: true,
+    };
     let app = app(&Options { stores, ..Options::default() });
     let live = run(&app, "chat", json!({"message": "tools please"})).await;
     let end = live.last().unwrap();

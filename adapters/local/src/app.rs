@@ -40,6 +40,7 @@ fn memory_stores(config: &Config) -> Result<Stores, String> {
         definitions: Arc::new(memory::MemoryDefinitionStore::default()),
         runs: Arc::new(memory::MemoryRunStore::with_max_runs(max_runs)),
         sessions: Arc::new(memory::MemorySessionStore::default()),
+        keys: Arc::new(memory::MemoryApiKeyStore::default()),
         persistent: false,
     })
 }

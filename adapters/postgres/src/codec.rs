@@ -1,10 +1,14 @@
 //! Column values ⇄ domain types, shared by both Postgres drivers (sqlx natively,
 //! tokio-postgres on Workers) so they agree on every stored representation: enum texts,
-//! JSON columns, protected values and where they are bound, the statistics rows.
+//! JSON columns, protected values and where they are bound, the statistics rows, API key rows.
 
+use std::collections::BTreeSet;
+
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracon_core::events::{RecordedEvent, RunEvent};
+use tracon_core::keys::{ApiKeyRecord, Scope};
 use tracon_core::model::Message;
 use tracon_core::names::{RunId, TenantId};
 use tracon_core::store::{RunStats, RunStatus, StoreError};
@@ -204,4 +208,101 @@ pub fn add_stats_row(
         _ => {}
     }
     Ok(())
+}
+
+// ---- API keys ----------------------------------------------------------------------------
+
+/// What `rotate` answers for a revoked key (both drivers and the in-memory store agree).
+pub const REVOKED_KEY_NOT_ROTATABLE: &str = "a revoked API key cannot be rotated";
+
+/// A unique violation while creating a key: its id is taken (in some tenant).
+pub fn duplicate_key(e: StoreError, id: &str) -> StoreError {
+    match e {
+        StoreError::Conflict(_) => StoreError::Conflict(format!("an API key with id '{id}' already exists")),
+        other => other,
+    }
+}
+
+/// Scopes as the `text[]` column holds them: their serde names.
+pub fn scope_texts(scopes: &BTreeSet<Scope>) -> Vec<&'static str> {
+    scopes.iter().map(|s| s.as_str()).collect()
+}
+
+/// The columns of one `api_keys` row (`sql::KEY_*` select them), as either driver reads
+/// them; [`KeyColumns::record`] checks what the column types cannot.
+pub struct KeyColumns {
+    pub id: String,
+    pub tenant_id: String,
+    pub name: String,
+    pub key_hash: Vec<u8>,
+    pub scopes: Vec<String>,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    pub last_used_at: Option<DateTime<Utc>>,
+    pub rotated_at: Option<DateTime<Utc>>,
+}
+
+impl KeyColumns {
+    pub fn record(self) -> Result<ApiKeyRecord, StoreError> {
+        let hash: [u8; 32] =
+            self.key_hash.as_slice().try_into().map_err(|_| corrupt("API key hash", self.key_hash.len()))?;
+        let scopes = self
+            .scopes
+            .iter()
+            .map(|s| {
+                Scope::ALL.into_iter().find(|scope| scope.as_str() == s).ok_or_else(|| corrupt("API key scope", s))
+            })
+            .collect::<Result<BTreeSet<Scope>, StoreError>>()?;
+        Ok(ApiKeyRecord {
+            tenant: TenantId::parse(&self.tenant_id).map_err(|e| corrupt("tenant id", e))?,
+            id: self.id,
+            name: self.name,
+            hash,
+            scopes,
+            created_at: self.created_at,
+            expires_at: self.expires_at,
+            revoked_at: self.revoked_at,
+            last_used_at: self.last_used_at,
+            rotated_at: self.rotated_at,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn columns() -> KeyColumns {
+        KeyColumns {
+            id: "0123456789ab".into(),
+            tenant_id: "tenant-a".into(),
+            name: "ci".into(),
+            key_hash: vec![7; 32],
+            scopes: vec!["RunsWrite".into(), "AgentsRead".into()],
+            created_at: DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+            expires_at: None,
+            revoked_at: None,
+            last_used_at: None,
+            rotated_at: None,
+        }
+    }
+
+    #[test]
+    fn key_rows_decode_with_their_scopes_as_a_set() {
+        let key = columns().record().unwrap();
+        assert_eq!(key.hash, [7; 32]);
+        assert_eq!(key.scopes, [Scope::AgentsRead, Scope::RunsWrite].into());
+        assert_eq!(scope_texts(&key.scopes), ["AgentsRead", "RunsWrite"]);
+    }
+
+    #[test]
+    fn key_rows_that_do_not_decode_are_internal_errors() {
+        let short = KeyColumns { key_hash: vec![7; 31], ..columns() };
+        let unknown = KeyColumns { scopes: vec!["Everything".into()], ..columns() };
+        let tenant = KeyColumns { tenant_id: String::new(), ..columns() };
+        for bad in [short, unknown, tenant] {
+            assert!(matches!(bad.record(), Err(StoreError::Internal { .. })));
+        }
+    }
 }

@@ -166,6 +166,51 @@ pub const SESSION_APPEND: &str = "WITH s AS (UPDATE sessions SET version = versi
 
 pub const SESSION_DELETE: &str = "DELETE FROM sessions WHERE tenant_id = $1 AND id = $2";
 
+// ---- API keys ----------------------------------------------------------------------------------
+
+/// The columns every key statement returns (both drivers read them by name).
+macro_rules! key_columns {
+    () => {
+        "id, tenant_id, name, key_hash, scopes, created_at, expires_at, revoked_at, last_used_at, rotated_at"
+    };
+}
+
+/// `$1` tenant, `$2` id … `$10` rotated_at; a taken id (in any tenant) is a unique violation.
+pub const KEY_INSERT: &str = "INSERT INTO api_keys (tenant_id, id, name, key_hash, scopes, created_at, expires_at, \
+     revoked_at, last_used_at, rotated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+
+/// By id alone, in any tenant: authentication, where the key is what proves the tenant.
+/// With [`KEY_TOUCH`] the only key statements without a tenant (the port's `find` and
+/// `touch` take none; the id is unique across tenants).
+pub const KEY_FIND: &str = concat!("SELECT ", key_columns!(), " FROM api_keys WHERE id = $1");
+
+pub const KEY_GET: &str = concat!("SELECT ", key_columns!(), " FROM api_keys WHERE tenant_id = $1 AND id = $2");
+
+/// Revoked keys included, newest first.
+pub const KEY_LIST: &str =
+    concat!("SELECT ", key_columns!(), " FROM api_keys WHERE tenant_id = $1 ORDER BY created_at DESC, id DESC");
+
+/// Revokes once: a second revoke keeps the first time. No row when the tenant has no such key.
+pub const KEY_REVOKE: &str = concat!(
+    "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, $3) WHERE tenant_id = $1 AND id = $2 RETURNING ",
+    key_columns!()
+);
+
+/// New hash `$3` at `$4`, only on a key that is not revoked. Always one row: `found` says
+/// whether the tenant has the key; the key's columns are NULL when nothing was rotated
+/// (missing, or revoked when `found`). The update re-checks `revoked_at` on the newest row
+/// version, so a revoke that lands first wins.
+pub const KEY_ROTATE: &str = concat!(
+    "WITH target AS (SELECT 1 FROM api_keys WHERE tenant_id = $1 AND id = $2), \
+     upd AS (UPDATE api_keys SET key_hash = $3, rotated_at = $4 \
+     WHERE tenant_id = $1 AND id = $2 AND revoked_at IS NULL RETURNING ",
+    key_columns!(),
+    ") SELECT EXISTS (SELECT 1 FROM target) AS found, upd.* FROM (VALUES (1)) AS one (x) LEFT JOIN upd ON true"
+);
+
+/// Records a use by id (best effort; nothing when the key is gone).
+pub const KEY_TOUCH: &str = "UPDATE api_keys SET last_used_at = $2 WHERE id = $1";
+
 // ---- schema ------------------------------------------------------------------------------------
 
 /// Whether a schema name is safe to splice into `CREATE SCHEMA` / `SET search_path`
@@ -217,6 +262,10 @@ mod tests {
             SESSION_COUNT_AT,
             SESSION_APPEND,
             SESSION_DELETE,
+            KEY_GET,
+            KEY_LIST,
+            KEY_REVOKE,
+            KEY_ROTATE,
         ] {
             assert!(s.contains("tenant_id = $1"), "{s}");
         }

@@ -18,6 +18,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row};
 use tracon_core::definition::AgentDefinition;
 use tracon_core::events::RecordedEvent;
+use tracon_core::keys::{ApiKeyRecord, ApiKeyStore};
 use tracon_core::names::{AgentName, RunId, TenantId};
 use tracon_core::store::{
     CancelOutcome, DefinitionStore, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStore, SessionItem,
@@ -25,9 +26,9 @@ use tracon_core::store::{
 };
 use tracon_core::tools::pipeline::LateCompletion;
 use tracon_postgres::codec::{
-    add_stats_row, corrupt, duplicate_event, enum_parse, enum_text, event_arrays, from_json, input_place,
-    is_retryable_sqlstate, item_arrays, open_event, open_item, status_parse, to_i64, to_json, to_u64, tool_place,
-    unreadable,
+    KeyColumns, REVOKED_KEY_NOT_ROTATABLE, add_stats_row, corrupt, duplicate_event, duplicate_key, enum_parse,
+    enum_text, event_arrays, from_json, input_place, is_retryable_sqlstate, item_arrays, open_event, open_item,
+    scope_texts, status_parse, to_i64, to_json, to_u64, tool_place, unreadable,
 };
 use tracon_postgres::protect::Protection;
 use tracon_postgres::sql;
@@ -849,5 +850,105 @@ impl SessionStore for WorkerStores {
             StoreError::Conflict(_) => StoreError::Conflict(format!("A session named '{new_id}' already exists.")),
             other => other,
         })
+    }
+}
+
+// ---- API keys ----------------------------------------------------------------------------------
+
+fn key_record(row: &Row) -> Result<ApiKeyRecord, StoreError> {
+    KeyColumns {
+        id: get(row, "id")?,
+        tenant_id: get(row, "tenant_id")?,
+        name: get(row, "name")?,
+        key_hash: get(row, "key_hash")?,
+        scopes: get(row, "scopes")?,
+        created_at: get(row, "created_at")?,
+        expires_at: get(row, "expires_at")?,
+        revoked_at: get(row, "revoked_at")?,
+        last_used_at: get(row, "last_used_at")?,
+        rotated_at: get(row, "rotated_at")?,
+    }
+    .record()
+}
+
+#[async_trait::async_trait]
+impl ApiKeyStore for WorkerStores {
+    async fn create(&self, key: &ApiKeyRecord) -> Result<(), StoreError> {
+        let hash = key.hash.as_slice();
+        let scopes = scope_texts(&key.scopes);
+        send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 10] = [
+                &key.tenant.as_str(),
+                &key.id,
+                &key.name,
+                &hash,
+                &scopes,
+                &key.created_at,
+                &key.expires_at,
+                &key.revoked_at,
+                &key.last_used_at,
+                &key.rotated_at,
+            ];
+            c.execute(sql::KEY_INSERT, &params).await.map_err(|e| duplicate_key(map_err(e), &key.id)).map(|_| ())
+        }))
+        .await
+    }
+
+    async fn find(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        send(self.target.with(async |c| {
+            let row = c.query_opt(sql::KEY_FIND, &[&id]).await.map_err(map_err)?;
+            row.as_ref().map(key_record).transpose()
+        }))
+        .await
+    }
+
+    async fn get(&self, tenant: &TenantId, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        send(self.target.with(async |c| {
+            let row = c.query_opt(sql::KEY_GET, &[&tenant.as_str(), &id]).await.map_err(map_err)?;
+            row.as_ref().map(key_record).transpose()
+        }))
+        .await
+    }
+
+    async fn list(&self, tenant: &TenantId) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        send(self.target.with(async |c| {
+            let rows = c.query(sql::KEY_LIST, &[&tenant.as_str()]).await.map_err(map_err)?;
+            rows.iter().map(key_record).collect()
+        }))
+        .await
+    }
+
+    async fn revoke(&self, tenant: &TenantId, id: &str, at: DateTime<Utc>) -> Result<ApiKeyRecord, StoreError> {
+        send(self.target.with(async |c| {
+            let row = c.query_opt(sql::KEY_REVOKE, &[&tenant.as_str(), &id, &at]).await.map_err(map_err)?;
+            row.as_ref().map(key_record).transpose()?.ok_or(StoreError::NotFound)
+        }))
+        .await
+    }
+
+    async fn rotate(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+        hash: [u8; 32],
+        at: DateTime<Utc>,
+    ) -> Result<ApiKeyRecord, StoreError> {
+        let hash = hash.as_slice();
+        send(self.target.with(async |c| {
+            let row = c.query_one(sql::KEY_ROTATE, &[&tenant.as_str(), &id, &hash, &at]).await.map_err(map_err)?;
+            let found: bool = get(&row, "found")?;
+            let rotated: Option<String> = get(&row, "id")?;
+            match (found, rotated) {
+                (false, _) => Err(StoreError::NotFound),
+                (true, None) => Err(StoreError::Conflict(REVOKED_KEY_NOT_ROTATABLE.into())),
+                (true, Some(_)) => key_record(&row),
+            }
+        }))
+        .await
+    }
+
+    async fn touch(&self, id: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
+        send(self.target.with(async |c| c.execute(sql::KEY_TOUCH, &[&id, &at]).await.map_err(map_err).map(|_| ())))
+            .await
     }
 }

@@ -23,6 +23,7 @@ use super::{
 use crate::definition::AgentDefinition;
 use crate::events::{RecordedEvent, RunEvent};
 use crate::failure::{ErrorClass, RunFailure};
+use crate::keys::{ApiKeyRecord, Scope};
 use crate::model::{Message, Usage};
 use crate::names::{AgentName, RunId, TenantId};
 use crate::pricing::CostSnapshot;
@@ -610,6 +611,70 @@ fn assistant(text: &str) -> Message {
     Message::Assistant { text: Some(text.into()), tool_calls: Vec::new(), reasoning: Vec::new() }
 }
 
+fn key_row(tenant: TenantId, name: &str, created: DateTime<Utc>) -> (ApiKeyRecord, String) {
+    let secret = crate::keys::generate().unwrap();
+    let row = ApiKeyRecord {
+        id: secret.id.clone(),
+        tenant,
+        name: name.into(),
+        hash: secret.hash,
+        scopes: [Scope::RunsWrite, Scope::RunsRead].into(),
+        created_at: created,
+        expires_at: Some(created + Duration::days(30)),
+        revoked_at: None,
+        last_used_at: None,
+        rotated_at: None,
+    };
+    (row, secret.key)
+}
+
+pub async fn api_keys_are_stored_as_hashes_and_found_by_id(s: Stores) {
+    let (row, key) = key_row(a(), "widget", t0());
+    s.keys.create(&row).await.unwrap();
+    let found = s.keys.find(&row.id).await.unwrap().unwrap();
+    assert_eq!(found, row, "every field round-trips");
+    assert_eq!(found.hash, crate::keys::digest(&key));
+    assert_eq!(s.keys.find("000000000000").await.unwrap(), None);
+    // The id is unique across tenants.
+    let mut clash = key_row(b(), "other", t0()).0;
+    clash.id = row.id.clone();
+    assert!(matches!(s.keys.create(&clash).await, Err(StoreError::Conflict(_))));
+}
+
+pub async fn api_keys_revoke_once_rotate_and_record_use(s: Stores) {
+    let (row, _) = key_row(a(), "ci", t0());
+    s.keys.create(&row).await.unwrap();
+    s.keys.touch(&row.id, t0() + Duration::minutes(1)).await.unwrap();
+    assert_eq!(s.keys.get(&a(), &row.id).await.unwrap().unwrap().last_used_at, Some(t0() + Duration::minutes(1)));
+
+    let rotated = s.keys.rotate(&a(), &row.id, [7; 32], t0() + Duration::minutes(2)).await.unwrap();
+    assert_eq!(rotated.hash, [7; 32]);
+    assert_eq!(rotated.rotated_at, Some(t0() + Duration::minutes(2)));
+    assert_eq!(s.keys.find(&row.id).await.unwrap().unwrap().hash, [7; 32]);
+
+    let revoked = s.keys.revoke(&a(), &row.id, t0() + Duration::minutes(3)).await.unwrap();
+    assert_eq!(revoked.revoked_at, Some(t0() + Duration::minutes(3)));
+    assert!(!revoked.is_active(t0() + Duration::minutes(4)));
+    let again = s.keys.revoke(&a(), &row.id, t0() + Duration::minutes(9)).await.unwrap();
+    assert_eq!(again.revoked_at, Some(t0() + Duration::minutes(3)), "the first revocation time stays");
+    assert!(matches!(s.keys.rotate(&a(), &row.id, [8; 32], t0()).await, Err(StoreError::Conflict(_))));
+}
+
+pub async fn api_keys_are_isolated_between_tenants(s: Stores) {
+    let (older, _) = key_row(a(), "older", t0());
+    let (newer, _) = key_row(a(), "newer", t0() + Duration::seconds(1));
+    let (theirs, _) = key_row(b(), "theirs", t0());
+    for k in [&older, &newer, &theirs] {
+        s.keys.create(k).await.unwrap();
+    }
+    let names: Vec<String> = s.keys.list(&a()).await.unwrap().into_iter().map(|k| k.name).collect();
+    assert_eq!(names, ["newer", "older"], "newest first, only the tenant's");
+    assert_eq!(s.keys.get(&a(), &theirs.id).await.unwrap(), None);
+    assert!(matches!(s.keys.revoke(&a(), &theirs.id, t0()).await, Err(StoreError::NotFound)));
+    assert!(matches!(s.keys.rotate(&a(), &theirs.id, [1; 32], t0()).await, Err(StoreError::NotFound)));
+    assert!(s.keys.get(&b(), &theirs.id).await.unwrap().unwrap().is_active(t0()), "untouched by tenant a");
+}
+
 /// One `#[tokio::test]` per contract check, for stores made by `$make` (an expression
 /// evaluating to a future of a fresh [`Stores`]).
 #[macro_export]
@@ -635,6 +700,9 @@ macro_rules! store_contract_tests {
             sessions_list_newest_first_and_delete,
             branching_copies_items_and_leaves_the_parent_alone,
             sessions_are_isolated_between_tenants,
+            api_keys_are_stored_as_hashes_and_found_by_id,
+            api_keys_revoke_once_rotate_and_record_use,
+            api_keys_are_isolated_between_tenants,
         );
     };
     (@tests $make:expr; $($check:ident),* $(,)?) => {

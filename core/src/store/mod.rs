@@ -451,6 +451,7 @@ pub struct Stores {
     pub definitions: Arc<dyn DefinitionStore>,
     pub runs: Arc<dyn RunStore>,
     pub sessions: Arc<dyn SessionStore>,
+    pub keys: Arc<dyn crate::keys::ApiKeyStore>,
     /// Whether the stores survive a restart.
     pub persistent: bool,
 }
@@ -461,6 +462,7 @@ impl Stores {
             definitions: Arc::new(memory::MemoryDefinitionStore::default()),
             runs: Arc::new(memory::MemoryRunStore::default()),
             sessions: Arc::new(memory::MemorySessionStore::default()),
+            keys: Arc::new(memory::MemoryApiKeyStore::default()),
             persistent: false,
         }
     }

@@ -7,6 +7,7 @@
 //! edited. Errors are mapped by SQLSTATE, never by message text.
 
 mod definitions;
+mod keys;
 mod runs;
 mod sessions;
 
@@ -23,6 +24,7 @@ use crate::protect::Protection;
 use crate::sql::is_schema_name;
 
 pub use definitions::PgDefinitionStore;
+pub use keys::PgApiKeyStore;
 pub use runs::PgRunStore;
 pub use sessions::PgSessionStore;
 
@@ -242,7 +244,8 @@ pub fn stores_on(pool: PgPool, protection: Protection) -> Stores {
     Stores {
         definitions: Arc::new(PgDefinitionStore::new(pool.clone())),
         runs: Arc::new(PgRunStore::new(pool.clone(), protection.clone())),
-        sessions: Arc::new(PgSessionStore::new(pool, protection)),
+        sessions: Arc::new(PgSessionStore::new(pool.clone(), protection)),
+        keys: Arc::new(PgApiKeyStore::new(pool)),
         persistent: true,
     }
 }
@@ -291,5 +294,17 @@ where
             }
             Err(e) => return Err(map_err(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MIGRATOR;
+
+    #[test]
+    fn embedded_migrations_are_numbered_without_gaps_and_include_api_keys() {
+        let versions: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
+        assert_eq!(versions, (1..=versions.len() as i64).collect::<Vec<_>>());
+        assert!(MIGRATOR.iter().any(|m| m.version == 2 && m.description == "api keys"), "{versions:?}");
     }
 }

@@ -1,0 +1,445 @@
+//! API keys through the router: issued once, stored as a hash, scoped, revoked and rotated
+//! with effect on the next request; every route walked with one tenant's key against
+//! another tenant's resources; each scope against each route; and the host's run and
+//! session policy (denied resources look missing, a failing policy denies).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use chrono::Utc;
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+use tracon_core::access::{RunAction, RunAuthorizer};
+use tracon_core::definition::AgentDefinition;
+use tracon_core::identity::Caller;
+use tracon_core::keys::{self, ApiKeyRecord, Scope};
+use tracon_core::model::ModelProvider;
+use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
+use tracon_core::names::TenantId;
+use tracon_core::ports::tokio_rt;
+use tracon_core::runtime::RuntimeBuilder;
+use tracon_handlers::auth::{Requirement, requirement};
+use tracon_handlers::{AppState, HttpSettings, PeerAddr};
+
+const TOKEN: &str = "a-long-enough-test-token";
+
+fn app() -> (Router, AppState) {
+    let script = ScriptedProvider::from_fn("script", |_| ScriptedTurn::text("Hello from the model.").with_usage(3, 4));
+    let runtime = RuntimeBuilder::new(tokio_rt::platform())
+        .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
+        .build()
+        .unwrap();
+    let state = AppState::new(Arc::new(runtime), HttpSettings::with_token(TOKEN));
+    (tracon_handlers::router(state.clone()), state)
+}
+
+async fn call(app: &Router, method: Method, path: &str, bearer: &str, body: Option<Value>) -> (StatusCode, Value) {
+    let mut b = Request::builder()
+        .method(method)
+        .uri(path)
+        .extension(PeerAddr(SocketAddr::from(([203, 0, 113, 9], 40000))))
+        .header(header::AUTHORIZATION, format!("Bearer {bearer}"));
+    let body = match body {
+        Some(v) => {
+            b = b.header(header::CONTENT_TYPE, "application/json");
+            Body::from(v.to_string())
+        }
+        None => Body::empty(),
+    };
+    let res = app.clone().oneshot(b.body(body).unwrap()).await.unwrap();
+    let status = res.status();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    // A stream answers with frames, not JSON: keep its text.
+    let value =
+        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+    (status, value)
+}
+
+/// Puts a key straight into the store (tenant and scopes of the test's choosing).
+async fn key_in(state: &AppState, tenant: &str, scopes: &[Scope], expires_in: Option<chrono::Duration>) -> String {
+    let secret = keys::generate().unwrap();
+    let now = Utc::now();
+    state
+        .runtime
+        .stores
+        .keys
+        .create(&ApiKeyRecord {
+            id: secret.id,
+            tenant: TenantId::parse(tenant).unwrap(),
+            name: format!("{tenant} key"),
+            hash: secret.hash,
+            scopes: scopes.iter().copied().collect(),
+            created_at: now,
+            expires_at: expires_in.map(|d| now + d),
+            revoked_at: None,
+            last_used_at: None,
+            rotated_at: None,
+        })
+        .await
+        .unwrap();
+    secret.key
+}
+
+fn id_of(key: &str) -> &str {
+    keys::parse_id(key).unwrap()
+}
+
+#[tokio::test]
+async fn a_key_is_shown_once_stored_as_a_hash_and_narrowed_by_its_scopes() {
+    let (app, state) = app();
+    let (status, issued) = call(
+        &app,
+        Method::POST,
+        "/api/api-keys",
+        TOKEN,
+        Some(json!({"name": "dashboard", "scopes": ["AgentsRead", "RunsRead"]})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{issued}");
+    let key = issued["key"].as_str().unwrap().to_owned();
+    let id = issued["id"].as_str().unwrap().to_owned();
+    assert_eq!(keys::parse_id(&key), Some(id.as_str()));
+    assert_eq!((issued["status"].as_str(), issued["tenantId"].as_str()), (Some("Active"), Some("default")));
+
+    // Stored as its digest; nothing stored or listed carries the key.
+    let stored = state.runtime.stores.keys.find(&id).await.unwrap().unwrap();
+    assert_eq!(stored.hash, keys::digest(&key));
+    let secret_part = &key["trk_".len() + 12 + 1..];
+    assert!(!format!("{stored:?}").contains(secret_part));
+    let (_, listed) = call(&app, Method::GET, "/api/api-keys", TOKEN, None).await;
+    assert_eq!(listed[0]["id"], id.as_str());
+    assert!(listed[0].get("key").is_none() && !listed.to_string().contains(secret_part));
+    let (_, one) = call(&app, Method::GET, &format!("/api/api-keys/{id}"), TOKEN, None).await;
+    assert!(one.get("key").is_none() && one["scopes"] == json!(["AgentsRead", "RunsRead"]));
+
+    // What the scopes name answers; anything else is 403 naming the missing scope.
+    assert_eq!(call(&app, Method::GET, "/api/agents", &key, None).await.0, StatusCode::OK);
+    assert_eq!(call(&app, Method::GET, "/api/runs", &key, None).await.0, StatusCode::OK);
+    let (status, doc) = call(&app, Method::POST, "/api/agents", &key, Some(json!({"name": "x"}))).await;
+    assert_eq!((status, doc["errorType"].as_str()), (StatusCode::FORBIDDEN, Some("insufficient_scope")));
+    assert_eq!(doc["requiredScope"], "AgentsAdmin");
+    let (status, doc) = call(&app, Method::GET, "/api/api-keys", &key, None).await;
+    assert_eq!((status, doc["requiredScope"].as_str()), (StatusCode::FORBIDDEN, Some("SecurityAdmin")));
+
+    // Its use is recorded, off the request path.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while state.runtime.stores.keys.find(&id).await.unwrap().unwrap().last_used_at.is_none() {
+        assert!(std::time::Instant::now() < deadline, "lastUsedAt was never written");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn revocation_and_rotation_take_effect_on_the_next_request_and_expiry_is_enforced() {
+    let (app, state) = app();
+    let key = key_in(&state, "default", &[Scope::RunsRead], None).await;
+    assert_eq!(call(&app, Method::GET, "/api/runs", &key, None).await.0, StatusCode::OK, "cached now");
+    let (status, revoked) = call(&app, Method::DELETE, &format!("/api/api-keys/{}", id_of(&key)), TOKEN, None).await;
+    assert_eq!((status, revoked["status"].as_str()), (StatusCode::OK, Some("Revoked")));
+    let (status, doc) = call(&app, Method::GET, "/api/runs", &key, None).await;
+    assert_eq!((status, doc["detail"].as_str()), (StatusCode::UNAUTHORIZED, Some("The API key was revoked.")));
+    let (status, doc) = call(&app, Method::POST, &format!("/api/api-keys/{}/rotate", id_of(&key)), TOKEN, None).await;
+    assert_eq!((status, doc["errorType"].as_str()), (StatusCode::CONFLICT, Some("api_key_revoked")));
+
+    let old = key_in(&state, "default", &[Scope::RunsRead], None).await;
+    assert_eq!(call(&app, Method::GET, "/api/runs", &old, None).await.0, StatusCode::OK);
+    let (status, rotated) =
+        call(&app, Method::POST, &format!("/api/api-keys/{}/rotate", id_of(&old)), TOKEN, None).await;
+    assert_eq!(status, StatusCode::OK, "{rotated}");
+    let new = rotated["key"].as_str().unwrap();
+    assert_eq!(keys::parse_id(new), keys::parse_id(&old), "same id, new secret");
+    assert_ne!(new, old);
+    assert_eq!(call(&app, Method::GET, "/api/runs", &old, None).await.0, StatusCode::UNAUTHORIZED);
+    assert_eq!(call(&app, Method::GET, "/api/runs", new, None).await.0, StatusCode::OK);
+
+    let expired = key_in(&state, "default", &[Scope::RunsRead], Some(chrono::Duration::seconds(-1))).await;
+    let (status, doc) = call(&app, Method::GET, "/api/runs", &expired, None).await;
+    assert_eq!((status, doc["detail"].as_str()), (StatusCode::UNAUTHORIZED, Some("The API key has expired.")));
+
+    // A well-formed key nobody issued, a token-shaped guess, a truncated key: all 401.
+    let unknown = keys::generate().unwrap().key;
+    for bad in [unknown.as_str(), "not-the-token-at-all", &new[..new.len() - 1]] {
+        assert_eq!(call(&app, Method::GET, "/api/runs", bad, None).await.0, StatusCode::UNAUTHORIZED, "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn keys_are_validated_and_a_key_cannot_issue_more_than_it_has() {
+    let (app, state) = app();
+    for (body, field) in [
+        (json!({"name": "x", "scopes": []}), "scopes"),
+        (json!({"name": " ", "scopes": ["RunsRead"]}), "name"),
+        (json!({"name": "x", "scopes": ["RunsRead"], "expiresAt": "2001-01-01T00:00:00Z"}), "expiresAt"),
+    ] {
+        let (status, doc) = call(&app, Method::POST, "/api/api-keys", TOKEN, Some(body)).await;
+        assert_eq!((status, doc["field"].as_str()), (StatusCode::BAD_REQUEST, Some(field)), "{doc}");
+    }
+    let (status, doc) =
+        call(&app, Method::POST, "/api/api-keys", TOKEN, Some(json!({"name": "x", "scopes": ["Everything"]}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{doc}");
+
+    let admin = key_in(&state, "acme", &[Scope::SecurityAdmin, Scope::RunsRead], None).await;
+    let wider = json!({"name": "escalate", "scopes": ["RunsRead", "AgentsAdmin"]});
+    let (status, doc) = call(&app, Method::POST, "/api/api-keys", &admin, Some(wider)).await;
+    assert_eq!((status, doc["requiredScope"].as_str()), (StatusCode::FORBIDDEN, Some("AgentsAdmin")));
+    let (status, issued) =
+        call(&app, Method::POST, "/api/api-keys", &admin, Some(json!({"name": "reader", "scopes": ["RunsRead"]})))
+            .await;
+    assert_eq!((status, issued["tenantId"].as_str()), (StatusCode::CREATED, Some("acme")), "the issuer's tenant");
+}
+
+/// Tenant B's agent, run, session and key, made through B's own key.
+struct Theirs {
+    agent: &'static str,
+    run: String,
+    session: &'static str,
+    key_id: String,
+}
+
+async fn tenant_b(app: &Router, b: &str) -> Theirs {
+    let def = AgentDefinition::new("b-agent", "script", "m").with_instructions("Only tenant B's secret instructions.");
+    let (status, doc) = call(app, Method::POST, "/api/agents", b, Some(serde_json::to_value(&def).unwrap())).await;
+    assert_eq!(status, StatusCode::CREATED, "{doc}");
+    let (status, _) =
+        call(app, Method::POST, "/api/agents/b-agent/run", b, Some(json!({"message": "hi", "sessionId": "b-session"})))
+            .await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, runs) = call(app, Method::GET, "/api/runs", b, None).await;
+    let run = runs[0]["id"].as_str().unwrap().to_owned();
+    Theirs { agent: "b-agent", run, session: "b-session", key_id: id_of(b).to_owned() }
+}
+
+/// Every route of the OpenAPI document (which a test keeps equal to the mounted routes).
+fn routes() -> Vec<(Method, String)> {
+    let doc: Value = serde_json::from_str(tracon_handlers::openapi::DOCUMENT).unwrap();
+    let mut out = Vec::new();
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for method in ops.as_object().unwrap().keys() {
+            out.push((method.to_uppercase().parse().unwrap(), path.clone()));
+        }
+    }
+    out
+}
+
+/// A body each write route accepts: a definition named `agent` (the path's agent for a
+/// replace, a new one for a create), a key with `scope`.
+fn body_for(method: &Method, template: &str, agent: &str, scope: Scope) -> Option<Value> {
+    let def = |name: &str| serde_json::to_value(AgentDefinition::new(name, "script", "m")).unwrap();
+    match (method.as_str(), template) {
+        ("POST", "/api/agents") | ("POST", "/api/agents/validate") => Some(def("a-own-agent")),
+        ("PUT", "/api/agents/{name}") => Some(def(agent)),
+        ("POST", "/api/agents/{name}/rollback") => Some(json!({"version": 1})),
+        ("POST", "/api/agents/{name}/run") => Some(json!({"message": "hi"})),
+        ("POST", "/api/sessions/{id}/branch") => Some(json!({"sequence": 0})),
+        ("POST", "/api/api-keys") => Some(json!({"name": "k", "scopes": [scope]})),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
+    let (app, state) = app();
+    let all = Scope::ALL;
+    let a = key_in(&state, "tenant-a", &all, None).await;
+    let b = key_in(&state, "tenant-b", &all, None).await;
+    let theirs = tenant_b(&app, &b).await;
+    let markers = [theirs.agent, theirs.run.as_str(), theirs.session, theirs.key_id.as_str(), "secret instructions"];
+
+    let mut walked = BTreeSet::new();
+    for (method, template) in routes() {
+        let fill = |run: &str, session: &str, key: &str, agent: &str| {
+            let id = if template.starts_with("/api/runs") {
+                run
+            } else if template.starts_with("/api/sessions") {
+                session
+            } else {
+                key
+            };
+            template.replace("{name}", agent).replace("{id}", id).replace("{a}", run).replace("{b}", run)
+        };
+        let diff = template.contains("/diff/");
+        let theirs_path = fill(&theirs.run, theirs.session, &theirs.key_id, theirs.agent);
+        let theirs_path = if diff {
+            template.replace("{name}", theirs.agent).replace("{a}", "1").replace("{b}", "1")
+        } else {
+            theirs_path
+        };
+        let has_param = template.contains('{');
+        let body = body_for(&method, &template, theirs.agent, Scope::RunsRead);
+        let (status, doc) = call(&app, method.clone(), &theirs_path, &a, body).await;
+        let text = doc.to_string();
+        if has_param {
+            // Theirs answers exactly as a resource that does not exist.
+            let missing_run = tracon_core::ports::new_id(state.runtime.platform.clock.as_ref()).to_string();
+            let missing = fill(&missing_run, "no-such-session", "000000000000", "no-such-agent");
+            let missing = if diff {
+                template.replace("{name}", "no-such-agent").replace("{a}", "1").replace("{b}", "1")
+            } else {
+                missing
+            };
+            let body = body_for(&method, &template, "no-such-agent", Scope::RunsRead);
+            let (m_status, m_doc) = call(&app, method.clone(), &missing, &a, body).await;
+            assert_eq!(
+                (status, doc["errorType"].as_str()),
+                (m_status, m_doc["errorType"].as_str()),
+                "{method} {template}: tenant B's resource answered {doc} where a missing one answers {m_doc}"
+            );
+            assert_eq!(status, StatusCode::NOT_FOUND, "{method} {template}: {doc}");
+        }
+        // What the request itself named may be echoed ("No agent named 'b-agent'"); nothing
+        // else of B's may appear.
+        for marker in markers.iter().filter(|m| !theirs_path.contains(*m)) {
+            assert!(!text.contains(marker), "{method} {template} leaked '{marker}': {text}");
+        }
+        walked.insert(format!("{method} {template}"));
+    }
+    assert!(walked.len() >= 29, "every route was walked: {walked:?}");
+
+    // Nothing of B's changed: the agent, the run, the session and the key are all there.
+    for path in [
+        "/api/agents/b-agent".to_owned(),
+        format!("/api/runs/{}", theirs.run),
+        "/api/sessions/b-session".to_owned(),
+        format!("/api/api-keys/{}", theirs.key_id),
+    ] {
+        let (status, doc) = call(&app, Method::GET, &path, &b, None).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {doc}");
+        assert_ne!(doc["status"], "Revoked");
+    }
+    let (_, agent) = call(&app, Method::GET, "/api/agents/b-agent", &b, None).await;
+    assert_eq!(agent["version"], 1, "tenant A's PUT and rollback did not write a version: {agent}");
+}
+
+#[tokio::test]
+async fn each_scope_opens_exactly_the_routes_that_need_it() {
+    let (app, state) = app();
+    let routes = routes();
+    for (method, template) in &routes {
+        assert_ne!(requirement(method, template), Requirement::Unlisted, "{method} {template} has no scope");
+    }
+    for scope in Scope::ALL {
+        let key = key_in(&state, "matrix", &[scope], None).await;
+        for (method, template) in &routes {
+            let path = template
+                .replace("{name}", "some-agent")
+                .replace("{id}", "000000000000")
+                .replace("{a}", "1")
+                .replace("{b}", "1");
+            let body = body_for(method, template, "some-agent", scope);
+            let (status, doc) = call(&app, method.clone(), &path, &key, body).await;
+            let refused = status == StatusCode::FORBIDDEN && doc["errorType"] == "insufficient_scope";
+            let needs = requirement(method, template);
+            let allowed = match needs {
+                Requirement::Open | Requirement::Authenticated => true,
+                Requirement::Scope(s) => s == scope,
+                Requirement::Unlisted => false,
+            };
+            assert_eq!(!refused, allowed, "{scope:?} on {method} {template} answered {status} {doc}");
+            if refused {
+                assert_eq!(doc["requiredScope"], json!(needs_scope(needs)));
+            }
+        }
+    }
+}
+
+fn needs_scope(r: Requirement) -> &'static str {
+    match r {
+        Requirement::Scope(s) => s.as_str(),
+        _ => "",
+    }
+}
+
+/// A host policy: runs of `secret` are hidden, `forbidden` may not start, deleting a session
+/// fails, listing sessions panics, listing runs is refused.
+struct Policy;
+
+#[async_trait::async_trait]
+impl RunAuthorizer for Policy {
+    async fn authorize(&self, _: &Caller, _: &TenantId, action: RunAction<'_>) -> Result<bool, String> {
+        match action {
+            RunAction::StartRun { agent, .. } => Ok(agent != "forbidden"),
+            RunAction::ReadRun { run } | RunAction::CancelRun { run } => Ok(run.agent_name != "secret"),
+            RunAction::ListRuns => Ok(false),
+            RunAction::ListSessions => panic!("the policy's own bug"),
+            RunAction::DeleteSession { .. } => Err("policy backend unreachable".into()),
+            RunAction::ReadSession { .. } | RunAction::BranchSession { .. } => Ok(true),
+        }
+    }
+}
+
+async fn raw(app: &Router, method: Method, path: &str) -> (StatusCode, Vec<u8>) {
+    let req = Request::builder()
+        .method(method)
+        .uri(path)
+        .extension(PeerAddr(SocketAddr::from(([127, 0, 0, 1], 40000))))
+        .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+        .body(Body::empty())
+        .unwrap();
+    let res = app.clone().oneshot(req).await.unwrap();
+    let status = res.status();
+    (status, res.into_body().collect().await.unwrap().to_bytes().to_vec())
+}
+
+#[tokio::test]
+async fn the_run_policy_hides_denied_runs_as_missing_and_fails_closed() {
+    let script = ScriptedProvider::from_fn("script", |_| ScriptedTurn::text("Hello from the model.").with_usage(3, 4));
+    let runtime = RuntimeBuilder::new(tokio_rt::platform())
+        .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
+        .add_agent(AgentDefinition::new("secret", "script", "m").with_instructions("Hidden."))
+        .add_agent(AgentDefinition::new("forbidden", "script", "m").with_instructions("Never runs."))
+        .run_authorizer(Arc::new(Policy))
+        .build()
+        .unwrap();
+    let state = AppState::new(Arc::new(runtime), HttpSettings::with_token(TOKEN));
+    let app = tracon_handlers::router(state.clone());
+
+    let (status, _) =
+        call(&app, Method::POST, "/api/agents/secret/run", TOKEN, Some(json!({"message": "hi", "sessionId": "s1"})))
+            .await;
+    assert_eq!(status, StatusCode::OK);
+    let tenant = TenantId::default_tenant();
+    let filter = tracon_core::store::RunFilter::default();
+    let secret_run = state.runtime.stores.runs.list_runs(&tenant, &filter, 0, 10).await.unwrap()[0].id.to_string();
+    let missing_run = tracon_core::ports::new_id(state.runtime.platform.clock.as_ref()).to_string();
+
+    // Every run resource of a denied run answers byte for byte what a missing run answers.
+    for (method, template) in [
+        (Method::GET, "/api/runs/{id}"),
+        (Method::GET, "/api/runs/{id}/events"),
+        (Method::GET, "/api/runs/{id}/tools"),
+        (Method::GET, "/api/runs/{id}/input"),
+        (Method::GET, "/api/runs/{id}/compare/{id}"),
+        (Method::POST, "/api/runs/{id}/cancel"),
+    ] {
+        let denied = raw(&app, method.clone(), &template.replace("{id}", &secret_run)).await;
+        let missing = raw(&app, method.clone(), &template.replace("{id}", &missing_run)).await;
+        assert_eq!(denied.0, StatusCode::NOT_FOUND, "{template}");
+        assert_eq!(denied, missing, "{template}");
+    }
+
+    // Lists the policy refuses are 403; a policy that fails or panics denies.
+    let (status, doc) = call(&app, Method::GET, "/api/runs", TOKEN, None).await;
+    assert_eq!((status, doc["errorType"].as_str()), (StatusCode::FORBIDDEN, Some("access_denied")));
+    let (status, doc) = call(&app, Method::GET, "/api/stats", TOKEN, None).await;
+    assert_eq!((status, doc["errorType"].as_str()), (StatusCode::FORBIDDEN, Some("access_denied")));
+    let (status, doc) = call(&app, Method::GET, "/api/sessions", TOKEN, None).await;
+    assert_eq!((status, doc["errorType"].as_str()), (StatusCode::FORBIDDEN, Some("access_denied")));
+    let (status, doc) = call(&app, Method::DELETE, "/api/sessions/s1", TOKEN, None).await;
+    assert_eq!((status, doc["errorType"].as_str()), (StatusCode::NOT_FOUND, Some("session_not_found")));
+    assert!(state.runtime.stores.sessions.get(&tenant, "s1").await.unwrap().is_some(), "nothing was deleted");
+    assert_eq!(call(&app, Method::GET, "/api/sessions/s1", TOKEN, None).await.0, StatusCode::OK);
+
+    // A start the policy refuses is 403 and records nothing.
+    let (status, doc) =
+        call(&app, Method::POST, "/api/agents/forbidden/run", TOKEN, Some(json!({"message": "hi"}))).await;
+    assert_eq!((status, doc["errorType"].as_str()), (StatusCode::FORBIDDEN, Some("run_denied")));
+    assert_eq!(state.runtime.stores.runs.list_runs(&tenant, &filter, 0, 10).await.unwrap().len(), 1);
+}
