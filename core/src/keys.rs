@@ -42,12 +42,14 @@ pub enum Scope {
     SecurityAdmin,
     /// Manage tenants.
     PlatformAdmin,
+    /// Read the audit trail and verify its chain.
+    AuditRead,
     /// Reach the external surfaces (MCP server, A2A).
     ExternalInvoke,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 10] = [
+    pub const ALL: [Scope; 11] = [
         Scope::AgentsRead,
         Scope::AgentsAdmin,
         Scope::RunsWrite,
@@ -57,6 +59,7 @@ impl Scope {
         Scope::SessionsWrite,
         Scope::SecurityAdmin,
         Scope::PlatformAdmin,
+        Scope::AuditRead,
         Scope::ExternalInvoke,
     ];
 
@@ -71,6 +74,7 @@ impl Scope {
             Scope::SessionsWrite => "SessionsWrite",
             Scope::SecurityAdmin => "SecurityAdmin",
             Scope::PlatformAdmin => "PlatformAdmin",
+            Scope::AuditRead => "AuditRead",
             Scope::ExternalInvoke => "ExternalInvoke",
         }
     }

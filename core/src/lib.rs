@@ -14,6 +14,7 @@
 
 pub mod access;
 pub mod attribution;
+pub mod audit;
 pub mod catalog;
 pub mod compiler;
 pub mod config;
@@ -29,6 +30,7 @@ pub mod names;
 pub mod platform;
 pub mod ports;
 pub mod pricing;
+pub mod quota;
 pub mod recorder;
 pub mod report;
 pub mod runs;

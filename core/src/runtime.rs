@@ -16,6 +16,7 @@ use crate::model::{ModelProvider, ProviderRegistry};
 use crate::names::AgentName;
 use crate::ports::Platform;
 use crate::pricing::Pricing;
+use crate::quota::Quotas;
 use crate::recorder::{RecordingSettings, RunEventSink};
 use crate::store::Stores;
 use crate::tools::pipeline::{AllowAllTools, DEFAULT_TOOL_TIMEOUT, ToolArgumentsValidator, ToolAuthorizer};
@@ -78,6 +79,8 @@ pub struct Runtime {
     pub event_sinks: Vec<Arc<dyn RunEventSink>>,
     /// The host's policy for runs and sessions (allows everything by default).
     pub run_authorizer: Arc<dyn RunAuthorizer>,
+    /// Quota rules checked before a run starts (none by default).
+    pub quotas: Quotas,
 }
 
 /// Start-up registrations. Problems are collected and reported together by [`build`](Self::build).
@@ -94,6 +97,7 @@ pub struct RuntimeBuilder {
     attribution: Arc<dyn RunAttribution>,
     event_sinks: Vec<Arc<dyn RunEventSink>>,
     run_authorizer: Arc<dyn RunAuthorizer>,
+    quotas: Quotas,
     errors: Vec<String>,
 }
 
@@ -116,6 +120,7 @@ impl RuntimeBuilder {
             tool_validator: None,
             attribution: Arc::new(NoAttribution),
             run_authorizer: Arc::new(AllowAllRuns),
+            quotas: Quotas::default(),
             event_sinks: Vec::new(),
             errors: Vec::new(),
         }
@@ -124,6 +129,12 @@ impl RuntimeBuilder {
     /// Binds the host's run and session authorization policy (see [`crate::access`]).
     pub fn run_authorizer(mut self, authorizer: Arc<dyn RunAuthorizer>) -> Self {
         self.run_authorizer = authorizer;
+        self
+    }
+
+    /// The quota rules checked before a run starts.
+    pub fn quotas(mut self, quotas: Quotas) -> Self {
+        self.quotas = quotas;
         self
     }
 
@@ -220,6 +231,7 @@ impl RuntimeBuilder {
             tool_validator: self.tool_validator,
             attribution: self.attribution,
             run_authorizer: self.run_authorizer,
+            quotas: self.quotas,
             event_sinks: self.event_sinks,
         })
     }

@@ -41,7 +41,8 @@ pub fn builder_from_config(
 ) -> Result<RuntimeBuilder, String> {
     let settings = RuntimeSettings::from_config(config).map_err(|e| e.to_string())?;
     let pricing = Pricing::from_config(config).map_err(|e| e.to_string())?;
-    let mut builder = RuntimeBuilder::new(platform).settings(settings).pricing(pricing).stores(stores);
+    let quotas = crate::quota::Quotas::from_config(config).map_err(|e| e.to_string())?;
+    let mut builder = RuntimeBuilder::new(platform).settings(settings).pricing(pricing).stores(stores).quotas(quotas);
     if let Some(prefix) = config.get("Tracon:Attribution:LabelHeaderPrefix") {
         builder = builder.attribution(Arc::new(HeaderLabels::new(prefix)));
     }

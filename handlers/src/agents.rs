@@ -5,19 +5,21 @@
 //! copy would never resolve, and a silent shadow is worse than a refusal. Saving runs the
 //! same checks as `POST /api/agents/validate` and answers `400` with the same problems.
 
-use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tracon_core::catalog::{AgentSource, CatalogEntry};
 use tracon_core::definition::AgentDefinition;
+use tracon_core::identity::Caller;
 use tracon_core::names::{AgentName, TenantId};
 use tracon_core::report::ValidationReport;
 use tracon_core::store::{StoreError, StoredDefinition};
 use utoipa::ToSchema;
 
+use crate::audit;
 use crate::error::{ApiError, ApiResult, ProblemDetails};
 use crate::extract::{ApiJson, Paging, Tenant};
 use crate::state::AppState;
@@ -108,6 +110,7 @@ pub async fn get(
 pub async fn create(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
     ApiJson(def): ApiJson<AgentDefinition>,
 ) -> ApiResult<Response> {
     let name = AgentName::parse(&def.name).map_err(|e| ApiError::validation(vec![invalid_name(e.0)]))?;
@@ -118,6 +121,8 @@ pub async fn create(
         StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "agent_exists", m),
         other => other.into(),
     })?;
+    let after = snapshot(&stored);
+    audit::record(&state, &tenant, &caller, "agent.create", ("agent", name.as_str()), None, Some(after)).await;
     let entry = stored_entry(stored);
     let mut response = (StatusCode::CREATED, Json(AgentView::from_entry(&entry, true))).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/api/agents/{name}")) {
@@ -137,6 +142,7 @@ pub async fn create(
 pub async fn replace(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     ApiJson(def): ApiJson<AgentDefinition>,
 ) -> ApiResult<Json<AgentView>> {
@@ -149,11 +155,14 @@ pub async fn replace(
     }
     refuse_code_agent(&state, &name)?;
     check(&state, &tenant, &def).await?;
+    let before = state.runtime.stores.definitions.get(&tenant, &name).await?.as_ref().map(snapshot);
     let now = state.runtime.platform.clock.now();
     let stored = state.runtime.stores.definitions.update(&tenant, def, now).await.map_err(|e| match e {
         StoreError::NotFound => ApiError::agent_not_found(name.as_str()),
         other => other.into(),
     })?;
+    let after = Some(snapshot(&stored));
+    audit::record(&state, &tenant, &caller, "agent.update", ("agent", name.as_str()), before, after).await;
     let entry = stored_entry(stored);
     Ok(Json(AgentView::from_entry(&entry, true)))
 }
@@ -168,11 +177,14 @@ pub async fn replace(
 pub async fn delete(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
 ) -> ApiResult<StatusCode> {
     let name = agent_name(&name)?;
     refuse_code_agent(&state, &name)?;
+    let before = state.runtime.stores.definitions.get(&tenant, &name).await?.as_ref().map(snapshot);
     if state.runtime.stores.definitions.delete(&tenant, &name).await? {
+        audit::record(&state, &tenant, &caller, "agent.delete", ("agent", name.as_str()), before, None).await;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::agent_not_found(name.as_str()))
@@ -190,6 +202,11 @@ pub async fn validate(
     ApiJson(def): ApiJson<AgentDefinition>,
 ) -> ApiResult<Json<ValidationReport>> {
     Ok(Json(state.runtime.catalog.validate(&tenant, &def).await?))
+}
+
+/// A stored version as the audit trail keeps it.
+fn snapshot(stored: &StoredDefinition) -> serde_json::Value {
+    serde_json::json!({"version": stored.version, "definition": stored.definition})
 }
 
 fn stored_entry(stored: StoredDefinition) -> CatalogEntry {
@@ -291,6 +308,7 @@ pub struct RollbackRequest {
 pub async fn rollback(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<RollbackRequest>,
 ) -> ApiResult<Json<AgentView>> {
@@ -299,11 +317,14 @@ pub async fn rollback(
     let old = load_version(&state, &tenant, &name, &body.version.to_string()).await?;
     // The old content must still compile today (a tool may have been removed since).
     check(&state, &tenant, &old.definition).await?;
+    let before = state.runtime.stores.definitions.get(&tenant, &name).await?.as_ref().map(snapshot);
     let now = state.runtime.platform.clock.now();
     let stored = state.runtime.stores.definitions.update(&tenant, old.definition, now).await.map_err(|e| match e {
         StoreError::NotFound => ApiError::agent_not_found(name.as_str()),
         other => other.into(),
     })?;
+    let after = Some(snapshot(&stored));
+    audit::record(&state, &tenant, &caller, "agent.rollback", ("agent", name.as_str()), before, after).await;
     Ok(Json(AgentView::from_entry(&stored_entry(stored), true)))
 }
 

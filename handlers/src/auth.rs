@@ -10,14 +10,18 @@
 //! 4. the endpoint's scope: a key without it → `403 insufficient_scope` (the table is
 //!    [`requirement`]). The static token and an unauthenticated loopback caller are not
 //!    narrowed by scopes;
-//! 5. the tenant: an API key's tenant, otherwise the default tenant. Handlers read it from
-//!    the [`Caller`] (`extract::Tenant`), so every store call is confined to it.
+//! 5. the tenant (`crate::tenancy`): an API key's tenant (a tenant header naming another is
+//!    `403`), otherwise the header's when that path is switched on, otherwise the default.
+//!    Handlers read it from the [`Caller`] (`extract::Tenant`), so every store call is
+//!    confined to it.
 //!
 //! Without a static token, a request that *sends* something that is not an API key is `401`
 //! too — there is nothing to check it against, and silently ignoring it would let a client
 //! believe it is authenticated. On serverless hosts there is no loopback: until a token is
 //! configured, every route but `/api/meta` answers `503 authentication_not_configured` to
 //! a request without an API key.
+//!
+//! 6. the rate limit, when one is configured (`crate::ratelimit`): `429 rate_limited`.
 //!
 //! Keys are cached per instance for `Tracon:ApiKeys:CacheSeconds` (5 s): a revocation or
 //! rotation made through this instance applies to its very next request; one made through
@@ -48,16 +52,27 @@ pub async fn access(State(state): State<AppState>, mut request: Request, next: N
     let peer = request.extensions().get::<PeerAddr>().copied();
     let authorization = request.headers().get(header::AUTHORIZATION).cloned();
     let result = match authenticate(&state, request.uri().path(), authorization.as_ref(), peer).await {
-        Ok(caller) => authorize(&caller, &request).map(|()| caller),
+        Ok(caller) if OPEN_PATHS.contains(&request.uri().path()) => Ok(caller),
+        Ok(mut caller) => state
+            .http
+            .tenancy
+            .resolve(&mut caller, request.headers())
+            .and_then(|()| authorize(&caller, &request))
+            .map(|()| caller),
         Err(e) => Err(e),
     };
-    match result {
-        Ok(caller) => {
-            request.extensions_mut().insert(caller);
-            next.run(request).await
-        }
-        Err(e) => e.into_response(),
+    let caller = match result {
+        Ok(caller) => caller,
+        Err(e) => return e.into_response(),
+    };
+    if let Some(limiter) = &state.limiter
+        && !OPEN_PATHS.contains(&request.uri().path())
+        && let Err(refused) = limiter.check(&caller, peer, state.runtime.platform.clock.now())
+    {
+        return refused.into_response();
     }
+    request.extensions_mut().insert(caller);
+    next.run(request).await
 }
 
 /// What an endpoint needs from a caller.
@@ -98,6 +113,7 @@ pub fn requirement(method: &Method, route: &str) -> Requirement {
         "/api/sessions" | "/api/sessions/{id}" => S(if read { Scope::SessionsRead } else { Scope::SessionsWrite }),
         "/api/sessions/{id}/branch" => S(Scope::SessionsWrite),
         "/api/api-keys" | "/api/api-keys/{id}" | "/api/api-keys/{id}/rotate" => S(Scope::SecurityAdmin),
+        "/api/audit" | "/api/audit/verify" => S(Scope::AuditRead),
         _ => Unlisted,
     }
 }

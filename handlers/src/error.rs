@@ -45,16 +45,31 @@ pub struct ApiError {
     pub extensions: Map<String, Value>,
     /// Extra headers (e.g. `WWW-Authenticate`).
     pub www_authenticate: bool,
+    /// `Retry-After`, in seconds (`429`).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, error_type: &'static str, detail: impl Into<String>) -> Self {
-        Self { status, error_type, detail: detail.into(), extensions: Map::new(), www_authenticate: false }
+        Self {
+            status,
+            error_type,
+            detail: detail.into(),
+            extensions: Map::new(),
+            www_authenticate: false,
+            retry_after: None,
+        }
     }
 
     pub fn with(mut self, key: &str, value: impl Serialize) -> Self {
         self.extensions.insert(key.to_owned(), serde_json::to_value(value).unwrap_or(Value::Null));
         self
+    }
+
+    /// Sets `Retry-After` (and the `retryAfterSeconds` member).
+    pub fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self.with("retryAfterSeconds", seconds)
     }
 
     pub fn bad_request(error_type: &'static str, detail: impl Into<String>) -> Self {
@@ -149,6 +164,9 @@ impl IntoResponse for ApiError {
         response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
         if self.www_authenticate {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
     }

@@ -18,6 +18,7 @@ use tracon_core::keys::{self, ApiKeyRecord, Scope};
 use tracon_core::store::StoreError;
 use utoipa::ToSchema;
 
+use crate::audit;
 use crate::error::{ApiError, ApiResult, ProblemDetails};
 use crate::extract::{ApiJson, Tenant};
 use crate::state::AppState;
@@ -147,7 +148,7 @@ pub async fn create(
     let secret = keys::generate().map_err(no_randomness)?;
     let record = ApiKeyRecord {
         id: secret.id,
-        tenant,
+        tenant: tenant.clone(),
         name: name.to_owned(),
         hash: secret.hash,
         scopes,
@@ -159,7 +160,9 @@ pub async fn create(
     };
     state.runtime.stores.keys.create(&record).await?;
     tracing::info!(key = %record.id, tenant = %record.tenant, "API key issued");
-    let issued = IssuedApiKey { view: ApiKeyView::new(record, now), key: secret.key };
+    let view = ApiKeyView::new(record, now);
+    audit::record(&state, &tenant, &caller, "apiKey.create", ("apiKey", &view.id), None, json(&view)).await;
+    let issued = IssuedApiKey { view, key: secret.key };
     Ok((StatusCode::CREATED, Json(issued)).into_response())
 }
 
@@ -193,14 +196,19 @@ pub async fn get(
 pub async fn revoke(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<ApiKeyView>> {
     let id = key_id(&id)?;
     let now = state.runtime.platform.clock.now();
+    let before = state.runtime.stores.keys.get(&tenant, id).await?.map(|k| ApiKeyView::new(k, now));
     let key = state.runtime.stores.keys.revoke(&tenant, id, now).await.map_err(not_found_as_missing)?;
     state.keys.forget(id);
     tracing::info!(key = %id, tenant = %tenant, "API key revoked");
-    Ok(Json(ApiKeyView::new(key, now)))
+    let view = ApiKeyView::new(key, now);
+    let before = before.as_ref().and_then(json);
+    audit::record(&state, &tenant, &caller, "apiKey.revoke", ("apiKey", id), before, json(&view)).await;
+    Ok(Json(view))
 }
 
 /// Rotate a key: a new secret under the same id, name and scopes; the old secret stops
@@ -213,6 +221,7 @@ pub async fn revoke(
 pub async fn rotate(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<IssuedApiKey>> {
     let id = key_id(&id)?;
@@ -227,7 +236,14 @@ pub async fn rotate(
     })?;
     state.keys.forget(id);
     tracing::info!(key = %id, tenant = %tenant, "API key rotated");
-    Ok(Json(IssuedApiKey { view: ApiKeyView::new(key, now), key: fresh.key }))
+    let view = ApiKeyView::new(key, now);
+    audit::record(&state, &tenant, &caller, "apiKey.rotate", ("apiKey", id), None, json(&view)).await;
+    Ok(Json(IssuedApiKey { view, key: fresh.key }))
+}
+
+/// A key as the audit trail keeps it: the view (never the key, never its hash).
+fn json(view: &ApiKeyView) -> Option<serde_json::Value> {
+    serde_json::to_value(view).ok()
 }
 
 fn not_found_as_missing(e: StoreError) -> ApiError {

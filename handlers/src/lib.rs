@@ -9,6 +9,7 @@
 //! and call core. Nothing here names a platform or a database, so it builds for wasm32.
 
 pub mod agents;
+pub mod audit;
 pub mod auth;
 pub mod cors;
 pub mod error;
@@ -16,11 +17,13 @@ pub mod extract;
 pub mod keys;
 pub mod meta;
 pub mod openapi;
+pub mod ratelimit;
 pub mod run;
 pub mod runs;
 pub mod sessions;
 pub mod sse;
 pub mod state;
+pub mod tenancy;
 
 use axum::Router;
 use axum::http::{Method, StatusCode, Uri};
@@ -67,7 +70,7 @@ pub fn sessions_router() -> Router<AppState> {
 
 /// The meta group: metadata and the API document.
 /// Served by every host and group, like `/api/meta`: metadata, the OpenAPI document, and
-/// the security administration (API keys).
+/// the security administration (API keys, the audit trail).
 pub fn meta_router() -> Router<AppState> {
     Router::new()
         .route("/api/meta", get(meta::meta))
@@ -75,6 +78,8 @@ pub fn meta_router() -> Router<AppState> {
         .route("/api/api-keys", get(keys::list).post(keys::create))
         .route("/api/api-keys/{id}", get(keys::get).delete(keys::revoke))
         .route("/api/api-keys/{id}/rotate", post(keys::rotate))
+        .route("/api/audit", get(audit::list))
+        .route("/api/audit/verify", get(audit::verify))
 }
 
 /// Every endpoint group's routes: the local server and the `all` builds.

@@ -46,6 +46,8 @@ pub const DOCUMENT: &str = include_str!("../openapi.json");
         crate::keys::get,
         crate::keys::revoke,
         crate::keys::rotate,
+        crate::audit::list,
+        crate::audit::verify,
     ),
     components(schemas(
         crate::error::ProblemDetails,
@@ -59,7 +61,7 @@ pub const DOCUMENT: &str = include_str!("../openapi.json");
         (name = "agents", description = "Agent definitions"),
         (name = "runs", description = "Running agents and reading what happened"),
         (name = "sessions", description = "Conversations between turns"),
-        (name = "security", description = "API keys"),
+        (name = "security", description = "API keys and the audit trail"),
     )
 )]
 pub struct ApiDoc;

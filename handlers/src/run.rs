@@ -110,6 +110,12 @@ pub async fn run(
     if !is_allowed(state.runtime.run_authorizer.as_ref(), &caller, &tenant, start).await {
         return Err(ApiError::forbidden("run_denied", "The authorization policy does not allow this run."));
     }
+    let now = state.runtime.platform.clock.now();
+    if let Some(over) =
+        state.runtime.quotas.check(state.runtime.stores.runs.as_ref(), &tenant, name.as_str(), now).await?
+    {
+        return Err(quota_exceeded(&over, now));
+    }
     let attribution = attribute(&state, &tenant, &caller, &headers)?;
 
     let runtime = state.runtime.clone();
@@ -188,4 +194,20 @@ fn parameter_values(raw: BTreeMap<String, Value>) -> ApiResult<BTreeMap<String, 
             .with("field", format!("parameters.{k}"))),
         })
         .collect()
+}
+
+/// `429 quota_exceeded`: which quota, its limit and use, when it resets (also `Retry-After`).
+fn quota_exceeded(over: &tracon_core::quota::QuotaExceeded, now: chrono::DateTime<chrono::Utc>) -> ApiError {
+    let retry = (over.resets_at - now).num_seconds().max(1).unsigned_abs();
+    ApiError::new(
+        axum::http::StatusCode::TOO_MANY_REQUESTS,
+        "quota_exceeded",
+        format!("The quota '{}' is used up until {}.", over.quota, over.resets_at.to_rfc3339()),
+    )
+    .with("quota", &over.quota)
+    .with("metric", over.metric)
+    .with("limit", over.limit)
+    .with("used", over.used)
+    .with("resetsAt", over.resets_at)
+    .with_retry_after(retry)
 }

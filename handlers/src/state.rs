@@ -46,6 +46,10 @@ pub struct HttpSettings {
     /// (`Tracon:ApiKeys:CacheSeconds`, 5 s; 0 reads the store on every request). A
     /// revocation through this instance applies at once regardless.
     pub key_cache_ttl: Duration,
+    /// The request rate limit; off (`None`) by default.
+    pub rate_limit: Option<crate::ratelimit::RateLimitSettings>,
+    /// How a request's tenant is resolved (single tenant by default).
+    pub tenancy: crate::tenancy::TenancySettings,
 }
 
 impl std::fmt::Debug for HttpSettings {
@@ -93,6 +97,8 @@ impl HttpSettings {
             allowed_origins: allowed_origins(config)?,
             sse_keep_alive: config.seconds("Tracon:Http:SseKeepAliveSeconds")?.unwrap_or(d.sse_keep_alive),
             key_cache_ttl: config.seconds("Tracon:ApiKeys:CacheSeconds")?.unwrap_or(d.key_cache_ttl),
+            rate_limit: crate::ratelimit::RateLimitSettings::from_config(config)?,
+            tenancy: crate::tenancy::TenancySettings::from_config(config)?,
         })
     }
 
@@ -126,6 +132,8 @@ impl Default for HttpSettings {
             allowed_origins: Vec::new(),
             sse_keep_alive: Duration::from_secs(15),
             key_cache_ttl: Duration::from_secs(5),
+            rate_limit: None,
+            tenancy: crate::tenancy::TenancySettings::default(),
         }
     }
 }
@@ -243,12 +251,15 @@ pub struct AppState {
     pub drain: Arc<Drain>,
     /// API keys recently read, for authentication.
     pub keys: Arc<crate::auth::KeyCache>,
+    /// Present when a rate limit is configured.
+    pub limiter: Option<Arc<crate::ratelimit::RateLimiter>>,
 }
 
 impl AppState {
     pub fn new(runtime: Arc<Runtime>, http: HttpSettings) -> Self {
         let keys = Arc::new(crate::auth::KeyCache::new(http.key_cache_ttl));
-        Self { runtime, http: Arc::new(http), drain: Arc::new(Drain::default()), keys }
+        let limiter = http.rate_limit.map(|s| Arc::new(crate::ratelimit::RateLimiter::new(s)));
+        Self { runtime, http: Arc::new(http), drain: Arc::new(Drain::default()), keys, limiter }
     }
 }
 

@@ -443,3 +443,205 @@ async fn the_run_policy_hides_denied_runs_as_missing_and_fails_closed() {
     assert_eq!((status, doc["errorType"].as_str()), (StatusCode::FORBIDDEN, Some("run_denied")));
     assert_eq!(state.runtime.stores.runs.list_runs(&tenant, &filter, 0, 10).await.unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn the_rate_limit_is_off_by_default_and_partitions_by_key_when_on() {
+    use tracon_handlers::ratelimit::{Partition, RateLimitSettings};
+    let (open_app, open_state) = app();
+    let key = key_in(&open_state, "default", &[Scope::RunsRead], None).await;
+    for _ in 0..20 {
+        assert_eq!(
+            call(&open_app, Method::GET, "/api/runs", &key, None).await.0,
+            StatusCode::OK,
+            "no limit by default"
+        );
+    }
+
+    let runtime = RuntimeBuilder::new(tokio_rt::platform()).build().unwrap();
+    let limit = RateLimitSettings { permits_per_minute: 3, partition: Partition::Key };
+    let http = HttpSettings { rate_limit: Some(limit), ..HttpSettings::with_token(TOKEN) };
+    let state = AppState::new(Arc::new(runtime), http);
+    let app = tracon_handlers::router(state.clone());
+    let (a, b) = (
+        key_in(&state, "default", &[Scope::RunsRead], None).await,
+        key_in(&state, "default", &[Scope::RunsRead], None).await,
+    );
+    for _ in 0..3 {
+        assert_eq!(call(&app, Method::GET, "/api/runs", &a, None).await.0, StatusCode::OK);
+    }
+    let req = Request::get("/api/runs")
+        .extension(PeerAddr(SocketAddr::from(([203, 0, 113, 9], 40000))))
+        .header(header::AUTHORIZATION, format!("Bearer {a}"))
+        .body(Body::empty())
+        .unwrap();
+    let res = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = res.headers()[header::RETRY_AFTER].to_str().unwrap().parse().unwrap();
+    assert!((1..=20).contains(&retry), "{retry}");
+    let doc: Value = serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!((doc["errorType"].as_str(), doc["retryAfterSeconds"].as_u64()), (Some("rate_limited"), Some(retry)));
+    assert_eq!(call(&app, Method::GET, "/api/runs", &b, None).await.0, StatusCode::OK, "another key, another bucket");
+    assert_eq!(call(&app, Method::GET, "/api/meta", &a, None).await.0, StatusCode::OK, "metadata is never limited");
+}
+
+#[test]
+fn the_rate_limit_partition_must_be_one_it_knows() {
+    use tracon_core::config::Config;
+    use tracon_handlers::ratelimit::{Partition, RateLimitSettings};
+    let config = |pairs: &[(&str, &str)]| Config::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    assert_eq!(RateLimitSettings::from_config(&config(&[])).unwrap(), None);
+    let on = config(&[("Tracon__RateLimit__PermitsPerMinute", "600"), ("Tracon__RateLimit__PartitionBy", "tenant")]);
+    assert_eq!(
+        RateLimitSettings::from_config(&on).unwrap(),
+        Some(RateLimitSettings { permits_per_minute: 600, partition: Partition::Tenant })
+    );
+    let bad = config(&[("Tracon__RateLimit__PermitsPerMinute", "10"), ("Tracon__RateLimit__PartitionBy", "user")]);
+    assert!(RateLimitSettings::from_config(&bad).unwrap_err().to_string().contains("Tenant, Key or Address"));
+}
+
+#[tokio::test]
+async fn a_used_up_quota_refuses_the_run_with_429_before_any_model_call() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tracon_core::quota::{Metric, Period, QuotaRule, Quotas};
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let script = ScriptedProvider::from_fn("script", move |_| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        ScriptedTurn::text("Hello.").with_usage(3, 4)
+    });
+    let rule = |name: &str, agent: Option<&str>, limit: f64| QuotaRule {
+        name: name.into(),
+        metric: Metric::Runs,
+        limit,
+        period: Period::Day,
+        agent: agent.map(str::to_owned),
+        tenant: None,
+        currency: "USD".into(),
+    };
+    let runtime = RuntimeBuilder::new(tokio_rt::platform())
+        .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
+        .add_agent(AgentDefinition::new("metered", "script", "m").with_instructions("Hi."))
+        .add_agent(AgentDefinition::new("free", "script", "m").with_instructions("Hi."))
+        .quotas(Quotas { rules: vec![rule("metered-daily", Some("metered"), 2.0), rule("tenant-daily", None, 5.0)] })
+        .build()
+        .unwrap();
+    let app = tracon_handlers::router(AppState::new(Arc::new(runtime), HttpSettings::with_token(TOKEN)));
+    let run = async |agent: &str| {
+        let path = format!("/api/agents/{agent}/run");
+        call(&app, Method::POST, &path, TOKEN, Some(json!({"message": "hi"}))).await
+    };
+    for _ in 0..2 {
+        assert_eq!(run("metered").await.0, StatusCode::OK);
+    }
+    let (status, doc) = run("metered").await;
+    assert_eq!((status, doc["errorType"].as_str()), (StatusCode::TOO_MANY_REQUESTS, Some("quota_exceeded")), "{doc}");
+    assert_eq!(
+        (doc["quota"].as_str(), doc["limit"].as_f64(), doc["used"].as_f64()),
+        (Some("metered-daily"), Some(2.0), Some(2.0))
+    );
+    assert!(doc["resetsAt"].as_str().unwrap().ends_with("T00:00:00Z"), "{doc}");
+    assert!(doc["retryAfterSeconds"].as_u64().unwrap() >= 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "the refused run never reached the model");
+    // Another agent is under the tenant's rule only, until that one is used up too.
+    for _ in 0..3 {
+        assert_eq!(run("free").await.0, StatusCode::OK);
+    }
+    let (status, doc) = run("free").await;
+    assert_eq!((status, doc["quota"].as_str()), (StatusCode::TOO_MANY_REQUESTS, Some("tenant-daily")));
+}
+
+async fn with_tenant(
+    app: &Router,
+    method: Method,
+    path: &str,
+    bearer: &str,
+    tenant: Option<&str>,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let mut b = Request::builder()
+        .method(method)
+        .uri(path)
+        .extension(PeerAddr(SocketAddr::from(([203, 0, 113, 9], 40000))))
+        .header(header::AUTHORIZATION, format!("Bearer {bearer}"));
+    if let Some(t) = tenant {
+        b = b.header("x-tenant-id", t);
+    }
+    let body = match body {
+        Some(v) => {
+            b = b.header(header::CONTENT_TYPE, "application/json");
+            Body::from(v.to_string())
+        }
+        None => Body::empty(),
+    };
+    let res = app.clone().oneshot(b.body(body).unwrap()).await.unwrap();
+    let status = res.status();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn a_key_outranks_the_tenant_header_which_is_read_only_when_switched_on() {
+    use tracon_core::config::Config;
+    use tracon_handlers::tenancy::TenancySettings;
+    let def =
+        |name: &str| serde_json::to_value(AgentDefinition::new(name, "script", "m").with_instructions("Hi.")).unwrap();
+
+    // Off (the default): the header is not read; a key's tenant stands and a disagreeing
+    // header is refused.
+    let (app, state) = app();
+    let (status, _) = with_tenant(&app, Method::POST, "/api/agents", TOKEN, Some("acme"), Some(def("plain"))).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(
+        with_tenant(&app, Method::GET, "/api/agents/plain", TOKEN, None, None).await.0,
+        StatusCode::OK,
+        "default tenant"
+    );
+    let key = key_in(&state, "acme", &[Scope::AgentsRead], None).await;
+    let (status, doc) = with_tenant(&app, Method::GET, "/api/agents", &key, Some("globex"), None).await;
+    assert_eq!((status, doc["errorType"].as_str()), (StatusCode::FORBIDDEN, Some("tenant_mismatch")));
+    assert_eq!(with_tenant(&app, Method::GET, "/api/agents", &key, Some("acme"), None).await.0, StatusCode::OK);
+
+    // On, with the header path and an allowlist.
+    let config = Config::from_pairs([
+        ("Tracon__Tenancy__Enabled", "true"),
+        ("Tracon__Tenancy__AllowHeader", "true"),
+        ("Tracon__Tenancy__AllowedTenants__0", "acme"),
+        ("Tracon__Tenancy__AllowedTenants__1", "globex"),
+    ]);
+    let tenancy = TenancySettings::from_config(&config).unwrap();
+    let script = ScriptedProvider::from_fn("script", |_| ScriptedTurn::text("Hi."));
+    let runtime = RuntimeBuilder::new(tokio_rt::platform())
+        .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
+        .build()
+        .unwrap();
+    let state = AppState::new(Arc::new(runtime), HttpSettings { tenancy, ..HttpSettings::with_token(TOKEN) });
+    let app = tracon_handlers::router(state.clone());
+    assert_eq!(
+        with_tenant(&app, Method::POST, "/api/agents", TOKEN, Some("acme"), Some(def("mine"))).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(with_tenant(&app, Method::GET, "/api/agents/mine", TOKEN, Some("acme"), None).await.0, StatusCode::OK);
+    assert_eq!(
+        with_tenant(&app, Method::GET, "/api/agents/mine", TOKEN, Some("globex"), None).await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        with_tenant(&app, Method::GET, "/api/agents/mine", TOKEN, None, None).await.0,
+        StatusCode::NOT_FOUND,
+        "no header: default"
+    );
+    let (status, doc) = with_tenant(&app, Method::GET, "/api/agents", TOKEN, Some("not a tenant!"), None).await;
+    assert_eq!((status, doc["errorType"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_tenant")));
+    let (status, doc) = with_tenant(&app, Method::GET, "/api/agents", TOKEN, Some("initech"), None).await;
+    assert_eq!((status, doc["errorType"].as_str()), (StatusCode::FORBIDDEN, Some("tenant_not_allowed")));
+    let key = key_in(&state, "globex", &[Scope::AgentsRead], None).await;
+    let (status, doc) = with_tenant(&app, Method::GET, "/api/agents/mine", &key, Some("acme"), None).await;
+    assert_eq!(
+        (status, doc["errorType"].as_str()),
+        (StatusCode::FORBIDDEN, Some("tenant_mismatch")),
+        "a key outranks the header"
+    );
+
+    let header_without_tenancy = Config::from_pairs([("Tracon__Tenancy__AllowHeader", "true")]);
+    assert!(TenancySettings::from_config(&header_without_tenancy).is_err());
+}

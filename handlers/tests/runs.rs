@@ -890,6 +890,7 @@ async fn a_store_that_fails_every_write_still_lets_the_run_complete() {
         runs: broken.clone(),
         sessions: broken,
         keys: Stores::in_memory().keys,
+        audit: Stores::in_memory().audit,
         persistent: true,
     };
     let app = app(&Options { stores, ..Options::default() });

@@ -484,3 +484,60 @@ async fn no_configured_secret_reaches_a_response_a_stored_row_or_a_log_line() {
         }
     }
 }
+
+/// The audit chain on Postgres, tampered with in SQL: `Valid`, then `Broken` at the row
+/// edited, `Valid` again once it is put back, then `Gap` at the row deleted.
+#[tokio::test]
+async fn the_audit_chain_on_postgres_finds_an_edited_row_and_a_deleted_one() {
+    const TOKEN: &str = "audit-token-0123456789abcdef";
+    let (schema, url) = (fresh_schema(), database_url());
+    let server = start_on_pg(&schema, &url, &[("TRACON_AUTH_TOKEN", TOKEN)]).await;
+    let client = reqwest::Client::new();
+    let agent =
+        |text: &str| json!({"name": "audited", "instructions": text, "model": {"provider": "openai", "model": "m"}});
+    let send = |method: reqwest::Method, path: &str, body: Option<Value>| {
+        let mut request = client.request(method, server.url(path)).bearer_auth(TOKEN);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        request.send()
+    };
+    // Without a provider configured the agent cannot compile; use the demo agent's provider.
+    let demo: Value = send(reqwest::Method::GET, "/api/agents/support", None).await.unwrap().json().await.unwrap();
+    let provider = demo["provider"].as_str().unwrap().to_owned();
+    let with = |text: &str| {
+        let mut a = agent(text);
+        a["model"]["provider"] = json!(provider);
+        a["model"]["model"] = demo["model"].clone();
+        a
+    };
+    let created = send(reqwest::Method::POST, "/api/agents", Some(with("One."))).await.unwrap();
+    assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
+    for text in ["Two.", "Three."] {
+        assert_eq!(send(reqwest::Method::PUT, "/api/agents/audited", Some(with(text))).await.unwrap().status(), 200);
+    }
+    let verify = async || -> Value {
+        send(reqwest::Method::GET, "/api/audit/verify", None).await.unwrap().json().await.unwrap()
+    };
+    assert_eq!(verify().await, json!({"status": "Valid", "entries": 3, "firstFailingSequence": null}));
+
+    let pool = db().await;
+    let table = format!("\"{schema}\".audit_entries");
+    let original: String =
+        sqlx::query_scalar(&format!("SELECT after FROM {table} WHERE sequence = 3")).fetch_one(&pool).await.unwrap();
+    let forged = original.replace("Three.", "Forged.");
+    sqlx::query(&format!("UPDATE {table} SET after = $1 WHERE sequence = 3"))
+        .bind(&forged)
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(verify().await, json!({"status": "Broken", "entries": 2, "firstFailingSequence": 3}));
+    sqlx::query(&format!("UPDATE {table} SET after = $1 WHERE sequence = 3"))
+        .bind(&original)
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(verify().await["status"], "Valid");
+    sqlx::query(&format!("DELETE FROM {table} WHERE sequence = 2")).execute(&pool).await.unwrap();
+    assert_eq!(verify().await, json!({"status": "Gap", "entries": 1, "firstFailingSequence": 2}));
+}

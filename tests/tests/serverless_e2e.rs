@@ -417,6 +417,19 @@ async fn the_worker_streams_a_run_keeps_it_in_postgres_and_leaks_no_connections(
     let (run_id, log) = round_trip(&worker, &mock, "worker-model").await;
     read_back_locally(&schema, &run_id, &log).await;
 
+    // The agent the round trip created is in the audit trail, appended through the Worker's
+    // own transaction, and the chain verifies.
+    let trail: Value =
+        authed(client().get(worker.url(Group::Runs, "/api/audit"))).send().await.unwrap().json().await.unwrap();
+    assert_eq!(
+        (trail[0]["action"].as_str(), trail[0]["entityId"].as_str()),
+        (Some("agent.create"), Some("edge")),
+        "{trail}"
+    );
+    let report: Value =
+        authed(client().get(worker.url(Group::Runs, "/api/audit/verify"))).send().await.unwrap().json().await.unwrap();
+    assert_eq!(report["status"], "Valid", "{report}");
+
     // 200 requests of every kind: each opens its connection and closes it before answering.
     let db = pool().await;
     let mut most = 0;

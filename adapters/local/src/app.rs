@@ -41,6 +41,7 @@ fn memory_stores(config: &Config) -> Result<Stores, String> {
         runs: Arc::new(memory::MemoryRunStore::with_max_runs(max_runs)),
         sessions: Arc::new(memory::MemorySessionStore::default()),
         keys: Arc::new(memory::MemoryApiKeyStore::default()),
+        audit: Arc::new(memory::MemoryAuditStore::default()),
         persistent: false,
     })
 }

@@ -1,12 +1,14 @@
 //! Column values ⇄ domain types, shared by both Postgres drivers (sqlx natively,
 //! tokio-postgres on Workers) so they agree on every stored representation: enum texts,
-//! JSON columns, protected values and where they are bound, the statistics rows, API key rows.
+//! JSON columns, protected values and where they are bound, the statistics rows, API key rows,
+//! audit rows and the link an audit append chains from.
 
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tracon_core::audit::AuditEntry;
 use tracon_core::events::{RecordedEvent, RunEvent};
 use tracon_core::keys::{ApiKeyRecord, Scope};
 use tracon_core::model::Message;
@@ -269,6 +271,64 @@ impl KeyColumns {
     }
 }
 
+// ---- audit trail ---------------------------------------------------------------------------
+
+/// A unique violation while appending an audit entry: another append took the sequence
+/// (the per-tenant lock should make this impossible).
+pub fn duplicate_audit_sequence(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Conflict(_) => {
+            StoreError::Conflict("an audit entry with this sequence is already stored for the tenant".into())
+        }
+        other => other,
+    }
+}
+
+/// Where the next entry goes, from the tenant's last `(sequence, hash)` (`sql::AUDIT_LAST`,
+/// no row before the first entry): its sequence and the hash it chains from.
+pub fn next_audit_link(last: Option<(i64, Vec<u8>)>) -> Result<(u64, [u8; 32]), StoreError> {
+    match last {
+        None => Ok((1, [0; 32])),
+        Some((sequence, hash)) => Ok((to_u64(sequence) + 1, audit_hash(&hash)?)),
+    }
+}
+
+fn audit_hash(hash: &[u8]) -> Result<[u8; 32], StoreError> {
+    hash.try_into().map_err(|_| corrupt("audit hash", hash.len()))
+}
+
+/// The columns of one `audit_entries` row (`sql::AUDIT_*` select them), as either driver
+/// reads them; [`AuditColumns::entry`] checks what the column types cannot.
+pub struct AuditColumns {
+    pub tenant_id: String,
+    pub sequence: i64,
+    pub at: DateTime<Utc>,
+    pub actor: String,
+    pub action: String,
+    pub entity_type: String,
+    pub entity_id: String,
+    pub before: Option<String>,
+    pub after: Option<String>,
+    pub hash: Vec<u8>,
+}
+
+impl AuditColumns {
+    pub fn entry(self) -> Result<AuditEntry, StoreError> {
+        Ok(AuditEntry {
+            tenant: TenantId::parse(&self.tenant_id).map_err(|e| corrupt("tenant id", e))?,
+            sequence: to_u64(self.sequence),
+            at: self.at,
+            actor: self.actor,
+            action: self.action,
+            entity_type: self.entity_type,
+            entity_id: self.entity_id,
+            before: self.before,
+            after: self.after,
+            hash: audit_hash(&self.hash)?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,5 +364,38 @@ mod tests {
         for bad in [short, unknown, tenant] {
             assert!(matches!(bad.record(), Err(StoreError::Internal { .. })));
         }
+    }
+
+    fn audit_columns() -> AuditColumns {
+        AuditColumns {
+            tenant_id: "tenant-a".into(),
+            sequence: 3,
+            at: DateTime::from_timestamp(1_800_000_000, 123_456_000).unwrap(),
+            actor: "token".into(),
+            action: "agent.update".into(),
+            entity_type: "agent".into(),
+            entity_id: "support".into(),
+            before: Some("{\"version\":1}".into()),
+            after: None,
+            hash: vec![9; 32],
+        }
+    }
+
+    #[test]
+    fn audit_rows_decode_and_the_next_entry_chains_from_the_last() {
+        let e = audit_columns().entry().unwrap();
+        assert_eq!((e.sequence, e.hash, e.tenant.as_str()), (3, [9; 32], "tenant-a"));
+        assert_eq!(next_audit_link(None).unwrap(), (1, [0; 32]), "the first entry chains from zeros");
+        assert_eq!(next_audit_link(Some((3, vec![9; 32]))).unwrap(), (4, [9; 32]));
+    }
+
+    #[test]
+    fn audit_rows_that_do_not_decode_are_internal_errors() {
+        let short = AuditColumns { hash: vec![9; 31], ..audit_columns() };
+        let tenant = AuditColumns { tenant_id: String::new(), ..audit_columns() };
+        for bad in [short, tenant] {
+            assert!(matches!(bad.entry(), Err(StoreError::Internal { .. })));
+        }
+        assert!(matches!(next_audit_link(Some((3, vec![9; 33]))), Err(StoreError::Internal { .. })));
     }
 }

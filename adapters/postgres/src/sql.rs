@@ -211,6 +211,47 @@ pub const KEY_ROTATE: &str = concat!(
 /// Records a use by id (best effort; nothing when the key is gone).
 pub const KEY_TOUCH: &str = "UPDATE api_keys SET last_used_at = $2 WHERE id = $1";
 
+// ---- audit trail -------------------------------------------------------------------------------
+
+/// The columns every audit statement returns (both drivers read them by name).
+macro_rules! audit_columns {
+    () => {
+        "tenant_id, sequence, at, actor, action, entity_type, entity_id, before, after, hash"
+    };
+}
+
+/// Serialises the appends of tenant `$1` until the transaction ends (an advisory lock, so
+/// it also holds for the tenant's first entry, when there is no row to lock). The key
+/// includes the schema so tenants of different schemas in one database do not wait on each
+/// other (a NULL key would lock nothing, hence the `coalesce`). Run it as its own
+/// statement, before [`AUDIT_LAST`]: at read committed, that statement's snapshot is then
+/// taken after the previous holder committed.
+pub const AUDIT_LOCK: &str = "SELECT pg_advisory_xact_lock(hashtextextended('tracon.audit:' || \
+     coalesce(current_schema(), '') || ':' || $1, 0))";
+
+/// The tenant's last `(sequence, hash)`; no row before its first entry.
+pub const AUDIT_LAST: &str =
+    "SELECT sequence, hash FROM audit_entries WHERE tenant_id = $1 ORDER BY sequence DESC LIMIT 1";
+
+/// `$1` tenant, `$2` sequence … `$10` hash; a taken sequence is a unique violation.
+pub const AUDIT_INSERT: &str = "INSERT INTO audit_entries (tenant_id, sequence, at, actor, action, entity_type, \
+     entity_id, before, after, hash) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+
+/// Newest first. Filters on `$2`…`$7`: entity type, entity id, action, actor, from (`at >=`),
+/// to (`at <`); `$8` skip, `$9` take.
+pub const AUDIT_LIST: &str = concat!(
+    "SELECT ",
+    audit_columns!(),
+    " FROM audit_entries WHERE tenant_id = $1 AND ($2::text IS NULL OR entity_type = $2) \
+     AND ($3::text IS NULL OR entity_id = $3) AND ($4::text IS NULL OR action = $4) \
+     AND ($5::text IS NULL OR actor = $5) AND ($6::timestamptz IS NULL OR at >= $6) \
+     AND ($7::timestamptz IS NULL OR at < $7) ORDER BY sequence DESC OFFSET $8 LIMIT $9"
+);
+
+/// Every entry of the tenant in chain order.
+pub const AUDIT_CHAIN: &str =
+    concat!("SELECT ", audit_columns!(), " FROM audit_entries WHERE tenant_id = $1 ORDER BY sequence");
+
 // ---- schema ------------------------------------------------------------------------------------
 
 /// Whether a schema name is safe to splice into `CREATE SCHEMA` / `SET search_path`
@@ -266,8 +307,17 @@ mod tests {
             KEY_LIST,
             KEY_REVOKE,
             KEY_ROTATE,
+            AUDIT_LAST,
+            AUDIT_LIST,
+            AUDIT_CHAIN,
         ] {
             assert!(s.contains("tenant_id = $1"), "{s}");
         }
+    }
+
+    #[test]
+    fn audit_appends_lock_per_tenant_for_the_transaction_only() {
+        assert!(AUDIT_LOCK.contains("pg_advisory_xact_lock(") && AUDIT_LOCK.contains("|| $1"), "{AUDIT_LOCK}");
+        assert!(AUDIT_INSERT.starts_with("INSERT INTO audit_entries (tenant_id,"), "{AUDIT_INSERT}");
     }
 }

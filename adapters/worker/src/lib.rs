@@ -97,7 +97,14 @@ fn build(env: &Env) -> Result<Router, String> {
     };
     let protection = Arc::new(Protection::from_config(&config).map_err(|e| e.to_string())?);
     let pg = Arc::new(store::WorkerStores { target, protection });
-    let stores = Stores { definitions: pg.clone(), runs: pg.clone(), sessions: pg.clone(), keys: pg, persistent: true };
+    let stores = Stores {
+        definitions: pg.clone(),
+        runs: pg.clone(),
+        sessions: pg.clone(),
+        keys: pg.clone(),
+        audit: pg,
+        persistent: true,
+    };
     let client = reqwest::Client::new();
     let runtime =
         setup::runtime_from_config(&config, platform::platform(), stores, client, &HostDefaults { demo_agent: false })?;

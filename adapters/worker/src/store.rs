@@ -16,6 +16,7 @@ use futures::future::RemoteHandle;
 use send_wrapper::SendWrapper;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row};
+use tracon_core::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
 use tracon_core::definition::AgentDefinition;
 use tracon_core::events::RecordedEvent;
 use tracon_core::keys::{ApiKeyRecord, ApiKeyStore};
@@ -26,9 +27,10 @@ use tracon_core::store::{
 };
 use tracon_core::tools::pipeline::LateCompletion;
 use tracon_postgres::codec::{
-    KeyColumns, REVOKED_KEY_NOT_ROTATABLE, add_stats_row, corrupt, duplicate_event, duplicate_key, enum_parse,
-    enum_text, event_arrays, from_json, input_place, is_retryable_sqlstate, item_arrays, open_event, open_item,
-    scope_texts, status_parse, to_i64, to_json, to_u64, tool_place, unreadable,
+    AuditColumns, KeyColumns, REVOKED_KEY_NOT_ROTATABLE, add_stats_row, corrupt, duplicate_audit_sequence,
+    duplicate_event, duplicate_key, enum_parse, enum_text, event_arrays, from_json, input_place, is_retryable_sqlstate,
+    item_arrays, next_audit_link, open_event, open_item, scope_texts, status_parse, to_i64, to_json, to_u64,
+    tool_place, unreadable,
 };
 use tracon_postgres::protect::Protection;
 use tracon_postgres::sql;
@@ -141,6 +143,22 @@ impl PgTarget {
     async fn with<T>(&self, f: impl AsyncFnOnce(&Client) -> Result<T, StoreError>) -> Result<T, StoreError> {
         let conn = self.open().await?;
         let result = f(&conn.client).await;
+        conn.close().await;
+        result
+    }
+
+    /// Runs `f` in one transaction on a fresh connection, committed when `f` returns `Ok`.
+    /// Otherwise the dropped transaction queues its rollback, and closing the connection
+    /// ends the transaction on the server in any case.
+    async fn in_transaction<T>(&self, f: impl AsyncFnOnce(&Client) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut conn = self.open().await?;
+        let result = async {
+            let tx = conn.client.transaction().await.map_err(map_err)?;
+            let value = f(tx.client()).await?;
+            tx.commit().await.map_err(map_err)?;
+            Ok(value)
+        }
+        .await;
         conn.close().await;
         result
     }
@@ -950,5 +968,92 @@ impl ApiKeyStore for WorkerStores {
     async fn touch(&self, id: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
         send(self.target.with(async |c| c.execute(sql::KEY_TOUCH, &[&id, &at]).await.map_err(map_err).map(|_| ())))
             .await
+    }
+}
+
+// ---- audit trail -------------------------------------------------------------------------------
+
+fn audit_entry(row: &Row) -> Result<AuditEntry, StoreError> {
+    AuditColumns {
+        tenant_id: get(row, "tenant_id")?,
+        sequence: get(row, "sequence")?,
+        at: get(row, "at")?,
+        actor: get(row, "actor")?,
+        action: get(row, "action")?,
+        entity_type: get(row, "entity_type")?,
+        entity_id: get(row, "entity_id")?,
+        before: get(row, "before")?,
+        after: get(row, "after")?,
+        hash: get(row, "hash")?,
+    }
+    .entry()
+}
+
+#[async_trait::async_trait]
+impl AuditStore for WorkerStores {
+    /// One transaction, as on sqlx: the tenant's lock, its last entry, the next one hashed
+    /// here, the insert.
+    async fn append(&self, tenant: &TenantId, new: NewAuditEntry) -> Result<AuditEntry, StoreError> {
+        send(self.target.in_transaction(async |c| {
+            c.execute(sql::AUDIT_LOCK, &[&tenant.as_str()]).await.map_err(map_err)?;
+            let last = match c.query_opt(sql::AUDIT_LAST, &[&tenant.as_str()]).await.map_err(map_err)? {
+                Some(row) => Some((get::<i64>(&row, "sequence")?, get::<Vec<u8>>(&row, "hash")?)),
+                None => None,
+            };
+            let (sequence, previous) = next_audit_link(last)?;
+            let stored = AuditEntry::chained(tenant, sequence, &previous, new);
+            let seq = to_i64(stored.sequence, "audit sequence")?;
+            let hash = stored.hash.as_slice();
+            let params: [&(dyn ToSql + Sync); 10] = [
+                &tenant.as_str(),
+                &seq,
+                &stored.at,
+                &stored.actor,
+                &stored.action,
+                &stored.entity_type,
+                &stored.entity_id,
+                &stored.before,
+                &stored.after,
+                &hash,
+            ];
+            c.execute(sql::AUDIT_INSERT, &params).await.map_err(|e| duplicate_audit_sequence(map_err(e)))?;
+            Ok(stored)
+        }))
+        .await
+    }
+
+    async fn list(
+        &self,
+        tenant: &TenantId,
+        filter: &AuditFilter,
+        skip: usize,
+        take: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        let skip = i64::try_from(skip).unwrap_or(i64::MAX);
+        let take = i64::try_from(take).unwrap_or(i64::MAX);
+        send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 9] = [
+                &tenant.as_str(),
+                &filter.entity_type,
+                &filter.entity_id,
+                &filter.action,
+                &filter.actor,
+                &filter.from,
+                &filter.to,
+                &skip,
+                &take,
+            ];
+            let rows = c.query(sql::AUDIT_LIST, &params).await.map_err(map_err)?;
+            rows.iter().map(audit_entry).collect()
+        }))
+        .await
+    }
+
+    async fn chain(&self, tenant: &TenantId) -> Result<Vec<AuditEntry>, StoreError> {
+        send(self.target.with(async |c| {
+            let rows = c.query(sql::AUDIT_CHAIN, &[&tenant.as_str()]).await.map_err(map_err)?;
+            rows.iter().map(audit_entry).collect()
+        }))
+        .await
     }
 }

@@ -20,6 +20,7 @@ use super::{
     CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, SessionWrite, StoreError, Stores,
     ToolCallRecord,
 };
+use crate::audit::{AuditFilter, ChainStatus, NewAuditEntry};
 use crate::definition::AgentDefinition;
 use crate::events::{RecordedEvent, RunEvent};
 use crate::failure::{ErrorClass, RunFailure};
@@ -675,6 +676,62 @@ pub async fn api_keys_are_isolated_between_tenants(s: Stores) {
     assert!(s.keys.get(&b(), &theirs.id).await.unwrap().unwrap().is_active(t0()), "untouched by tenant a");
 }
 
+fn audit_entry(action: &str, entity: &str, at: DateTime<Utc>) -> NewAuditEntry {
+    NewAuditEntry::new(
+        at,
+        "key:0123456789ab",
+        action,
+        ("agent", entity),
+        Some(&serde_json::json!({"name": entity, "apiKey": "must-not-be-stored", "version": 1})),
+        Some(&serde_json::json!({"name": entity, "instructions": "Ünïcode \"quoted\" text", "version": 2})),
+    )
+}
+
+pub async fn audit_entries_chain_per_tenant_and_read_back_verifiable(s: Stores) {
+    for i in 0..3 {
+        s.audit.append(&a(), audit_entry("agent.update", "support", t0() + Duration::seconds(i))).await.unwrap();
+    }
+    let first_b = s.audit.append(&b(), audit_entry("agent.create", "other", t0())).await.unwrap();
+    assert_eq!(first_b.sequence, 1, "numbering is per tenant");
+    let chain = s.audit.chain(&a()).await.unwrap();
+    assert_eq!(chain.iter().map(|e| e.sequence).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(crate::audit::verify(&chain).status, ChainStatus::Valid, "read back, the chain still verifies");
+    assert!(chain.iter().all(|e| !e.before.as_deref().unwrap_or_default().contains("must-not-be-stored")));
+    assert_eq!(chain[0].at, (t0()), "microsecond times round-trip");
+    // Newest first, filtered, paged, only the tenant's.
+    s.audit.append(&a(), audit_entry("agent.delete", "billing", t0() + Duration::seconds(9))).await.unwrap();
+    let listed = s.audit.list(&a(), &AuditFilter::default(), 0, 10).await.unwrap();
+    assert_eq!(listed.iter().map(|e| e.sequence).collect::<Vec<_>>(), [4, 3, 2, 1]);
+    let only = AuditFilter { entity_id: Some("support".into()), ..AuditFilter::default() };
+    assert_eq!(s.audit.list(&a(), &only, 1, 1).await.unwrap()[0].sequence, 2);
+    let deletes = AuditFilter { action: Some("agent.delete".into()), ..AuditFilter::default() };
+    assert_eq!(s.audit.list(&a(), &deletes, 0, 10).await.unwrap().len(), 1);
+    let window = AuditFilter {
+        from: Some(t0() + Duration::seconds(1)),
+        to: Some(t0() + Duration::seconds(2)),
+        ..AuditFilter::default()
+    };
+    assert_eq!(s.audit.list(&a(), &window, 0, 10).await.unwrap().iter().map(|e| e.sequence).collect::<Vec<_>>(), [2]);
+    assert!(s.audit.list(&b(), &only, 0, 10).await.unwrap().is_empty());
+}
+
+pub async fn concurrent_audit_appends_never_share_or_skip_a_number(s: Stores) {
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let store = s.audit.clone();
+            tokio::spawn(async move {
+                store.append(&a(), audit_entry("agent.update", &format!("a{i}"), t0())).await.unwrap()
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let chain = s.audit.chain(&a()).await.unwrap();
+    assert_eq!(chain.iter().map(|e| e.sequence).collect::<Vec<_>>(), (1..=16).collect::<Vec<u64>>());
+    assert_eq!(crate::audit::verify(&chain).status, ChainStatus::Valid);
+}
+
 /// One `#[tokio::test]` per contract check, for stores made by `$make` (an expression
 /// evaluating to a future of a fresh [`Stores`]).
 #[macro_export]
@@ -703,6 +760,8 @@ macro_rules! store_contract_tests {
             api_keys_are_stored_as_hashes_and_found_by_id,
             api_keys_revoke_once_rotate_and_record_use,
             api_keys_are_isolated_between_tenants,
+            audit_entries_chain_per_tenant_and_read_back_verifiable,
+            concurrent_audit_appends_never_share_or_skip_a_number,
         );
     };
     (@tests $make:expr; $($check:ident),* $(,)?) => {

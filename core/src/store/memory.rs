@@ -11,6 +11,7 @@ use super::{
     SessionItem, SessionParent, SessionRecord, SessionStore, SessionWrite, StoreError, StoredDefinition,
     ToolCallRecord,
 };
+use crate::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
 use crate::definition::AgentDefinition;
 use crate::events::RecordedEvent;
 use crate::keys::{ApiKeyRecord, ApiKeyStore};
@@ -524,5 +525,48 @@ impl ApiKeyStore for MemoryApiKeyStore {
             key.last_used_at = Some(at);
         }
         Ok(())
+    }
+}
+
+// ---- audit trail ----------------------------------------------------------------------------
+
+/// Each tenant's chain, in sequence order.
+#[derive(Default)]
+pub struct MemoryAuditStore {
+    chains: Mutex<HashMap<TenantId, Vec<AuditEntry>>>,
+}
+
+impl MemoryAuditStore {
+    /// Test support: edits or removes entries behind the chain's back.
+    pub fn tamper(&self, tenant: &TenantId, f: impl FnOnce(&mut Vec<AuditEntry>)) {
+        f(lock(&self.chains).entry(tenant.clone()).or_default());
+    }
+}
+
+#[async_trait::async_trait]
+impl AuditStore for MemoryAuditStore {
+    async fn append(&self, tenant: &TenantId, entry: NewAuditEntry) -> Result<AuditEntry, StoreError> {
+        let mut chains = lock(&self.chains);
+        let chain = chains.entry(tenant.clone()).or_default();
+        let (sequence, previous) = chain.last().map_or((1, [0; 32]), |e| (e.sequence + 1, e.hash));
+        let stored = AuditEntry::chained(tenant, sequence, &previous, entry);
+        chain.push(stored.clone());
+        Ok(stored)
+    }
+
+    async fn list(
+        &self,
+        tenant: &TenantId,
+        filter: &AuditFilter,
+        skip: usize,
+        take: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        let chains = lock(&self.chains);
+        let chain = chains.get(tenant).map(Vec::as_slice).unwrap_or_default();
+        Ok(chain.iter().rev().filter(|e| filter.matches(e)).skip(skip).take(take).cloned().collect())
+    }
+
+    async fn chain(&self, tenant: &TenantId) -> Result<Vec<AuditEntry>, StoreError> {
+        Ok(lock(&self.chains).get(tenant).cloned().unwrap_or_default())
     }
 }

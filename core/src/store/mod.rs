@@ -452,6 +452,7 @@ pub struct Stores {
     pub runs: Arc<dyn RunStore>,
     pub sessions: Arc<dyn SessionStore>,
     pub keys: Arc<dyn crate::keys::ApiKeyStore>,
+    pub audit: Arc<dyn crate::audit::AuditStore>,
     /// Whether the stores survive a restart.
     pub persistent: bool,
 }
@@ -463,6 +464,7 @@ impl Stores {
             runs: Arc::new(memory::MemoryRunStore::default()),
             sessions: Arc::new(memory::MemorySessionStore::default()),
             keys: Arc::new(memory::MemoryApiKeyStore::default()),
+            audit: Arc::new(memory::MemoryAuditStore::default()),
             persistent: false,
         }
     }

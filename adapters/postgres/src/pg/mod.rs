@@ -6,6 +6,7 @@
 //! lock, so concurrent starters serialise, and fails loudly when an applied migration was
 //! edited. Errors are mapped by SQLSTATE, never by message text.
 
+mod audit;
 mod definitions;
 mod keys;
 mod runs;
@@ -23,6 +24,7 @@ use tracon_core::store::{StoreError, Stores};
 use crate::protect::Protection;
 use crate::sql::is_schema_name;
 
+pub use audit::PgAuditStore;
 pub use definitions::PgDefinitionStore;
 pub use keys::PgApiKeyStore;
 pub use runs::PgRunStore;
@@ -245,7 +247,8 @@ pub fn stores_on(pool: PgPool, protection: Protection) -> Stores {
         definitions: Arc::new(PgDefinitionStore::new(pool.clone())),
         runs: Arc::new(PgRunStore::new(pool.clone(), protection.clone())),
         sessions: Arc::new(PgSessionStore::new(pool.clone(), protection)),
-        keys: Arc::new(PgApiKeyStore::new(pool)),
+        keys: Arc::new(PgApiKeyStore::new(pool.clone())),
+        audit: Arc::new(PgAuditStore::new(pool)),
         persistent: true,
     }
 }
@@ -302,9 +305,10 @@ mod tests {
     use super::MIGRATOR;
 
     #[test]
-    fn embedded_migrations_are_numbered_without_gaps_and_include_api_keys() {
+    fn embedded_migrations_are_numbered_without_gaps_and_include_api_keys_and_audit() {
         let versions: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
         assert_eq!(versions, (1..=versions.len() as i64).collect::<Vec<_>>());
         assert!(MIGRATOR.iter().any(|m| m.version == 2 && m.description == "api keys"), "{versions:?}");
+        assert!(MIGRATOR.iter().any(|m| m.version == 3 && m.description == "audit"), "{versions:?}");
     }
 }
