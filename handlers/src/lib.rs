@@ -17,6 +17,7 @@ pub mod extract;
 pub mod keys;
 pub mod meta;
 pub mod openapi;
+pub mod ownership;
 pub mod ratelimit;
 pub mod run;
 pub mod runs;

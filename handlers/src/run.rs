@@ -110,6 +110,13 @@ pub async fn run(
     if !is_allowed(state.runtime.run_authorizer.as_ref(), &caller, &tenant, start).await {
         return Err(ApiError::forbidden("run_denied", "The authorization policy does not allow this run."));
     }
+    let ownership = state.http.session_ownership;
+    if ownership.enabled
+        && let Some(id) = &session_id
+    {
+        let existing = state.runtime.stores.sessions.get(&tenant, id.as_str()).await?;
+        ownership.may_run(user_id(&state, &tenant, &caller, &headers).as_deref(), existing.as_ref())?;
+    }
     let now = state.runtime.platform.clock.now();
     if let Some(over) =
         state.runtime.quotas.check(state.runtime.stores.runs.as_ref(), &tenant, name.as_str(), now).await?
@@ -178,6 +185,15 @@ pub(crate) fn attribute(
         }
     };
     attribution::check(raw).map_err(|e| ApiError::bad_request("invalid_labels", e.0))
+}
+
+/// The caller's user id as the attribution port names it (labels are not checked here: this
+/// is for session ownership, not for recording a run).
+pub(crate) fn user_id(state: &AppState, tenant: &TenantId, caller: &Caller, headers: &HeaderMap) -> Option<String> {
+    let headers: Vec<(String, String)> =
+        headers.iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned()))).collect();
+    let request = AttributionRequest { tenant, caller, headers: &headers };
+    state.runtime.attribution.attribute(&request).ok().and_then(|a| a.user_id).filter(|u| !u.is_empty())
 }
 
 /// Every value travels as a string; numbers and booleans are accepted in their JSON text.

@@ -20,6 +20,7 @@ use utoipa::ToSchema;
 
 use crate::error::{ApiError, ApiResult, ProblemDetails};
 use crate::extract::{ApiJson, Paging, Tenant};
+use crate::ownership::Use;
 use crate::state::AppState;
 
 /// A session with its conversation.
@@ -45,6 +46,23 @@ async fn allowed(state: &AppState, caller: &Caller, tenant: &TenantId, action: R
     }
 }
 
+/// Session ownership: another user's session answers exactly as a missing one.
+fn owned(
+    state: &AppState,
+    tenant: &TenantId,
+    caller: &Caller,
+    headers: &HeaderMap,
+    session: &SessionRecord,
+    what: Use,
+) -> ApiResult<()> {
+    let ownership = &state.http.session_ownership;
+    if !ownership.enabled {
+        return Ok(());
+    }
+    let user = crate::run::user_id(state, tenant, caller, headers);
+    if ownership.may(caller, user.as_deref(), session, what) { Ok(()) } else { Err(session_not_found()) }
+}
+
 fn session_id(raw: &str) -> ApiResult<SessionId> {
     // An id that cannot exist answers like a missing one.
     SessionId::parse(raw).map_err(|_| session_not_found())
@@ -59,12 +77,29 @@ pub async fn list(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
     paging: Paging,
 ) -> ApiResult<Json<Vec<SessionRecord>>> {
     if !is_allowed(state.runtime.run_authorizer.as_ref(), &caller, &tenant, RunAction::ListSessions).await {
         return Err(crate::runs::list_denied());
     }
-    Ok(Json(state.runtime.stores.sessions.list(&tenant, paging.skip, paging.take).await?))
+    Ok(Json(
+        state
+            .runtime
+            .stores
+            .sessions
+            .list(
+                &tenant,
+                state
+                    .http
+                    .session_ownership
+                    .list_owner(&caller, crate::run::user_id(&state, &tenant, &caller, &headers).as_deref())
+                    .as_deref(),
+                paging.skip,
+                paging.take,
+            )
+            .await?,
+    ))
 }
 
 /// Read a session and its messages.
@@ -76,11 +111,13 @@ pub async fn get(
     Tenant(tenant): Tenant,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> ApiResult<Json<SessionView>> {
     let (tenant, id) = (tenant, session_id(&id)?);
     allowed(&state, &caller, &tenant, RunAction::ReadSession { session: id.as_str() }).await?;
     let sessions = &state.runtime.stores.sessions;
     let session = sessions.get(&tenant, id.as_str()).await?.ok_or_else(session_not_found)?;
+    owned(&state, &tenant, &caller, &headers, &session, Use::Read)?;
     let messages = sessions.items(&tenant, id.as_str()).await?;
     Ok(Json(SessionView { session, messages }))
 }
@@ -94,9 +131,14 @@ pub async fn delete(
     Tenant(tenant): Tenant,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> ApiResult<StatusCode> {
     let id = session_id(&id)?;
     allowed(&state, &caller, &tenant, RunAction::DeleteSession { session: id.as_str() }).await?;
+    if state.http.session_ownership.enabled {
+        let session = state.runtime.stores.sessions.get(&tenant, id.as_str()).await?.ok_or_else(session_not_found)?;
+        owned(&state, &tenant, &caller, &headers, &session, Use::Delete)?;
+    }
     if state.runtime.stores.sessions.delete(&tenant, id.as_str()).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -137,6 +179,7 @@ pub async fn branch(
     let owner = crate::run::attribute(&state, &tenant, &caller, &headers)?.user_id;
     let sessions = &state.runtime.stores.sessions;
     let parent = sessions.get(&tenant, source.as_str()).await?.ok_or_else(session_not_found)?;
+    owned(&state, &tenant, &caller, &headers, &parent, Use::Branch)?;
     if body.sequence >= parent.item_count {
         return Err(ApiError::bad_request(
             "invalid_sequence",

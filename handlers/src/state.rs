@@ -50,6 +50,8 @@ pub struct HttpSettings {
     pub rate_limit: Option<crate::ratelimit::RateLimitSettings>,
     /// How a request's tenant is resolved (single tenant by default).
     pub tenancy: crate::tenancy::TenancySettings,
+    /// Session ownership (off by default).
+    pub session_ownership: crate::ownership::SessionOwnership,
 }
 
 impl std::fmt::Debug for HttpSettings {
@@ -99,6 +101,7 @@ impl HttpSettings {
             key_cache_ttl: config.seconds("Tracon:ApiKeys:CacheSeconds")?.unwrap_or(d.key_cache_ttl),
             rate_limit: crate::ratelimit::RateLimitSettings::from_config(config)?,
             tenancy: crate::tenancy::TenancySettings::from_config(config)?,
+            session_ownership: crate::ownership::SessionOwnership::from_config(config)?,
         })
     }
 
@@ -134,6 +137,7 @@ impl Default for HttpSettings {
             key_cache_ttl: Duration::from_secs(5),
             rate_limit: None,
             tenancy: crate::tenancy::TenancySettings::default(),
+            session_ownership: crate::ownership::SessionOwnership::default(),
         }
     }
 }

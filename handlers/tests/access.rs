@@ -645,3 +645,171 @@ async fn a_key_outranks_the_tenant_header_which_is_read_only_when_switched_on() 
     let header_without_tenancy = Config::from_pairs([("Tracon__Tenancy__AllowHeader", "true")]);
     assert!(TenancySettings::from_config(&header_without_tenancy).is_err());
 }
+
+/// The host's identity layer, as the test sees it: the user is the `x-test-user` header.
+struct TestUsers;
+
+impl tracon_core::attribution::RunAttribution for TestUsers {
+    fn attribute(
+        &self,
+        request: &tracon_core::attribution::AttributionRequest<'_>,
+    ) -> Result<tracon_core::attribution::Attribution, String> {
+        let user = request.headers.iter().find(|(k, _)| k == "x-test-user").map(|(_, v)| v.clone());
+        Ok(tracon_core::attribution::Attribution { user_id: user, ..Default::default() })
+    }
+}
+
+async fn as_user(
+    app: &Router,
+    method: Method,
+    path: &str,
+    key: &str,
+    user: Option<&str>,
+    body: Option<Value>,
+) -> (StatusCode, Vec<u8>) {
+    let mut b = Request::builder()
+        .method(method)
+        .uri(path)
+        .extension(PeerAddr(SocketAddr::from(([203, 0, 113, 9], 40000))))
+        .header(header::AUTHORIZATION, format!("Bearer {key}"));
+    if let Some(u) = user {
+        b = b.header("x-test-user", u);
+    }
+    let body = match body {
+        Some(v) => {
+            b = b.header(header::CONTENT_TYPE, "application/json");
+            Body::from(v.to_string())
+        }
+        None => Body::empty(),
+    };
+    let res = app.clone().oneshot(b.body(body).unwrap()).await.unwrap();
+    let status = res.status();
+    (status, res.into_body().collect().await.unwrap().to_bytes().to_vec())
+}
+
+fn ids(body: &[u8]) -> Vec<String> {
+    let v: Value = serde_json::from_slice(body).unwrap();
+    v.as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap().to_owned()).collect()
+}
+
+fn error_type(body: &[u8]) -> String {
+    serde_json::from_slice::<Value>(body).unwrap()["errorType"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test]
+async fn with_session_ownership_a_user_reaches_only_their_own_sessions() {
+    use tracon_handlers::ownership::SessionOwnership;
+    let script = ScriptedProvider::from_fn("script", |_| ScriptedTurn::text("Hi."));
+    let runtime = RuntimeBuilder::new(tokio_rt::platform())
+        .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
+        .add_agent(AgentDefinition::new("chat", "script", "m").with_instructions("Hi."))
+        .attribution(Arc::new(TestUsers))
+        .build()
+        .unwrap();
+    let ownership = SessionOwnership { enabled: true, refuse_unowned: false, require_authenticated_owner: true };
+    let http = HttpSettings { session_ownership: ownership, ..HttpSettings::with_token(TOKEN) };
+    let state = AppState::new(Arc::new(runtime), http);
+    let app = tracon_handlers::router(state.clone());
+    let key = key_in(&state, "default", &[Scope::RunsWrite, Scope::SessionsRead, Scope::SessionsWrite], None).await;
+    let run = |session: &str| json!({"message": "hi", "sessionId": session});
+
+    // Opening sessions: u1's and u2's; without an identity none is opened, sessionless runs go on.
+    assert_eq!(
+        as_user(&app, Method::POST, "/api/agents/chat/run", &key, Some("u1"), Some(run("s1"))).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        as_user(&app, Method::POST, "/api/agents/chat/run", &key, Some("u2"), Some(run("s2"))).await.0,
+        StatusCode::OK
+    );
+    let (status, body) = as_user(&app, Method::POST, "/api/agents/chat/run", &key, None, Some(run("s3"))).await;
+    assert_eq!((status, error_type(&body).as_str()), (StatusCode::FORBIDDEN, "session_owner_required"));
+    let sessionless = json!({"message": "hi"});
+    assert_eq!(
+        as_user(&app, Method::POST, "/api/agents/chat/run", &key, None, Some(sessionless)).await.0,
+        StatusCode::OK
+    );
+
+    // The list narrows to the caller; the manager (the static token) sees all.
+    assert_eq!(ids(&as_user(&app, Method::GET, "/api/sessions", &key, Some("u1"), None).await.1), ["s1"]);
+    assert_eq!(ids(&as_user(&app, Method::GET, "/api/sessions?take=1", &key, Some("u2"), None).await.1), ["s2"]);
+    assert!(ids(&as_user(&app, Method::GET, "/api/sessions", &key, None, None).await.1).is_empty());
+    assert_eq!(ids(&as_user(&app, Method::GET, "/api/sessions", TOKEN, None, None).await.1).len(), 2);
+
+    // Another user's session answers byte for byte as a missing one; running in it is 403.
+    for (method, tail, body) in
+        [(Method::GET, "", None), (Method::POST, "/branch", Some(json!({"sequence": 0}))), (Method::DELETE, "", None)]
+    {
+        let theirs =
+            as_user(&app, method.clone(), &format!("/api/sessions/s1{tail}"), &key, Some("u2"), body.clone()).await;
+        let missing = as_user(&app, method.clone(), &format!("/api/sessions/nope{tail}"), &key, Some("u2"), body).await;
+        assert_eq!(theirs.0, StatusCode::NOT_FOUND, "{method} {tail}");
+        assert_eq!(theirs, missing, "{method} {tail}");
+    }
+    let (status, body) = as_user(&app, Method::POST, "/api/agents/chat/run", &key, Some("u2"), Some(run("s1"))).await;
+    assert_eq!((status, error_type(&body).as_str()), (StatusCode::FORBIDDEN, "session_forbidden"));
+    let (status, body) =
+        as_user(&app, Method::POST, "/api/agents/chat/run", TOKEN, Some("admin"), Some(run("s1"))).await;
+    assert_eq!(
+        (status, error_type(&body).as_str()),
+        (StatusCode::FORBIDDEN, "session_forbidden"),
+        "managing is reading, never appending"
+    );
+    assert_eq!(
+        as_user(&app, Method::GET, "/api/sessions/s1", TOKEN, None, None).await.0,
+        StatusCode::OK,
+        "the manager reads"
+    );
+    assert_eq!(as_user(&app, Method::GET, "/api/sessions/s1", &key, Some("u1"), None).await.0, StatusCode::OK);
+    assert_eq!(
+        as_user(&app, Method::POST, "/api/agents/chat/run", &key, Some("u1"), Some(run("s1"))).await.0,
+        StatusCode::OK
+    );
+    // A branch of your own session is yours.
+    let (status, body) = as_user(
+        &app,
+        Method::POST,
+        "/api/sessions/s1/branch",
+        &key,
+        Some("u1"),
+        Some(json!({"sequence": 0, "sessionId": "s1b"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(ids(&as_user(&app, Method::GET, "/api/sessions", &key, Some("u1"), None).await.1).len(), 2);
+}
+
+#[tokio::test]
+async fn refusing_unowned_sessions_leaves_the_manager_reading_and_new_sessions_opening() {
+    use tracon_handlers::ownership::SessionOwnership;
+    let script = ScriptedProvider::from_fn("script", |_| ScriptedTurn::text("Hi."));
+    let runtime = RuntimeBuilder::new(tokio_rt::platform())
+        .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
+        .add_agent(AgentDefinition::new("chat", "script", "m").with_instructions("Hi."))
+        .attribution(Arc::new(TestUsers))
+        .build()
+        .unwrap();
+    let runtime = Arc::new(runtime);
+    // Before ownership: a session opened without a user.
+    let before = tracon_handlers::router(AppState::new(runtime.clone(), HttpSettings::with_token(TOKEN)));
+    let run = |session: &str| json!({"message": "hi", "sessionId": session});
+    assert_eq!(
+        as_user(&before, Method::POST, "/api/agents/chat/run", TOKEN, None, Some(run("old"))).await.0,
+        StatusCode::OK
+    );
+
+    let strict = SessionOwnership { enabled: true, refuse_unowned: true, require_authenticated_owner: true };
+    let state = AppState::new(runtime, HttpSettings { session_ownership: strict, ..HttpSettings::with_token(TOKEN) });
+    let app = tracon_handlers::router(state.clone());
+    let key = key_in(&state, "default", &[Scope::RunsWrite, Scope::SessionsRead], None).await;
+    let unowned = as_user(&app, Method::GET, "/api/sessions/old", &key, Some("u1"), None).await;
+    assert_eq!(unowned, as_user(&app, Method::GET, "/api/sessions/none", &key, Some("u1"), None).await);
+    assert_eq!(unowned.0, StatusCode::NOT_FOUND);
+    assert_eq!(as_user(&app, Method::GET, "/api/sessions/old", TOKEN, None, None).await.0, StatusCode::OK);
+    let (status, body) = as_user(&app, Method::POST, "/api/agents/chat/run", &key, Some("u1"), Some(run("old"))).await;
+    assert_eq!((status, error_type(&body).as_str()), (StatusCode::FORBIDDEN, "session_owner_required"));
+    assert_eq!(
+        as_user(&app, Method::POST, "/api/agents/chat/run", &key, Some("u1"), Some(run("new"))).await.0,
+        StatusCode::OK
+    );
+}

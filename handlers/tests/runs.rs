@@ -792,7 +792,7 @@ impl SessionStore for Broken {
     async fn items(&self, _: &TenantId, _: &str) -> Result<Vec<SessionItem>, StoreError> {
         Ok(Vec::new())
     }
-    async fn list(&self, _: &TenantId, _: usize, _: usize) -> Result<Vec<SessionRecord>, StoreError> {
+    async fn list(&self, _: &TenantId, _: Option<&str>, _: usize, _: usize) -> Result<Vec<SessionRecord>, StoreError> {
         Ok(Vec::new())
     }
     async fn try_create(&self, _: &TenantId, _: &str, _: &SessionWrite) -> Result<SessionRecord, StoreError> {

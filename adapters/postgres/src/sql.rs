@@ -140,9 +140,11 @@ pub const SESSION_GET: &str = "SELECT id, agent_name, version, item_count, creat
 pub const SESSION_ITEMS: &str = "SELECT sequence, run_id, created_at, content FROM session_items \
      WHERE tenant_id = $1 AND session_id = $2 ORDER BY sequence";
 
+/// `$2`: the owner to narrow to (before paging), or NULL for every session of the tenant.
 pub const SESSION_LIST: &str = "SELECT id, agent_name, version, item_count, created_at, updated_at, owner_user_id, \
      parent_session_id, parent_sequence FROM sessions WHERE tenant_id = $1 \
-     ORDER BY updated_at DESC, id OFFSET $2 LIMIT $3";
+     AND ($2::text IS NULL OR owner_user_id = $2) \
+     ORDER BY updated_at DESC, id OFFSET $3 LIMIT $4";
 
 /// A new session (generation 1, or a branch with its parent) and its items in one
 /// statement; an existing id is a unique violation. `$10`/`$11`: item sequences and

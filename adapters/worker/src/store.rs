@@ -772,10 +772,16 @@ impl SessionStore for WorkerStores {
         .await
     }
 
-    async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<SessionRecord>, StoreError> {
+    async fn list(
+        &self,
+        tenant: &TenantId,
+        owner: Option<&str>,
+        skip: usize,
+        take: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
         send(self.target.with(async |c| {
             let rows = c
-                .query(sql::SESSION_LIST, &[&tenant.as_str(), &(skip as i64), &(take as i64)])
+                .query(sql::SESSION_LIST, &[&tenant.as_str(), &owner, &(skip as i64), &(take as i64)])
                 .await
                 .map_err(map_err)?;
             rows.iter().map(session_record).collect()

@@ -555,14 +555,32 @@ pub async fn sessions_list_newest_first_and_delete(s: Stores) {
     for (i, id) in ["old", "mid", "new"].iter().enumerate() {
         ss.try_create(&a(), id, &write(vec![Message::user("x")], t0() + Duration::seconds(i as i64))).await.unwrap();
     }
-    let ids: Vec<String> = ss.list(&a(), 0, 10).await.unwrap().into_iter().map(|x| x.id).collect();
+    let ids: Vec<String> = ss.list(&a(), None, 0, 10).await.unwrap().into_iter().map(|x| x.id).collect();
     assert_eq!(ids, vec!["new", "mid", "old"]);
-    let page: Vec<String> = ss.list(&a(), 1, 1).await.unwrap().into_iter().map(|x| x.id).collect();
+    let page: Vec<String> = ss.list(&a(), None, 1, 1).await.unwrap().into_iter().map(|x| x.id).collect();
     assert_eq!(page, vec!["mid"]);
     assert!(ss.delete(&a(), "mid").await.unwrap());
     assert!(!ss.delete(&a(), "mid").await.unwrap());
     assert!(ss.get(&a(), "mid").await.unwrap().is_none());
     assert!(ss.items(&a(), "mid").await.unwrap().is_empty());
+}
+
+pub async fn sessions_list_narrows_to_an_owner_before_paging(s: Stores) {
+    let ss = &s.sessions;
+    for (i, (id, owner)) in
+        [("u1-old", Some("u1")), ("u2", Some("u2")), ("unowned", None), ("u1-new", Some("u1"))].into_iter().enumerate()
+    {
+        let w = SessionWrite {
+            owner_user_id: owner.map(str::to_owned),
+            ..write(vec![Message::user("x")], t0() + Duration::seconds(i as i64))
+        };
+        ss.try_create(&a(), id, &w).await.unwrap();
+    }
+    let ids = |v: Vec<crate::store::SessionRecord>| v.into_iter().map(|x| x.id).collect::<Vec<_>>();
+    assert_eq!(ids(ss.list(&a(), Some("u1"), 0, 10).await.unwrap()), ["u1-new", "u1-old"]);
+    assert_eq!(ids(ss.list(&a(), Some("u1"), 1, 1).await.unwrap()), ["u1-old"], "narrowed before paging");
+    assert_eq!(ss.list(&a(), None, 0, 10).await.unwrap().len(), 4, "the unfiltered listing has the unowned row");
+    assert!(ss.list(&b(), Some("u1"), 0, 10).await.unwrap().is_empty());
 }
 
 pub async fn branching_copies_items_and_leaves_the_parent_alone(s: Stores) {
@@ -594,7 +612,7 @@ pub async fn sessions_are_isolated_between_tenants(s: Stores) {
         ss.try_create(&mine, "private", &write(vec![Message::user("secret")], t0())).await.unwrap();
         assert!(ss.get(&other, "private").await.unwrap().is_none());
         assert!(ss.items(&other, "private").await.unwrap().is_empty());
-        assert!(ss.list(&other, 0, 100).await.unwrap().iter().all(|x| x.id != "private"));
+        assert!(ss.list(&other, None, 0, 100).await.unwrap().iter().all(|x| x.id != "private"));
         assert!(not_found(ss.try_append(&other, "private", 1, &write(vec![Message::user("x")], t0())).await));
         assert!(!ss.delete(&other, "private").await.unwrap());
         assert!(not_found(ss.branch(&other, "private", 0, "stolen", None, t0()).await));
@@ -755,6 +773,7 @@ macro_rules! store_contract_tests {
             sessions_create_once_and_append_against_the_generation_read,
             concurrent_saves_of_one_generation_let_exactly_one_through,
             sessions_list_newest_first_and_delete,
+            sessions_list_narrows_to_an_owner_before_paging,
             branching_copies_items_and_leaves_the_parent_alone,
             sessions_are_isolated_between_tenants,
             api_keys_are_stored_as_hashes_and_found_by_id,

@@ -365,10 +365,19 @@ impl SessionStore for MemorySessionStore {
         Ok(lock(&self.rows).get(&(tenant.clone(), id.to_owned())).map(|(_, i)| i.clone()).unwrap_or_default())
     }
 
-    async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<SessionRecord>, StoreError> {
+    async fn list(
+        &self,
+        tenant: &TenantId,
+        owner: Option<&str>,
+        skip: usize,
+        take: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
         let rows = lock(&self.rows);
-        let mut list: Vec<&SessionRecord> =
-            rows.iter().filter(|((t, _), _)| t == tenant).map(|(_, (r, _))| r).collect();
+        let mut list: Vec<&SessionRecord> = rows
+            .iter()
+            .filter(|((t, _), (r, _))| t == tenant && owner.is_none_or(|o| r.owner_user_id.as_deref() == Some(o)))
+            .map(|(_, (r, _))| r)
+            .collect();
         list.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then_with(|| a.id.cmp(&b.id)));
         Ok(list.into_iter().skip(skip).take(take).cloned().collect())
     }

@@ -415,8 +415,15 @@ pub trait SessionStore: Send + Sync {
     async fn get(&self, tenant: &TenantId, id: &str) -> Result<Option<SessionRecord>, StoreError>;
     /// Every item, in sequence order.
     async fn items(&self, tenant: &TenantId, id: &str) -> Result<Vec<SessionItem>, StoreError>;
-    /// Newest update first.
-    async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<SessionRecord>, StoreError>;
+    /// Newest update first. `owner` narrows the list to that user's sessions, before paging
+    /// (session ownership); `None` lists every session of the tenant.
+    async fn list(
+        &self,
+        tenant: &TenantId,
+        owner: Option<&str>,
+        skip: usize,
+        take: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError>;
     /// First save. `Conflict` when the id already exists.
     async fn try_create(&self, tenant: &TenantId, id: &str, write: &SessionWrite) -> Result<SessionRecord, StoreError>;
     /// A later save: appends the items only if the generation is still `expected_version`;

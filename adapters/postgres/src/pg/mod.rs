@@ -305,10 +305,11 @@ mod tests {
     use super::MIGRATOR;
 
     #[test]
-    fn embedded_migrations_are_numbered_without_gaps_and_include_api_keys_and_audit() {
+    fn embedded_migrations_are_numbered_without_gaps_and_include_every_step() {
         let versions: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
         assert_eq!(versions, (1..=versions.len() as i64).collect::<Vec<_>>());
         assert!(MIGRATOR.iter().any(|m| m.version == 2 && m.description == "api keys"), "{versions:?}");
         assert!(MIGRATOR.iter().any(|m| m.version == 3 && m.description == "audit"), "{versions:?}");
+        assert!(MIGRATOR.iter().any(|m| m.version == 4 && m.description == "session owner index"), "{versions:?}");
     }
 }

@@ -125,9 +125,16 @@ impl SessionStore for PgSessionStore {
             .collect()
     }
 
-    async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<SessionRecord>, StoreError> {
+    async fn list(
+        &self,
+        tenant: &TenantId,
+        owner: Option<&str>,
+        skip: usize,
+        take: usize,
+    ) -> Result<Vec<SessionRecord>, StoreError> {
         let rows = sqlx::query(sql::SESSION_LIST)
             .bind(tenant.as_str())
+            .bind(owner)
             .bind(skip as i64)
             .bind(take as i64)
             .fetch_all(&self.pool)
