@@ -15,9 +15,15 @@ use sha2::{Digest, Sha256};
 use crate::names::TenantId;
 use crate::store::StoreError;
 
-/// Field names whose values never enter the trail (case-insensitive). The plural `tokens`
-/// (a usage count) is kept.
+/// A field whose name contains one of these (case-insensitive, `_` and `-` ignored:
+/// `api_key`, `clientSecret`, `accessToken`) never enters the trail. A name containing
+/// `tokens` (a usage count: `maxTokens`) is kept.
 pub const MASKED_FIELDS: [&str; 5] = ["apikey", "authorization", "password", "secret", "token"];
+
+fn is_secret_field(name: &str) -> bool {
+    let n: String = name.chars().filter(|c| *c != '_' && *c != '-').flat_map(char::to_lowercase).collect();
+    !n.contains("tokens") && MASKED_FIELDS.iter().any(|m| n.contains(m))
+}
 
 /// What replaces a masked value.
 pub const MASK: &str = "***";
@@ -179,7 +185,7 @@ pub fn masked(v: &Value) -> Value {
         Value::Object(map) => Value::Object(
             map.iter()
                 .map(|(k, v)| {
-                    let secret = MASKED_FIELDS.iter().any(|m| k.eq_ignore_ascii_case(m));
+                    let secret = is_secret_field(k);
                     (k.clone(), if secret { Value::String(MASK.into()) } else { masked(v) })
                 })
                 .collect(),
@@ -310,12 +316,14 @@ mod tests {
     #[test]
     fn secrets_are_masked_at_any_depth_and_tokens_counts_are_kept() {
         let v = json!({"name": "x", "apiKey": "k", "nested": [{"Authorization": "Bearer y", "password": "p"}],
-            "headers": {"secret": "s", "token": "t", "tokens": 42}});
+            "headers": {"secret": "s", "token": "t", "tokens": 42},
+            "providerSettings": {"api_key": "sk", "clientSecret": "c", "accessToken": "a", "maxTokens": 9}});
         let m = masked(&v);
         assert_eq!(
             m,
             json!({"name": "x", "apiKey": "***", "nested": [{"Authorization": "***", "password": "***"}],
-                "headers": {"secret": "***", "token": "***", "tokens": 42}})
+                "headers": {"secret": "***", "token": "***", "tokens": 42},
+                "providerSettings": {"api_key": "***", "clientSecret": "***", "accessToken": "***", "maxTokens": 9}})
         );
     }
 

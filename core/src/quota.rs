@@ -150,10 +150,16 @@ impl Quotas {
             let used = match rule.metric {
                 Metric::Runs => stats.total_runs as f64,
                 Metric::Tokens => stats.total_tokens as f64,
-                Metric::Cost => stats.cost.get(&rule.currency).copied().unwrap_or(0.0),
+                Metric::Cost => stats
+                    .cost
+                    .iter()
+                    .filter(|(currency, _)| currency.eq_ignore_ascii_case(&rule.currency))
+                    .map(|(_, v)| *v)
+                    .sum(),
             };
-            // A run is refused when the quota is used up: the next run would exceed it.
-            if used >= rule.limit {
+            // A run is refused when the quota is used up: the next run would exceed it. A
+            // use that is not a number refuses too (fail closed).
+            if used.is_nan() || used >= rule.limit {
                 return Ok(Some(QuotaExceeded {
                     quota: rule.name.clone(),
                     metric: rule.metric,

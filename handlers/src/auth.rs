@@ -224,6 +224,9 @@ async fn api_key(state: &AppState, id: &str, presented: &str) -> Result<Caller, 
 pub struct KeyCache {
     ttl: Duration,
     entries: Mutex<HashMap<String, Cached>>,
+    /// Bumped by every [`KeyCache::forget`]: a store read that started before a revocation
+    /// or rotation is not cached after it (it may hold the old record).
+    generation: std::sync::atomic::AtomicU64,
 }
 
 struct Cached {
@@ -234,7 +237,11 @@ struct Cached {
 
 impl KeyCache {
     pub fn new(ttl: std::time::Duration) -> Self {
-        Self { ttl: Duration::from_std(ttl).unwrap_or(Duration::zero()), entries: Mutex::default() }
+        Self {
+            ttl: Duration::from_std(ttl).unwrap_or(Duration::zero()),
+            entries: Mutex::default(),
+            generation: std::sync::atomic::AtomicU64::new(0),
+        }
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
@@ -245,13 +252,17 @@ impl KeyCache {
         if let Some(hit) = self.entries().get(id).filter(|c| now - c.fetched < self.ttl) {
             return Ok(Some(hit.record.clone()));
         }
+        let generation = self.generation.load(std::sync::atomic::Ordering::SeqCst);
         let found = state.runtime.stores.keys.find(id).await?;
         if let Some(record) = &found
             && self.ttl > Duration::zero()
         {
+            // Checked under the lock `forget` bumps the generation under.
             let mut entries = self.entries();
-            let touched = entries.get(id).and_then(|c| c.touched);
-            entries.insert(id.to_owned(), Cached { record: record.clone(), fetched: now, touched });
+            if self.generation.load(std::sync::atomic::Ordering::SeqCst) == generation {
+                let touched = entries.get(id).and_then(|c| c.touched);
+                entries.insert(id.to_owned(), Cached { record: record.clone(), fetched: now, touched });
+            }
         }
         Ok(found)
     }
@@ -259,7 +270,9 @@ impl KeyCache {
     /// Forgets a key, so this instance's next request reads it again (after a revocation
     /// or rotation).
     pub fn forget(&self, id: &str) {
-        self.entries().remove(id);
+        let mut entries = self.entries();
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        entries.remove(id);
     }
 
     /// Writes `lastUsedAt` at most once a minute per key per instance, off the request path;

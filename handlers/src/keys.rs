@@ -130,21 +130,22 @@ pub async fn create(
             .with("allowed", Scope::ALL.map(Scope::as_str).to_vec()));
     }
     let scopes: BTreeSet<Scope> = body.scopes.into_iter().collect();
-    if let Some(own) = &caller.scopes
-        && let Some(extra) = scopes.iter().find(|s| !own.contains(s))
-    {
-        return Err(ApiError::forbidden(
-            "insufficient_scope",
-            format!("A key can only issue keys with scopes it has itself; it lacks '{}'.", extra.as_str()),
-        )
-        .with("requiredScope", extra.as_str()));
-    }
+    within_own_scopes(&caller, &scopes, "issue")?;
     let now = state.runtime.platform.clock.now();
     if body.expires_at.is_some_and(|at| at <= now) {
         return Err(
             ApiError::bad_request("validation_failed", "'expiresAt' must be in the future.").with("field", "expiresAt")
         );
     }
+    // A key issued by a key expires no later than its issuer.
+    let issuer_expiry = match &caller.key_id {
+        Some(own) => state.runtime.stores.keys.find(own).await?.and_then(|k| k.expires_at),
+        None => None,
+    };
+    let expires_at = match (body.expires_at, issuer_expiry) {
+        (Some(asked), Some(cap)) => Some(asked.min(cap)),
+        (asked, cap) => asked.or(cap),
+    };
     let secret = keys::generate().map_err(no_randomness)?;
     let record = ApiKeyRecord {
         id: secret.id,
@@ -153,7 +154,7 @@ pub async fn create(
         hash: secret.hash,
         scopes,
         created_at: now,
-        expires_at: body.expires_at,
+        expires_at,
         revoked_at: None,
         last_used_at: None,
         rotated_at: None,
@@ -201,7 +202,9 @@ pub async fn revoke(
 ) -> ApiResult<Json<ApiKeyView>> {
     let id = key_id(&id)?;
     let now = state.runtime.platform.clock.now();
-    let before = state.runtime.stores.keys.get(&tenant, id).await?.map(|k| ApiKeyView::new(k, now));
+    let target = state.runtime.stores.keys.get(&tenant, id).await?.ok_or_else(key_not_found)?;
+    within_own_scopes(&caller, &target.scopes, "revoke")?;
+    let before = Some(ApiKeyView::new(target, now));
     let key = state.runtime.stores.keys.revoke(&tenant, id, now).await.map_err(not_found_as_missing)?;
     state.keys.forget(id);
     tracing::info!(key = %id, tenant = %tenant, "API key revoked");
@@ -226,6 +229,8 @@ pub async fn rotate(
 ) -> ApiResult<Json<IssuedApiKey>> {
     let id = key_id(&id)?;
     let now = state.runtime.platform.clock.now();
+    let target = state.runtime.stores.keys.get(&tenant, id).await?.ok_or_else(key_not_found)?;
+    within_own_scopes(&caller, &target.scopes, "rotate")?;
     let fresh = keys::secret_for(id.to_owned()).map_err(no_randomness)?;
     let key = state.runtime.stores.keys.rotate(&tenant, id, fresh.hash, now).await.map_err(|e| match e {
         StoreError::NotFound => key_not_found(),
@@ -239,6 +244,20 @@ pub async fn rotate(
     let view = ApiKeyView::new(key, now);
     audit::record(&state, &tenant, &caller, "apiKey.rotate", ("apiKey", id), None, json(&view)).await;
     Ok(Json(IssuedApiKey { view, key: fresh.key }))
+}
+
+/// A caller authenticated with a key acts only on keys whose scopes its own key has:
+/// issuing, rotating (which hands out the secret) or revoking a wider key is `403`.
+fn within_own_scopes(caller: &Caller, scopes: &BTreeSet<Scope>, what: &str) -> ApiResult<()> {
+    let Some(own) = &caller.scopes else { return Ok(()) };
+    match scopes.iter().find(|s| !own.contains(s)) {
+        None => Ok(()),
+        Some(extra) => Err(ApiError::forbidden(
+            "insufficient_scope",
+            format!("A key can only {what} keys with scopes it has itself; it lacks '{}'.", extra.as_str()),
+        )
+        .with("requiredScope", extra.as_str())),
+    }
 }
 
 /// A key as the audit trail keeps it: the view (never the key, never its hash).

@@ -193,7 +193,15 @@ pub(crate) fn user_id(state: &AppState, tenant: &TenantId, caller: &Caller, head
     let headers: Vec<(String, String)> =
         headers.iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned()))).collect();
     let request = AttributionRequest { tenant, caller, headers: &headers };
-    state.runtime.attribution.attribute(&request).ok().and_then(|a| a.user_id).filter(|u| !u.is_empty())
+    // The same rule `attribution::check` applies before a user id is recorded: an id the
+    // run would drop is no identity here either.
+    state
+        .runtime
+        .attribution
+        .attribute(&request)
+        .ok()
+        .and_then(|a| a.user_id)
+        .filter(|u| !u.is_empty() && u.chars().count() <= tracon_core::attribution::MAX_USER_ID)
 }
 
 /// Every value travels as a string; numbers and booleans are accepted in their JSON text.

@@ -187,6 +187,13 @@ pub async fn branch(
         )
         .with("field", "sequence"));
     }
+    let ownership = &state.http.session_ownership;
+    if ownership.enabled && ownership.require_authenticated_owner && owner.is_none() {
+        return Err(ApiError::forbidden(
+            "session_owner_required",
+            "Session ownership is on and no user could be resolved to own the branch.",
+        ));
+    }
     let clock = state.runtime.platform.clock.clone();
     let new_id = match body.session_id {
         Some(raw) => SessionId::parse(&raw)

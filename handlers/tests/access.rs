@@ -194,6 +194,31 @@ async fn keys_are_validated_and_a_key_cannot_issue_more_than_it_has() {
         call(&app, Method::POST, "/api/api-keys", &admin, Some(json!({"name": "reader", "scopes": ["RunsRead"]})))
             .await;
     assert_eq!((status, issued["tenantId"].as_str()), (StatusCode::CREATED, Some("acme")), "the issuer's tenant");
+
+    // Rotating hands out a secret and revoking locks an owner out: a key can do neither to a
+    // wider key.
+    let wider = key_in(&state, "acme", &[Scope::AgentsAdmin, Scope::RunsRead], None).await;
+    for (method, tail) in [(Method::POST, "/rotate"), (Method::DELETE, "")] {
+        let path = format!("/api/api-keys/{}{tail}", id_of(&wider));
+        let (status, doc) = call(&app, method, &path, &admin, None).await;
+        assert_eq!((status, doc["requiredScope"].as_str()), (StatusCode::FORBIDDEN, Some("AgentsAdmin")), "{path}");
+    }
+    assert_eq!(call(&app, Method::GET, "/api/runs", &wider, None).await.0, StatusCode::OK, "still works");
+    let narrower = issued["id"].as_str().unwrap();
+    assert_eq!(
+        call(&app, Method::POST, &format!("/api/api-keys/{narrower}/rotate"), &admin, None).await.0,
+        StatusCode::OK
+    );
+
+    // A key issued by an expiring key expires no later than it.
+    let expiring =
+        key_in(&state, "acme", &[Scope::SecurityAdmin, Scope::RunsRead], Some(chrono::Duration::days(1))).await;
+    let (_, child) =
+        call(&app, Method::POST, "/api/api-keys", &expiring, Some(json!({"name": "child", "scopes": ["RunsRead"]})))
+            .await;
+    let parent = state.runtime.stores.keys.find(id_of(&expiring)).await.unwrap().unwrap();
+    let child_expiry: chrono::DateTime<Utc> = serde_json::from_value(child["expiresAt"].clone()).unwrap();
+    assert_eq!(Some(child_expiry), parent.expires_at);
 }
 
 /// Tenant B's agent, run, session and key, made through B's own key.
