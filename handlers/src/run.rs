@@ -110,12 +110,14 @@ pub async fn run(
     if !is_allowed(state.runtime.run_authorizer.as_ref(), &caller, &tenant, start).await {
         return Err(ApiError::forbidden("run_denied", "The authorization policy does not allow this run."));
     }
+    // One attribution for the whole run: the owner checked is the user recorded.
+    let attribution = attribute(&state, &tenant, &caller, &headers)?;
     let ownership = state.http.session_ownership;
     if ownership.enabled
         && let Some(id) = &session_id
     {
         let existing = state.runtime.stores.sessions.get(&tenant, id.as_str()).await?;
-        ownership.may_run(user_id(&state, &tenant, &caller, &headers).as_deref(), existing.as_ref())?;
+        ownership.may_run(attribution.user_id.as_deref(), existing.as_ref())?;
     }
     let now = state.runtime.platform.clock.now();
     if let Some(over) =
@@ -123,7 +125,6 @@ pub async fn run(
     {
         return Err(quota_exceeded(&over, now));
     }
-    let attribution = attribute(&state, &tenant, &caller, &headers)?;
 
     let runtime = state.runtime.clone();
     let request = RunRequest {

@@ -734,17 +734,11 @@ pub async fn audit_entries_chain_per_tenant_and_read_back_verifiable(s: Stores) 
 }
 
 pub async fn concurrent_audit_appends_never_share_or_skip_a_number(s: Stores) {
-    let tasks: Vec<_> = (0..16)
-        .map(|i| {
-            let store = s.audit.clone();
-            tokio::spawn(async move {
-                store.append(&a(), audit_entry("agent.update", &format!("a{i}"), t0())).await.unwrap()
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
-    }
+    let appends = (0..16).map(|i| {
+        let store = s.audit.clone();
+        async move { store.append(&a(), audit_entry("agent.update", &format!("a{i}"), t0())).await.unwrap() }
+    });
+    futures::future::join_all(appends).await;
     let chain = s.audit.chain(&a()).await.unwrap();
     assert_eq!(chain.iter().map(|e| e.sequence).collect::<Vec<_>>(), (1..=16).collect::<Vec<u64>>());
     assert_eq!(crate::audit::verify(&chain).status, ChainStatus::Valid);
