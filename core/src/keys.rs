@@ -46,10 +46,14 @@ pub enum Scope {
     AuditRead,
     /// Reach the external surfaces (MCP server, A2A).
     ExternalInvoke,
+    /// Read pending approval requests and decide them.
+    ApprovalsDecide,
+    /// Manage approval rules (standing pre-approvals).
+    ApprovalsAdmin,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 11] = [
+    pub const ALL: [Scope; 13] = [
         Scope::AgentsRead,
         Scope::AgentsAdmin,
         Scope::RunsWrite,
@@ -61,6 +65,8 @@ impl Scope {
         Scope::PlatformAdmin,
         Scope::AuditRead,
         Scope::ExternalInvoke,
+        Scope::ApprovalsDecide,
+        Scope::ApprovalsAdmin,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -76,6 +82,8 @@ impl Scope {
             Scope::PlatformAdmin => "PlatformAdmin",
             Scope::AuditRead => "AuditRead",
             Scope::ExternalInvoke => "ExternalInvoke",
+            Scope::ApprovalsDecide => "ApprovalsDecide",
+            Scope::ApprovalsAdmin => "ApprovalsAdmin",
         }
     }
 }

@@ -114,6 +114,9 @@ pub fn requirement(method: &Method, route: &str) -> Requirement {
         "/api/sessions/{id}/branch" => S(Scope::SessionsWrite),
         "/api/api-keys" | "/api/api-keys/{id}" | "/api/api-keys/{id}/rotate" => S(Scope::SecurityAdmin),
         "/api/audit" | "/api/audit/verify" => S(Scope::AuditRead),
+        "/api/approvals/pending" | "/api/approvals/{id}" | "/api/approvals/{id}/decision" => S(Scope::ApprovalsDecide),
+        "/api/approvals/rules" | "/api/approvals/rules/{id}" => S(Scope::ApprovalsAdmin),
+        "/api/tenants" | "/api/tenants/{id}" => S(Scope::PlatformAdmin),
         _ => Unlisted,
     }
 }
