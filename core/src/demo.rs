@@ -77,3 +77,22 @@ pub fn store_hours_tool() -> Result<ToolRegistration, RegistrationError> {
         }),
     )
 }
+
+/// Cancels an order — after a person approves the call (the approval flow's demo).
+pub fn cancel_order_tool() -> Result<ToolRegistration, RegistrationError> {
+    ToolRegistration::new(
+        "cancel_order",
+        "Cancels an order by its number. A person approves each cancellation first.",
+        json!({
+            "type": "object",
+            "properties": {"orderId": {"type": "string", "minLength": 1, "maxLength": 32}},
+            "required": ["orderId"],
+            "additionalProperties": false
+        }),
+        tool_fn(|args: Value, _ctx| async move {
+            let order_id = args.get("orderId").and_then(Value::as_str).unwrap_or_default().to_owned();
+            Ok(ToolOutput::Json(json!({"orderId": order_id, "status": "cancelled"})))
+        }),
+    )
+    .map(|r| r.requires_approval(true).effect(crate::tools::ToolEffect::Destructive))
+}

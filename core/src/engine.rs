@@ -177,23 +177,42 @@ struct TurnState {
     called: bool,
 }
 
-/// Runs one turn: `history` plus `user_message`, to an answer, an approval stop, a
-/// failure or a cancellation.
+/// How a turn begins.
+#[derive(Debug, Clone)]
+pub enum TurnStart {
+    /// A new user message, after `prelude`: results for calls an earlier turn left without one
+    /// (a stop whose approval was never decided), so the conversation stays well-formed.
+    User { prelude: Vec<Message>, message: Message },
+    /// Continues the turn the history's last message — an assistant's tool calls that
+    /// waited for approval — left open: the calls go through the pipeline again (with the
+    /// person's decisions in the [`CallEnv`]), then the model goes on.
+    Resume,
+}
+
+/// Runs one turn from `history` to an answer, an approval stop, a failure or a
+/// cancellation.
 pub async fn run_turn(
     runtime: &Runtime,
     agent: &CompiledAgent,
     env: &CallEnv,
     history: Vec<Message>,
-    user_message: Message,
+    start: TurnStart,
     emitter: &mut Emitter,
 ) -> TurnResult {
     let new_from = history.len();
     let mut request = ModelRequest::from_binding(&agent.definition.model);
     request.system = agent.instructions.clone();
     request.messages = history;
-    request.messages.push(user_message);
     let mut state = TurnState::default();
-    let end = match run_loop(runtime, agent, env, &mut request, emitter, &mut state).await {
+    let outcome = match start {
+        TurnStart::User { prelude, message } => {
+            request.messages.extend(prelude);
+            request.messages.push(message);
+            run_loop(runtime, agent, env, &mut request, emitter, &mut state).await
+        }
+        TurnStart::Resume => resume(runtime, agent, env, &mut request, emitter, &mut state).await,
+    };
+    let end = match outcome {
         Ok(end) => end,
         Err(Stop::Canceled) => TurnEnd::Canceled,
         Err(Stop::Failed(f)) => TurnEnd::Failed(f),
@@ -208,6 +227,39 @@ pub async fn run_turn(
         text: state.last_text,
         finish: state.finish,
     }
+}
+
+/// The calls of the history's last assistant message that have no result yet.
+pub fn open_calls(history: &[Message]) -> Vec<ToolCall> {
+    match history.last() {
+        Some(Message::Assistant { tool_calls, .. }) => tool_calls.clone(),
+        _ => Vec::new(),
+    }
+}
+
+async fn resume(
+    runtime: &Runtime,
+    agent: &CompiledAgent,
+    env: &CallEnv,
+    request: &mut ModelRequest,
+    emitter: &mut Emitter,
+    state: &mut TurnState,
+) -> Result<TurnEnd, Stop> {
+    let calls = open_calls(&request.messages);
+    match run_tools(runtime, agent, env, &calls, emitter).await? {
+        ToolsEnd::Approvals(requests) => return Ok(TurnEnd::AwaitingApproval(requests)),
+        ToolsEnd::Results(outcomes) => {
+            for o in outcomes {
+                request.messages.push(Message::Tool {
+                    call_id: o.call_id,
+                    name: o.tool_name,
+                    content: o.result,
+                    is_error: o.status.is_failure(),
+                });
+            }
+        }
+    }
+    run_loop(runtime, agent, env, request, emitter, state).await
 }
 
 async fn run_loop(

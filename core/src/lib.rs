@@ -13,6 +13,7 @@
 //! `wasm32-unknown-unknown`.
 
 pub mod access;
+pub mod approvals;
 pub mod attribution;
 pub mod audit;
 pub mod catalog;
@@ -38,4 +39,5 @@ pub mod runtime;
 pub mod schema;
 pub mod setup;
 pub mod store;
+pub mod tenants;
 pub mod tools;

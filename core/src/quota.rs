@@ -23,7 +23,7 @@ use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
 use serde::Serialize;
 
 use crate::config::{Config, ConfigError};
-use crate::names::TenantId;
+use crate::names::{RunId, TenantId};
 use crate::store::{RunFilter, RunStore, StoreError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -85,9 +85,71 @@ pub struct QuotaExceeded {
     pub resets_at: DateTime<Utc>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Quotas {
     pub rules: Vec<QuotaRule>,
+    /// `Tracon:Quotas:ThresholdPercents` (`80,100`): a notice as the counter crosses each,
+    /// once per period. Empty (the setting `none`) turns the notices off.
+    pub threshold_percents: Vec<u32>,
+    /// `Tracon:Quotas:PublishThresholdToRunStream` (off): also write the notice into the
+    /// triggering run's own stream, before its terminal event.
+    pub publish_to_run_stream: bool,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Self { rules: Vec::new(), threshold_percents: vec![80, 100], publish_to_run_stream: false }
+    }
+}
+
+/// A quota counter crossed one of the configured percentages.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThresholdNotice {
+    /// Stable for one quota, period and threshold (for deduplication).
+    pub notice_id: String,
+    pub tenant_id: String,
+    pub run_id: RunId,
+    pub user_id: Option<String>,
+    pub quota: String,
+    pub metric: Metric,
+    pub period: Period,
+    pub limit: f64,
+    pub consumption: f64,
+    /// The percentage crossed.
+    pub threshold: u32,
+    pub resets_at: DateTime<Utc>,
+}
+
+/// The custom event type of a notice in a run's stream.
+pub const THRESHOLD_EVENT: &str = "tracon.quota.threshold";
+
+/// Claims a threshold for notification: `true` for exactly one caller per tenant, quota,
+/// period and threshold — across restarts and instances.
+#[async_trait::async_trait]
+pub trait QuotaNoticeStore: Send + Sync {
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        quota: &str,
+        period_start: DateTime<Utc>,
+        threshold: u32,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+}
+
+/// Receives each claimed notice (the webhook publisher plugs in here). A notice stops
+/// nothing: `429` remains the only refusal.
+#[async_trait::async_trait]
+pub trait QuotaNoticeSink: Send + Sync {
+    async fn notify(&self, notice: &ThresholdNotice);
+}
+
+/// What the run that may cross a threshold consumed itself (its row does not carry it yet).
+#[derive(Debug, Clone, Default)]
+pub struct RunConsumption {
+    pub tokens: u64,
+    pub cost: Option<(String, f64)>,
 }
 
 impl Quotas {
@@ -128,7 +190,140 @@ impl Quotas {
                 currency: config.get(&key("Currency")).unwrap_or("USD").to_owned(),
             });
         }
-        Ok(Self { rules })
+        let threshold_percents = match config.get("Tracon:Quotas:ThresholdPercents") {
+            // An empty setting is no setting (configuration ignores empty values): `none`
+            // is the empty list.
+            Some(list) if list.trim().eq_ignore_ascii_case("none") => Some(Vec::new()),
+            Some(list) => list
+                .split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(|p| p.parse::<u32>().ok().filter(|p| (1..=1000).contains(p)))
+                .collect::<Option<Vec<u32>>>(),
+            None => {
+                let children = config.child_sections("Tracon:Quotas:ThresholdPercents");
+                if children.is_empty() {
+                    Some(Self::default().threshold_percents)
+                } else {
+                    children
+                        .iter()
+                        .map(|c| {
+                            config
+                                .get(&format!("Tracon:Quotas:ThresholdPercents:{c}"))
+                                .and_then(|p| p.trim().parse::<u32>().ok())
+                                .filter(|p| (1..=1000).contains(p))
+                        })
+                        .collect()
+                }
+            }
+        };
+        let mut threshold_percents = threshold_percents.ok_or_else(|| {
+            ConfigError::Message(
+                "Tracon__Quotas__ThresholdPercents is a list of whole percentages from 1 to 1000 (\"80,100\"; \"none\" turns the notices off).".into(),
+            )
+        })?;
+        threshold_percents.sort_unstable();
+        threshold_percents.dedup();
+        let publish_to_run_stream = config.bool("Tracon:Quotas:PublishThresholdToRunStream")?.unwrap_or(false);
+        Ok(Self { rules, threshold_percents, publish_to_run_stream })
+    }
+
+    /// Thresholds the run `run` crossed (its own consumption added to what the records
+    /// hold), each claimed so it is announced once per period. A store failure is logged
+    /// and announces nothing.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn crossed(
+        &self,
+        runs: &dyn RunStore,
+        claims: &dyn QuotaNoticeStore,
+        tenant: &TenantId,
+        agent: &str,
+        run: RunId,
+        user: Option<&str>,
+        own: &RunConsumption,
+        now: DateTime<Utc>,
+    ) -> Vec<ThresholdNotice> {
+        let mut notices = Vec::new();
+        if self.threshold_percents.is_empty() {
+            return notices;
+        }
+        for rule in self.applicable(tenant, agent) {
+            let (start, end) = rule.period.bounds(now);
+            let used = match self.used(runs, tenant, rule, now).await {
+                Ok(u) => u,
+                Err(e) => {
+                    tracing::warn!(quota = %rule.name, error = ?e, "could not read a quota's use for its threshold notices");
+                    continue;
+                }
+            };
+            let used = used
+                + match rule.metric {
+                    Metric::Runs => 0.0,
+                    Metric::Tokens => own.tokens as f64,
+                    Metric::Cost => own
+                        .cost
+                        .as_ref()
+                        .filter(|(c, _)| c.eq_ignore_ascii_case(&rule.currency))
+                        .map_or(0.0, |(_, v)| *v),
+                };
+            if rule.limit <= 0.0 || !used.is_finite() {
+                continue;
+            }
+            for &threshold in &self.threshold_percents {
+                if used < rule.limit * f64::from(threshold) / 100.0 {
+                    break;
+                }
+                match claims.claim(tenant, &rule.name, start, threshold, now).await {
+                    Ok(true) => notices.push(ThresholdNotice {
+                        notice_id: notice_id(tenant, &rule.name, start, threshold),
+                        tenant_id: tenant.as_str().to_owned(),
+                        run_id: run,
+                        user_id: user.map(str::to_owned),
+                        quota: rule.name.clone(),
+                        metric: rule.metric,
+                        period: rule.period,
+                        limit: rule.limit,
+                        consumption: used,
+                        threshold,
+                        resets_at: end,
+                    }),
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(quota = %rule.name, threshold, error = ?e, "could not claim a quota threshold notice");
+                    }
+                }
+            }
+        }
+        notices
+    }
+
+    fn applicable<'a>(&'a self, tenant: &'a TenantId, agent: &'a str) -> impl Iterator<Item = &'a QuotaRule> + 'a {
+        self.rules.iter().filter(move |r| {
+            r.tenant.as_ref().is_none_or(|t| t == tenant) && r.agent.as_deref().is_none_or(|a| a == agent)
+        })
+    }
+
+    /// What the records hold for `rule` in the period around `now`.
+    async fn used(
+        &self,
+        runs: &dyn RunStore,
+        tenant: &TenantId,
+        rule: &QuotaRule,
+        now: DateTime<Utc>,
+    ) -> Result<f64, StoreError> {
+        let (start, end) = rule.period.bounds(now);
+        let filter = RunFilter { agent: rule.agent.clone(), from: Some(start), to: Some(end), ..RunFilter::default() };
+        let stats = runs.stats(tenant, &filter).await?;
+        Ok(match rule.metric {
+            Metric::Runs => stats.total_runs as f64,
+            Metric::Tokens => stats.total_tokens as f64,
+            Metric::Cost => stats
+                .cost
+                .iter()
+                .filter(|(currency, _)| currency.eq_ignore_ascii_case(&rule.currency))
+                .map(|(_, v)| *v)
+                .sum(),
+        })
     }
 
     /// The first rule a new run of `agent` in `tenant` would cross at `now`, if any.
@@ -139,24 +334,9 @@ impl Quotas {
         agent: &str,
         now: DateTime<Utc>,
     ) -> Result<Option<QuotaExceeded>, StoreError> {
-        for rule in &self.rules {
-            if rule.tenant.as_ref().is_some_and(|t| t != tenant) || rule.agent.as_deref().is_some_and(|a| a != agent) {
-                continue;
-            }
-            let (start, end) = rule.period.bounds(now);
-            let filter =
-                RunFilter { agent: rule.agent.clone(), from: Some(start), to: Some(end), ..RunFilter::default() };
-            let stats = runs.stats(tenant, &filter).await?;
-            let used = match rule.metric {
-                Metric::Runs => stats.total_runs as f64,
-                Metric::Tokens => stats.total_tokens as f64,
-                Metric::Cost => stats
-                    .cost
-                    .iter()
-                    .filter(|(currency, _)| currency.eq_ignore_ascii_case(&rule.currency))
-                    .map(|(_, v)| *v)
-                    .sum(),
-            };
+        for rule in self.applicable(tenant, agent) {
+            let (_, end) = rule.period.bounds(now);
+            let used = self.used(runs, tenant, rule, now).await?;
             // A run is refused when the quota is used up: the next run would exceed it. A
             // use that is not a number refuses too (fail closed).
             if used.is_nan() || used >= rule.limit {
@@ -171,6 +351,13 @@ impl Quotas {
         }
         Ok(None)
     }
+}
+
+/// Stable per tenant, quota, period and threshold.
+fn notice_id(tenant: &TenantId, quota: &str, period_start: DateTime<Utc>, threshold: u32) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("{}\n{quota}\n{}\n{threshold}", tenant.as_str(), period_start.timestamp()));
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -215,5 +402,26 @@ mod tests {
             assert!(Quotas::from_config(&config(&pairs)).is_err(), "{bad:?}");
         }
         assert!(Quotas::from_config(&config(&[])).unwrap().rules.is_empty(), "no rule, nothing refused");
+    }
+
+    #[test]
+    fn threshold_percents_default_to_80_and_100_and_an_empty_list_turns_them_off() {
+        let config =
+            |pairs: &[(&str, &str)]| Config::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let percents = |pairs: &[(&str, &str)]| Quotas::from_config(&config(pairs)).map(|q| q.threshold_percents);
+        assert_eq!(percents(&[]).unwrap(), [80, 100]);
+        assert_eq!(percents(&[("Tracon__Quotas__ThresholdPercents", "100, 50,50")]).unwrap(), [50, 100]);
+        assert!(percents(&[("Tracon__Quotas__ThresholdPercents", "None")]).unwrap().is_empty());
+        assert_eq!(percents(&[("Tracon__Quotas__ThresholdPercents", "")]).unwrap(), [80, 100], "empty is unset");
+        assert_eq!(
+            percents(&[("Tracon__Quotas__ThresholdPercents__0", "90"), ("Tracon__Quotas__ThresholdPercents__1", "75")])
+                .unwrap(),
+            [75, 90]
+        );
+        for bad in ["eighty", "0", "80,x", "-5"] {
+            assert!(percents(&[("Tracon__Quotas__ThresholdPercents", bad)]).is_err(), "{bad}");
+        }
+        let q = Quotas::from_config(&config(&[("Tracon__Quotas__PublishThresholdToRunStream", "true")])).unwrap();
+        assert!(q.publish_to_run_stream);
     }
 }

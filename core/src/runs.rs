@@ -14,10 +14,11 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::approvals::{ApprovalRecord, ApprovalStatus};
 use crate::attribution::Attribution;
 use crate::catalog::CatalogError;
 use crate::compiler::CompiledAgent;
-use crate::engine::{self, CancelWatch, Emitter, TurnEnd};
+use crate::engine::{self, CancelWatch, Emitter, TurnEnd, TurnStart};
 use crate::events::{DocumentInfo, RunEvent};
 use crate::failure::{ErrorClass, RunFailure};
 use crate::identity::Caller;
@@ -25,6 +26,7 @@ use crate::model::{FinishReason, Message, Usage};
 use crate::names::{AgentName, RunId, SessionId, TenantId};
 use crate::ports::{millis_between, new_id};
 use crate::pricing::CostSnapshot;
+use crate::quota::{RunConsumption, THRESHOLD_EVENT};
 use crate::recorder::{EventWriter, Recorder};
 use crate::runtime::Runtime;
 use crate::store::{DocumentInput, RunEnd, RunInputRecord, RunRecord, RunStatus, SessionWrite, StoreError};
@@ -47,7 +49,31 @@ pub struct RunRequest {
     pub session_id: Option<SessionId>,
     pub caller: Caller,
     pub attribution: Attribution,
+    /// Set when this run continues one that stopped for approval (then `message` is empty).
+    pub resume: Option<Resume>,
 }
+
+/// Continuing a run that stopped at `AwaitingApproval`, once every one of its requests is
+/// decided. The stopped run is never rewritten: this is a new run in the same session.
+#[derive(Debug, Clone)]
+pub struct Resume {
+    /// The new run's id, claimed beforehand ([`crate::approvals::ApprovalStore::claim_resume`]).
+    pub run_id: RunId,
+    pub from_run: RunId,
+    /// Every request of the stopped run, each `Approved` or `Denied`.
+    pub decided: Vec<ApprovalRecord>,
+}
+
+/// What the model gets for a call a person denied.
+pub fn refusal(reason: Option<&str>) -> String {
+    match reason.map(str::trim).filter(|r| !r.is_empty()) {
+        Some(r) => format!("A person denied this tool call: {r}"),
+        None => "A person denied this tool call.".to_owned(),
+    }
+}
+
+/// What the model gets for a call that waited for a decision that never came.
+pub const UNDECIDED: &str = "This tool call waited for approval and was not decided; it did not run.";
 
 /// Why a run could not start.
 #[derive(Debug, Clone)]
@@ -55,6 +81,8 @@ pub enum StartError {
     Agent(CatalogError),
     /// The documents break a rule (the message is ours).
     Documents(String),
+    /// The session cannot be resumed (the message is ours).
+    Resume(String),
     Store(StoreError),
 }
 
@@ -130,7 +158,19 @@ pub async fn prepare(runtime: &Runtime, request: RunRequest) -> Result<PreparedR
             }
         }
     };
-    let run_id = RunId(new_id(runtime.platform.clock.as_ref()));
+    if request.resume.is_some() {
+        let open = session.as_ref().map(|s| engine::open_calls(&s.history)).unwrap_or_default();
+        let decided = request.resume.iter().flat_map(|r| &r.decided);
+        if open.is_empty() || decided.clone().any(|d| !open.iter().any(|c| c.id == d.call_id)) {
+            return Err(StartError::Resume(
+                "The conversation moved on since this run stopped; it can no longer be resumed.".into(),
+            ));
+        }
+    }
+    let run_id = match &request.resume {
+        Some(r) => r.run_id,
+        None => RunId(new_id(runtime.platform.clock.as_ref())),
+    };
     let started_at = runtime.platform.clock.now();
     open_record(runtime, run_id, &agent, &request, session.as_ref(), started_at).await?;
     Ok(PreparedRun { run_id, agent, request, session, started_at })
@@ -271,18 +311,52 @@ pub async fn execute(
         validator: runtime.tool_validator.clone(),
         default_timeout: runtime.settings.default_tool_timeout,
         default_max_output_bytes: runtime.settings.default_max_output_bytes,
-        approved_call_ids: Default::default(),
+        approved_call_ids: request
+            .resume
+            .iter()
+            .flat_map(|r| &r.decided)
+            .filter(|d| d.status == ApprovalStatus::Approved)
+            .map(|d| d.call_id.clone())
+            .collect(),
+        denied_calls: request
+            .resume
+            .iter()
+            .flat_map(|r| &r.decided)
+            .filter(|d| d.status != ApprovalStatus::Approved)
+            .map(|d| (d.call_id.clone(), refusal(d.reason.as_deref())))
+            .collect(),
+        gatekeeper: runtime.gatekeeper.clone(),
         events: if recording.enabled { EventWriter::new(recorder.clone()) } else { EventWriter::none() },
     };
     let (history, session) = match session {
         Some(mut s) => (std::mem::take(&mut s.history), Some(s)),
         None => (Vec::new(), None),
     };
-    let user = user_message(&request.message, &request.documents);
-    let turn = engine::run_turn(runtime, &agent, &env, history, user, &mut emitter).await;
+    let start = match &request.resume {
+        Some(resume) => {
+            emitter.emit(resumed_event(resume)).await;
+            TurnStart::Resume
+        }
+        None => TurnStart::User {
+            prelude: engine::open_calls(&history)
+                .into_iter()
+                .map(|c| Message::Tool { call_id: c.id, name: c.name, content: UNDECIDED.to_owned(), is_error: true })
+                .collect(),
+            message: user_message(&request.message, &request.documents),
+        },
+    };
+    let turn = engine::run_turn(runtime, &agent, &env, history, start, &mut emitter).await;
 
-    // Save the turn to its session; a lost race fails the run rather than overwrite.
+    // Save the turn to its session; a lost race fails the run rather than overwrite. A run
+    // without a session that stops for approval gets one (named after the run): the
+    // conversation is what a decision resumes.
     let mut end = turn.end.clone();
+    let session = match session {
+        None if matches!(end, TurnEnd::AwaitingApproval(_)) => SessionId::parse(&run_id.to_string())
+            .ok()
+            .map(|id| LoadedSession { id, version: None, history: Vec::new() }),
+        other => other,
+    };
     if let Some(session) = &session
         && matches!(end, TurnEnd::Answered | TurnEnd::AwaitingApproval(_))
     {
@@ -335,6 +409,7 @@ pub async fn execute(
         },
         TurnEnd::AwaitingApproval(requests) => {
             outcome.status = RunStatus::AwaitingApproval;
+            save_requests(runtime, &request, run_id, &agent.name, session.as_ref(), &requests).await;
             outcome.approvals = requests.clone();
             RunEvent::RunAwaitingApproval { requests }
         }
@@ -350,6 +425,37 @@ pub async fn execute(
             RunEvent::RunFailed { error: failure }
         }
     };
+    // Quota thresholds this run crossed: announced once per period, before the end.
+    if !runtime.quotas.rules.is_empty() && !runtime.quotas.threshold_percents.is_empty() {
+        let own = RunConsumption {
+            tokens: outcome.usage.map_or(0, |u| u.total_tokens),
+            cost: outcome.cost.as_ref().map(|c| (c.currency.clone(), c.total_cost)),
+        };
+        let notices = runtime
+            .quotas
+            .crossed(
+                runtime.stores.runs.as_ref(),
+                runtime.stores.quota_notices.as_ref(),
+                &tenant,
+                &agent.name,
+                run_id,
+                request.attribution.user_id.as_deref(),
+                &own,
+                clock.now(),
+            )
+            .await;
+        for notice in notices {
+            tracing::warn!(quota = %notice.quota, threshold = notice.threshold, consumption = notice.consumption,
+                limit = notice.limit, notice_id = %notice.notice_id, "quota threshold crossed");
+            for sink in &runtime.quota_sinks {
+                sink.notify(&notice).await;
+            }
+            if runtime.quotas.publish_to_run_stream {
+                let payload = serde_json::to_string(&notice).unwrap_or_default();
+                emitter.emit(RunEvent::Custom { custom_type: THRESHOLD_EVENT.to_owned(), payload }).await;
+            }
+        }
+    }
     let ended_at = clock.now();
     let run_end = RunEnd {
         status: outcome.status,
@@ -413,6 +519,70 @@ pub async fn execute(
     );
     outcome
 }
+
+/// Keeps the stop's requests for the mailbox and the in-band decision. Recording never
+/// breaks a run: a failed write is logged (the requests then cannot be decided, and the
+/// session's next message closes the calls as undecided).
+async fn save_requests(
+    runtime: &Runtime,
+    request: &RunRequest,
+    run_id: RunId,
+    agent: &str,
+    session: Option<&LoadedSession>,
+    requests: &[ApprovalRequest],
+) {
+    let now = runtime.platform.clock.now();
+    let expires_at =
+        now + chrono::Duration::from_std(runtime.settings.approval_expiry).unwrap_or(chrono::Duration::days(1));
+    let records: Vec<ApprovalRecord> = requests
+        .iter()
+        .map(|r| ApprovalRecord {
+            id: r.request_id,
+            tenant: request.tenant.clone(),
+            run_id,
+            session_id: session.map(|s| s.id.as_str().to_owned()),
+            agent_name: agent.to_owned(),
+            call_id: r.call_id.clone(),
+            tool_name: r.tool_name.clone(),
+            arguments: r.arguments.clone(),
+            effect: r.effect,
+            requested_by: request.attribution.user_id.clone(),
+            created_at: now,
+            expires_at,
+            status: ApprovalStatus::Pending,
+            decided_at: None,
+            decided_by: None,
+            reason: None,
+            resumed_run_id: None,
+        })
+        .collect();
+    if let Err(e) = runtime.stores.approvals.create(&records).await {
+        tracing::warn!(run_id = %run_id, error = ?e, "could not save the approval requests of a stopped run");
+    }
+}
+
+/// The resumed run's first event after `RunStarted`: which run it continues and what was
+/// decided (a Tracon-owned custom event).
+fn resumed_event(resume: &Resume) -> RunEvent {
+    let decisions: Vec<serde_json::Value> = resume
+        .decided
+        .iter()
+        .map(|d| {
+            serde_json::json!({
+                "requestId": d.id,
+                "callId": d.call_id,
+                "toolName": d.tool_name,
+                "approved": d.status == ApprovalStatus::Approved,
+                "decidedBy": d.decided_by,
+            })
+        })
+        .collect();
+    let payload = serde_json::json!({ "fromRunId": resume.from_run, "decisions": decisions });
+    RunEvent::Custom { custom_type: RESUMED_EVENT.to_owned(), payload: payload.to_string() }
+}
+
+/// The custom type of [`resumed_event`].
+pub const RESUMED_EVENT: &str = "tracon.approval.resumed";
 
 #[cfg(test)]
 mod tests {

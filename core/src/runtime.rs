@@ -3,11 +3,12 @@
 //! `Use…()` registrations; replaceable ports (tool authorization, argument validation,
 //! stores) keep a built-in default unless the host sets its own.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::access::{AllowAllRuns, RunAuthorizer};
+use crate::approvals::{ApprovalPolicy, Gatekeeper};
 use crate::attribution::{NoAttribution, RunAttribution};
 use crate::catalog::Catalog;
 use crate::config::{Config, ConfigError};
@@ -16,10 +17,10 @@ use crate::model::{ModelProvider, ProviderRegistry};
 use crate::names::AgentName;
 use crate::ports::Platform;
 use crate::pricing::Pricing;
-use crate::quota::Quotas;
+use crate::quota::{QuotaNoticeSink, Quotas};
 use crate::recorder::{RecordingSettings, RunEventSink};
 use crate::store::Stores;
-use crate::tools::pipeline::{AllowAllTools, DEFAULT_TOOL_TIMEOUT, ToolArgumentsValidator, ToolAuthorizer};
+use crate::tools::pipeline::{DEFAULT_TOOL_TIMEOUT, RequiredPermissions, ToolArgumentsValidator, ToolAuthorizer};
 use crate::tools::{ToolRegistration, ToolRegistry};
 
 /// Installation-wide run settings.
@@ -35,6 +36,9 @@ pub struct RuntimeSettings {
     /// (`Tracon:Runs:CancelCheckIntervalSeconds`). Model and tool calls always check first.
     pub cancel_check_interval: Duration,
     pub recording: RecordingSettings,
+    /// How long a pending approval request can be decided (`Tracon:Approvals:ExpirySeconds`,
+    /// 24 hours).
+    pub approval_expiry: Duration,
 }
 
 impl Default for RuntimeSettings {
@@ -45,6 +49,7 @@ impl Default for RuntimeSettings {
             default_max_output_bytes: None,
             cancel_check_interval: Duration::from_millis(250),
             recording: RecordingSettings::default(),
+            approval_expiry: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -62,6 +67,13 @@ impl RuntimeSettings {
                 .seconds("Tracon:Runs:CancelCheckIntervalSeconds")?
                 .unwrap_or(d.cancel_check_interval),
             recording: RecordingSettings::from_config(config)?,
+            approval_expiry: match config.seconds("Tracon:Approvals:ExpirySeconds")? {
+                Some(d) if d.is_zero() => {
+                    return Err(ConfigError::Message("Tracon__Approvals__ExpirySeconds must be positive.".into()));
+                }
+                Some(d) => d,
+                None => d.approval_expiry,
+            },
         })
     }
 }
@@ -81,6 +93,10 @@ pub struct Runtime {
     pub run_authorizer: Arc<dyn RunAuthorizer>,
     /// Quota rules checked before a run starts (none by default).
     pub quotas: Quotas,
+    /// Whether a call of a tool that requires approval asks (policies, then rules).
+    pub gatekeeper: Arc<Gatekeeper>,
+    /// Where quota threshold notices go (besides the log and, when on, the run's stream).
+    pub quota_sinks: Vec<Arc<dyn QuotaNoticeSink>>,
 }
 
 /// Start-up registrations. Problems are collected and reported together by [`build`](Self::build).
@@ -98,6 +114,8 @@ pub struct RuntimeBuilder {
     event_sinks: Vec<Arc<dyn RunEventSink>>,
     run_authorizer: Arc<dyn RunAuthorizer>,
     quotas: Quotas,
+    approval_policies: HashMap<String, Arc<dyn ApprovalPolicy>>,
+    quota_sinks: Vec<Arc<dyn QuotaNoticeSink>>,
     errors: Vec<String>,
 }
 
@@ -116,14 +134,26 @@ impl RuntimeBuilder {
             platform,
             pricing: Pricing::new("USD"),
             settings: RuntimeSettings::default(),
-            tool_authorizer: Arc::new(AllowAllTools),
+            tool_authorizer: Arc::new(RequiredPermissions),
             tool_validator: None,
             attribution: Arc::new(NoAttribution),
             run_authorizer: Arc::new(AllowAllRuns),
             quotas: Quotas::default(),
             event_sinks: Vec::new(),
+            approval_policies: HashMap::new(),
+            quota_sinks: Vec::new(),
             errors: Vec::new(),
         }
+    }
+
+    /// Registers a code-defined approval policy for one tool (the spec's
+    /// `AddToolApprovalPolicy`): it runs before the stored approval rules and can force or
+    /// waive the approval; a failing policy forces it (see [`crate::approvals`]).
+    pub fn approval_policy(mut self, tool: &str, policy: Arc<dyn ApprovalPolicy>) -> Self {
+        if self.approval_policies.insert(tool.to_owned(), policy).is_some() {
+            self.errors.push(format!("Two approval policies are registered for tool '{tool}'."));
+        }
+        self
     }
 
     /// Binds the host's run and session authorization policy (see [`crate::access`]).
@@ -135,6 +165,12 @@ impl RuntimeBuilder {
     /// The quota rules checked before a run starts.
     pub fn quotas(mut self, quotas: Quotas) -> Self {
         self.quotas = quotas;
+        self
+    }
+
+    /// Adds a receiver of quota threshold notices.
+    pub fn add_quota_notice_sink(mut self, sink: Arc<dyn QuotaNoticeSink>) -> Self {
+        self.quota_sinks.push(sink);
         self
     }
 
@@ -218,10 +254,19 @@ impl RuntimeBuilder {
                 errors.push(format!("Code agent '{}': {} ({})", def.name, p.message, p.field));
             }
         }
+        for tool in self.approval_policies.keys() {
+            if catalog.tools().get(tool).is_none() {
+                errors.push(format!("An approval policy names tool '{tool}', which is not registered."));
+            }
+        }
         if !errors.is_empty() {
             return Err(BuildError(errors));
         }
+        let gatekeeper =
+            Arc::new(Gatekeeper { policies: self.approval_policies, store: Some(stores.approvals.clone()) });
         Ok(Runtime {
+            gatekeeper,
+            quota_sinks: self.quota_sinks,
             catalog,
             stores,
             platform: self.platform,

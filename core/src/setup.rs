@@ -75,7 +75,10 @@ pub fn builder_from_config(
     }
 
     if config.bool("Tracon:Demo:Tools").map_err(|e| e.to_string())?.unwrap_or(true) {
-        builder = builder.add_tool(demo::order_status_tool()).add_tool(demo::store_hours_tool());
+        builder = builder
+            .add_tool(demo::order_status_tool())
+            .add_tool(demo::store_hours_tool())
+            .add_tool(demo::cancel_order_tool());
         if config.bool("Tracon:Demo:Enabled").map_err(|e| e.to_string())?.unwrap_or(defaults.demo_agent) {
             let (provider, model) = if openai_key.is_some() {
                 ("openai", config.get("Tracon:Providers:OpenAI:DefaultModel").unwrap_or(DEMO_OPENAI_MODEL))

@@ -90,6 +90,7 @@ fn request(name: &str, message: &str) -> RunRequest {
         session_id: None,
         caller: Caller::anonymous(),
         attribution: Default::default(),
+        resume: None,
     }
 }
 

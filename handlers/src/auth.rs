@@ -4,14 +4,17 @@
 //! 2. a non-loopback caller gets `403` unless remote access is on (it is on only with a
 //!    token behind it);
 //! 3. `Authorization: Bearer <credential>`: the static token (SHA-256 digests compared in
-//!    constant time) or else an API key (`trk_…`: found by its id, its digest compared in
-//!    constant time, active — not revoked, not expired). Neither → `401`. No header while a
-//!    token is configured → `401`;
-//! 4. the endpoint's scope: a key without it → `403 insufficient_scope` (the table is
-//!    [`requirement`]). The static token and an unauthenticated loopback caller are not
-//!    narrowed by scopes;
+//!    constant time), else an API key (`trk_…`: found by its id, its digest compared in
+//!    constant time, active — not revoked, not expired), else, when `Tracon:Jwt` is
+//!    configured, a JWT (`crate::jwt`: signature, expiry, issuer, audience; a valid one
+//!    naming no role → `403 no_role`). None of them → `401`. No header while a token or JWT
+//!    is configured → `401`;
+//! 4. the endpoint's scope: a key, or a JWT's role (`Role::scopes`), without it → `403
+//!    insufficient_scope` (the table is [`requirement`]). The static token and an
+//!    unauthenticated loopback caller are not narrowed by scopes;
 //! 5. the tenant (`crate::tenancy`): an API key's tenant (a tenant header naming another is
-//!    `403`), otherwise the header's when that path is switched on, otherwise the default.
+//!    `403`), otherwise a JWT's tenant claim when a claim type is configured, otherwise the
+//!    header's when that path is switched on, otherwise the default.
 //!    Handlers read it from the [`Caller`] (`extract::Tenant`), so every store call is
 //!    confined to it.
 //!
@@ -131,9 +134,13 @@ fn authorize(caller: &Caller, request: &Request) -> Result<(), ApiError> {
         Requirement::Scope(scope) => Some(scope),
         Requirement::Unlisted => None,
     };
-    let message = match needed {
-        Some(scope) => format!("This API key lacks the '{}' scope this endpoint needs.", scope.as_str()),
-        None => "API keys cannot reach this endpoint.".to_owned(),
+    let message = match (needed, caller.role) {
+        (Some(scope), Some(role)) => {
+            format!("The {} role lacks the '{}' scope this endpoint needs.", role.as_str(), scope.as_str())
+        }
+        (Some(scope), None) => format!("This API key lacks the '{}' scope this endpoint needs.", scope.as_str()),
+        (None, Some(_)) => "JWT bearer tokens cannot reach this endpoint.".to_owned(),
+        (None, None) => "API keys cannot reach this endpoint.".to_owned(),
     };
     let mut error = ApiError::forbidden("insufficient_scope", message);
     if let Some(scope) = needed {
@@ -160,7 +167,8 @@ async fn authenticate(
         None => None,
     };
     let key_id = credential.and_then(keys::parse_id);
-    if http.require_authentication && http.auth_token_digest.is_none() && key_id.is_none() {
+    let jwt_configured = state.jwt.is_some();
+    if http.require_authentication && http.auth_token_digest.is_none() && !jwt_configured && key_id.is_none() {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "authentication_not_configured",
@@ -177,9 +185,9 @@ async fn authenticate(
         }
     }
     let Some(credential) = credential else {
-        return match http.auth_token_digest {
-            Some(_) => Err(ApiError::unauthorized("Send 'Authorization: Bearer <token>'.")),
-            None => Ok(Caller::anonymous()),
+        return match http.auth_token_digest.is_some() || jwt_configured {
+            true => Err(ApiError::unauthorized("Send 'Authorization: Bearer <token>'.")),
+            false => Ok(Caller::anonymous()),
         };
     };
     if let Some(expected) = &http.auth_token_digest
@@ -190,7 +198,12 @@ async fn authenticate(
     if let Some(id) = key_id {
         return api_key(state, id, credential).await;
     }
-    Err(ApiError::unauthorized(if http.auth_token_digest.is_some() {
+    if let Some(jwt) = &state.jwt
+        && crate::jwt::looks_like_jwt(credential)
+    {
+        return jwt.authenticate(credential, state.runtime.platform.clock.now(), &http.tenancy).await;
+    }
+    Err(ApiError::unauthorized(if http.auth_token_digest.is_some() || jwt_configured {
         "The bearer token is not valid."
     } else {
         "This server has no bearer token configured and the credential sent is not an API key; remove the Authorization header or send an API key."
@@ -219,6 +232,7 @@ async fn api_key(state: &AppState, id: &str, presented: &str) -> Result<Caller, 
         tenant: record.tenant,
         scopes: Some(record.scopes),
         key_id: Some(record.id),
+        role: None,
     })
 }
 

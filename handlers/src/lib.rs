@@ -9,11 +9,13 @@
 //! and call core. Nothing here names a platform or a database, so it builds for wasm32.
 
 pub mod agents;
+pub mod approvals;
 pub mod audit;
 pub mod auth;
 pub mod cors;
 pub mod error;
 pub mod extract;
+pub mod jwt;
 pub mod keys;
 pub mod meta;
 pub mod openapi;
@@ -25,11 +27,12 @@ pub mod sessions;
 pub mod sse;
 pub mod state;
 pub mod tenancy;
+pub mod tenants;
 
 use axum::Router;
 use axum::http::{Method, StatusCode, Uri};
 use axum::middleware;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 
 pub use state::{AppState, HttpSettings, PeerAddr};
 
@@ -59,6 +62,9 @@ pub fn runs_router() -> Router<AppState> {
         .route("/api/runs/{id}/cancel", post(runs::cancel))
         .route("/api/runs/{a}/compare/{b}", get(runs::compare))
         .route("/api/stats", get(runs::stats))
+        .route("/api/approvals/pending", get(approvals::pending))
+        .route("/api/approvals/{id}", get(approvals::get))
+        .route("/api/approvals/{id}/decision", post(approvals::decide))
 }
 
 /// The sessions endpoint group.
@@ -71,7 +77,7 @@ pub fn sessions_router() -> Router<AppState> {
 
 /// The meta group: metadata and the API document.
 /// Served by every host and group, like `/api/meta`: metadata, the OpenAPI document, and
-/// the security administration (API keys, the audit trail).
+/// the security administration (API keys, the audit trail, approval rules, tenants).
 pub fn meta_router() -> Router<AppState> {
     Router::new()
         .route("/api/meta", get(meta::meta))
@@ -81,6 +87,10 @@ pub fn meta_router() -> Router<AppState> {
         .route("/api/api-keys/{id}/rotate", post(keys::rotate))
         .route("/api/audit", get(audit::list))
         .route("/api/audit/verify", get(audit::verify))
+        .route("/api/approvals/rules", get(approvals::list_rules).post(approvals::create_rule))
+        .route("/api/approvals/rules/{id}", delete(approvals::delete_rule))
+        .route("/api/tenants", get(tenants::list).post(tenants::create))
+        .route("/api/tenants/{id}", get(tenants::get).put(tenants::update).delete(tenants::delete))
 }
 
 /// Every endpoint group's routes: the local server and the `all` builds.

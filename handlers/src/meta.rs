@@ -20,8 +20,8 @@ pub struct Meta {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AuthenticationMeta {
-    /// Methods a client can present: `bearerToken` when a static token is configured, and
-    /// `apiKey` (always).
+    /// Methods a client can present: `bearerToken` when a static token is configured, `jwt`
+    /// when JWT bearer tokens are, and `apiKey` (always).
     pub methods: Vec<&'static str>,
     /// Whether callers other than loopback are served.
     pub remote_access: bool,
@@ -40,6 +40,9 @@ pub async fn meta(State(state): State<AppState>) -> Json<Meta> {
     let mut methods = Vec::new();
     if state.http.auth_token_digest.is_some() {
         methods.push("bearerToken");
+    }
+    if state.jwt.is_some() {
+        methods.push("jwt");
     }
     // Keys are always checked; they exist once an administrator issued one.
     methods.push("apiKey");

@@ -48,6 +48,17 @@ pub const DOCUMENT: &str = include_str!("../openapi.json");
         crate::keys::rotate,
         crate::audit::list,
         crate::audit::verify,
+        crate::approvals::pending,
+        crate::approvals::get,
+        crate::approvals::decide,
+        crate::approvals::list_rules,
+        crate::approvals::create_rule,
+        crate::approvals::delete_rule,
+        crate::tenants::list,
+        crate::tenants::get,
+        crate::tenants::create,
+        crate::tenants::update,
+        crate::tenants::delete,
     ),
     components(schemas(
         crate::error::ProblemDetails,
@@ -61,7 +72,8 @@ pub const DOCUMENT: &str = include_str!("../openapi.json");
         (name = "agents", description = "Agent definitions"),
         (name = "runs", description = "Running agents and reading what happened"),
         (name = "sessions", description = "Conversations between turns"),
-        (name = "security", description = "API keys and the audit trail"),
+        (name = "security", description = "API keys, tenants and the audit trail"),
+        (name = "approvals", description = "Tool calls waiting for a person, and standing pre-approvals"),
     )
 )]
 pub struct ApiDoc;

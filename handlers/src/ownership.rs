@@ -17,7 +17,7 @@
 //! never covers appending to someone else's conversation.
 
 use tracon_core::config::{Config, ConfigError};
-use tracon_core::identity::{AuthMethod, Caller};
+use tracon_core::identity::{AuthMethod, Caller, Role};
 use tracon_core::store::SessionRecord;
 
 use crate::error::ApiError;
@@ -57,6 +57,7 @@ impl SessionOwnership {
 
     fn manages(caller: &Caller) -> bool {
         matches!(caller.method, AuthMethod::StaticToken | AuthMethod::Internal)
+            || (caller.method == AuthMethod::Jwt && caller.role >= Some(Role::Operator))
     }
 
     /// The owner the session list is narrowed to: `None` lists everything (ownership off,

@@ -76,6 +76,9 @@ impl RateLimiter {
             Partition::Key => match (caller.method, &caller.key_id) {
                 (AuthMethod::ApiKey, Some(id)) => format!("k:{id}"),
                 (AuthMethod::StaticToken, _) => "k:token".into(),
+                (AuthMethod::Jwt, _) if caller.user_id.is_some() => {
+                    format!("u:{}", caller.user_id.as_deref().unwrap_or_default())
+                }
                 _ => peer.map_or_else(|| "a:unknown".into(), |p| format!("a:{}", p.0.ip())),
             },
             Partition::Address => peer.map_or_else(|| "a:unknown".into(), |p| format!("a:{}", p.0.ip())),

@@ -31,6 +31,7 @@ use tracon_core::store::DocumentInput;
 use utoipa::ToSchema;
 
 use crate::agents::agent_name;
+use crate::approvals::{self, InBandDecision};
 use crate::error::{ApiError, ApiResult, ProblemDetails};
 use crate::extract::{ApiJson, Tenant};
 use crate::sse;
@@ -45,7 +46,8 @@ const MAX_CULTURE_LEN: usize = 35;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RunBody {
-    /// The user's message.
+    /// The user's message. Empty (or absent) only when `approvals` decides a stopped run.
+    #[serde(default)]
     pub message: String,
     /// Continue (or open) this session: its history is loaded and this turn appended.
     #[serde(default)]
@@ -61,6 +63,10 @@ pub struct RunBody {
     /// name and size in its own event.
     #[serde(default)]
     pub documents: Vec<DocumentInput>,
+    /// In-band decisions: with `sessionId` and no `message`, decides every request the
+    /// session's stopped run waits for, and the stream is the run that resumes it.
+    #[serde(default)]
+    pub approvals: Vec<InBandDecision>,
 }
 
 /// Run an agent and stream the live turn as server-sent events
@@ -90,7 +96,15 @@ pub async fn run(
             "The server is shutting down and accepts no new runs; retry on another instance.",
         ));
     }
-    if body.message.trim().is_empty() {
+    let deciding = !body.approvals.is_empty();
+    if deciding && (!body.message.trim().is_empty() || !body.documents.is_empty() || body.session_id.is_none()) {
+        return Err(ApiError::bad_request(
+            "validation_failed",
+            "A request with 'approvals' names its 'sessionId' and carries no 'message' or 'documents': it resumes the stopped run.",
+        )
+        .with("field", "approvals"));
+    }
+    if !deciding && body.message.trim().is_empty() {
         return Err(ApiError::bad_request("validation_failed", "'message' must not be empty.").with("field", "message"));
     }
     if body.culture.as_ref().is_some_and(|c| c.len() > MAX_CULTURE_LEN) {
@@ -127,16 +141,24 @@ pub async fn run(
     }
 
     let runtime = state.runtime.clone();
-    let request = RunRequest {
-        tenant,
-        agent: name.clone(),
-        message: body.message,
-        culture: body.culture,
-        parameters,
-        documents: body.documents,
-        session_id,
-        caller,
-        attribution,
+    let request = match &session_id {
+        Some(session) if deciding => {
+            let mut request = approvals::in_band(&state, &tenant, &caller, &name, session, &body.approvals).await?;
+            request.attribution = attribution;
+            request
+        }
+        _ => RunRequest {
+            tenant,
+            agent: name.clone(),
+            message: body.message,
+            culture: body.culture,
+            parameters,
+            documents: body.documents,
+            session_id,
+            caller,
+            attribution,
+            resume: None,
+        },
     };
     let prepared = runs::prepare(&runtime, request).await.map_err(|e| match e {
         StartError::Agent(CatalogError::NotFound) => ApiError::agent_not_found(name.as_str()),
@@ -144,6 +166,7 @@ pub async fn run(
         StartError::Documents(message) => {
             ApiError::bad_request("validation_failed", message).with("field", "documents")
         }
+        StartError::Resume(message) => ApiError::new(axum::http::StatusCode::CONFLICT, "cannot_resume", message),
         StartError::Store(s) => s.into(),
     })?;
 

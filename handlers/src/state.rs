@@ -52,6 +52,13 @@ pub struct HttpSettings {
     pub tenancy: crate::tenancy::TenancySettings,
     /// Session ownership (off by default).
     pub session_ownership: crate::ownership::SessionOwnership,
+    /// JWT bearer tokens (`Tracon:Jwt:*`); off (`None`) by default.
+    pub jwt: Option<crate::jwt::JwtSettings>,
+    /// Whether work spawned by a request goes on after its response is sent (the local
+    /// server; a Worker through `waitUntil`). Not on Lambda, where the environment freezes
+    /// between invocations: there a decision that resumes a run waits for that run before
+    /// it answers.
+    pub background_outlives_response: bool,
 }
 
 impl std::fmt::Debug for HttpSettings {
@@ -62,6 +69,7 @@ impl std::fmt::Debug for HttpSettings {
             .field("require_authentication", &self.require_authentication)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("allowed_origins", &self.allowed_origins)
+            .field("jwt", &self.jwt)
             .finish()
     }
 }
@@ -69,7 +77,7 @@ impl std::fmt::Debug for HttpSettings {
 impl HttpSettings {
     /// Reads `TRACON_AUTH_TOKEN` (or `Tracon:AuthToken`), `Tracon:AllowRemoteAccess` and
     /// `Tracon:Http:MaxRequestBodyBytes`. Remote access defaults to on exactly when a token
-    /// is configured, and turning it on without one is refused.
+    /// or JWT is configured, and turning it on without either is refused.
     pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
         let token = config.first(&["TRACON_AUTH_TOKEN", "Tracon:AuthToken"]).map(str::to_owned);
         if let Some(t) = &token
@@ -79,10 +87,12 @@ impl HttpSettings {
                 "TRACON_AUTH_TOKEN is shorter than {MIN_TOKEN_LEN} characters; use a long random value (e.g. `openssl rand -hex 32`)."
             )));
         }
-        let allow_remote = config.bool("Tracon:AllowRemoteAccess")?.unwrap_or(token.is_some());
-        if allow_remote && token.is_none() {
+        let jwt = crate::jwt::JwtSettings::from_config(config)?;
+        let authenticated = token.is_some() || jwt.is_some();
+        let allow_remote = config.bool("Tracon:AllowRemoteAccess")?.unwrap_or(authenticated);
+        if allow_remote && !authenticated {
             return Err(ConfigError::Message(
-                "Tracon__AllowRemoteAccess is on but no authentication is configured; set TRACON_AUTH_TOKEN first."
+                "Tracon__AllowRemoteAccess is on but no authentication is configured; set TRACON_AUTH_TOKEN or Tracon__Jwt__* first."
                     .into(),
             ));
         }
@@ -102,6 +112,8 @@ impl HttpSettings {
             rate_limit: crate::ratelimit::RateLimitSettings::from_config(config)?,
             tenancy: crate::tenancy::TenancySettings::from_config(config)?,
             session_ownership: crate::ownership::SessionOwnership::from_config(config)?,
+            jwt,
+            background_outlives_response: true,
         })
     }
 
@@ -138,6 +150,8 @@ impl Default for HttpSettings {
             rate_limit: None,
             tenancy: crate::tenancy::TenancySettings::default(),
             session_ownership: crate::ownership::SessionOwnership::default(),
+            jwt: None,
+            background_outlives_response: true,
         }
     }
 }
@@ -257,13 +271,16 @@ pub struct AppState {
     pub keys: Arc<crate::auth::KeyCache>,
     /// Present when a rate limit is configured.
     pub limiter: Option<Arc<crate::ratelimit::RateLimiter>>,
+    /// Present when JWT bearer tokens are configured (with the JWKS cache).
+    pub jwt: Option<Arc<crate::jwt::JwtVerifier>>,
 }
 
 impl AppState {
     pub fn new(runtime: Arc<Runtime>, http: HttpSettings) -> Self {
         let keys = Arc::new(crate::auth::KeyCache::new(http.key_cache_ttl));
         let limiter = http.rate_limit.map(|s| Arc::new(crate::ratelimit::RateLimiter::new(s)));
-        Self { runtime, http: Arc::new(http), drain: Arc::new(Drain::default()), keys, limiter }
+        let jwt = http.jwt.clone().map(|s| Arc::new(crate::jwt::JwtVerifier::new(s)));
+        Self { runtime, http: Arc::new(http), drain: Arc::new(Drain::default()), keys, limiter, jwt }
     }
 }
 

@@ -3,12 +3,17 @@
 //! 1. authenticated with an API key → the key's tenant. A key *proves* its tenant; a tenant
 //!    header that names another is refused (`403 tenant_mismatch`) before any endpoint runs;
 //! 2. tenancy off (the default) → the default tenant;
-//! 3. the header path, only when explicitly allowed (`Tracon:Tenancy:AllowHeader`): the
+//! 3. a claim type configured (`Tracon:Tenancy:ClaimType`): a verified JWT's claim of that
+//!    name (`crate::jwt`), checked like a header (`403 invalid_tenant`, `403
+//!    tenant_not_allowed`); a JWT without it, and every other caller, → the default tenant.
+//!    The header is then never read: otherwise a signed-in user could reach another tenant
+//!    by adding one;
+//! 4. the header path, only when explicitly allowed (`Tracon:Tenancy:AllowHeader`): the
 //!    header's value — a well-formed tenant id (`400 invalid_tenant`), and on the allowlist
 //!    when one is configured (`403 tenant_not_allowed`); no header → the default tenant.
 //!
 //! A header is a claim, not a proof: that is why it must be switched on, and why a key
-//! outranks it. (Claims of a verified JWT come before the header once JWT lands.)
+//! outranks it.
 
 use axum::http::{HeaderMap, HeaderName, StatusCode};
 use tracon_core::config::{Config, ConfigError};
@@ -28,6 +33,9 @@ pub struct TenancySettings {
     pub header: HeaderName,
     /// `Tracon:Tenancy:AllowedTenants:0`, `:1`, … — empty allows every well-formed id.
     pub allowed: Vec<TenantId>,
+    /// `Tracon:Tenancy:ClaimType` (none): the JWT claim naming the tenant. When set, the
+    /// header is never read.
+    pub claim_type: Option<String>,
 }
 
 impl Default for TenancySettings {
@@ -37,6 +45,7 @@ impl Default for TenancySettings {
             allow_header: false,
             header: HeaderName::from_static("x-tenant-id"),
             allowed: Vec::new(),
+            claim_type: None,
         }
     }
 }
@@ -67,7 +76,33 @@ impl TenancySettings {
                 "Tracon__Tenancy__AllowHeader is on but Tracon__Tenancy__Enabled is off; turn tenancy on first.".into(),
             ));
         }
-        Ok(Self { enabled, allow_header, header, allowed })
+        let claim_type = config.get("Tracon:Tenancy:ClaimType").map(|c| c.trim().to_owned());
+        if claim_type.is_some() && !enabled {
+            return Err(ConfigError::Message(
+                "Tracon__Tenancy__ClaimType is set but Tracon__Tenancy__Enabled is off; turn tenancy on first.".into(),
+            ));
+        }
+        Ok(Self { enabled, allow_header, header, allowed, claim_type })
+    }
+
+    /// The tenant a verified JWT's claims name, when tenancy resolves tenants from a claim;
+    /// `None` (the default tenant) otherwise or when the token carries no such claim.
+    pub fn claimed_tenant(
+        &self,
+        claims: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Option<TenantId>, ApiError> {
+        let Some(claim_type) = self.claim_type.as_deref().filter(|_| self.enabled) else { return Ok(None) };
+        let Some(value) = claims.get(claim_type) else { return Ok(None) };
+        // The token is genuine, so a bad value is the issuer's, not the request's: 403.
+        let tenant = value
+            .as_str()
+            .ok_or_else(|| "The tenant claim is not a string.".to_owned())
+            .and_then(|v| TenantId::parse(v.trim()).map_err(|e| e.0))
+            .map_err(|detail| ApiError::forbidden("invalid_tenant", detail).with("claim", claim_type))?;
+        if !self.allowed.is_empty() && !self.allowed.contains(&tenant) {
+            return Err(ApiError::forbidden("tenant_not_allowed", "The tenant is not on this server's allowlist."));
+        }
+        Ok(Some(tenant))
     }
 
     /// Sets `caller.tenant` for this request.
@@ -82,6 +117,14 @@ impl TenancySettings {
                 )),
                 _ => Ok(()),
             };
+        }
+        if self.enabled && self.claim_type.is_some() {
+            // A JWT caller's tenant is its claim's, set when the token was verified; anyone
+            // else is the default tenant. The header is not read.
+            if caller.method != AuthMethod::Jwt {
+                caller.tenant = TenantId::default_tenant();
+            }
+            return Ok(());
         }
         if !self.enabled || !self.allow_header {
             caller.tenant = TenantId::default_tenant();

@@ -221,15 +221,19 @@ async fn keys_are_validated_and_a_key_cannot_issue_more_than_it_has() {
     assert_eq!(Some(child_expiry), parent.expires_at);
 }
 
-/// Tenant B's agent, run, session and key, made through B's own key.
+/// Tenant B's agent, run, session and key, made through B's own key; its approval request,
+/// approval rule and tenant record, put in the stores.
 struct Theirs {
     agent: &'static str,
     run: String,
     session: &'static str,
     key_id: String,
+    approval: String,
+    rule: String,
+    tenant: &'static str,
 }
 
-async fn tenant_b(app: &Router, b: &str) -> Theirs {
+async fn tenant_b(app: &Router, state: &AppState, b: &str) -> Theirs {
     let def = AgentDefinition::new("b-agent", "script", "m").with_instructions("Only tenant B's secret instructions.");
     let (status, doc) = call(app, Method::POST, "/api/agents", b, Some(serde_json::to_value(&def).unwrap())).await;
     assert_eq!(status, StatusCode::CREATED, "{doc}");
@@ -239,7 +243,57 @@ async fn tenant_b(app: &Router, b: &str) -> Theirs {
     assert_eq!(status, StatusCode::OK);
     let (_, runs) = call(app, Method::GET, "/api/runs", b, None).await;
     let run = runs[0]["id"].as_str().unwrap().to_owned();
-    Theirs { agent: "b-agent", run, session: "b-session", key_id: id_of(b).to_owned() }
+    let tenant = TenantId::parse("tenant-b").unwrap();
+    let now = Utc::now();
+    let stores = &state.runtime.stores;
+    let approval = tracon_core::approvals::ApprovalRecord {
+        id: uuid::Uuid::now_v7(),
+        tenant: tenant.clone(),
+        run_id: tracon_core::names::RunId(uuid::Uuid::parse_str(&run).unwrap()),
+        session_id: Some("b-session".into()),
+        agent_name: "b-agent".into(),
+        call_id: "call_0".into(),
+        tool_name: "b-tool".into(),
+        arguments: json!({"b": "secret instructions"}),
+        effect: tracon_core::tools::ToolEffect::Write,
+        requested_by: None,
+        created_at: now,
+        expires_at: now + chrono::Duration::hours(1),
+        status: tracon_core::approvals::ApprovalStatus::Pending,
+        decided_at: None,
+        decided_by: None,
+        reason: None,
+        resumed_run_id: None,
+    };
+    stores.approvals.create(std::slice::from_ref(&approval)).await.unwrap();
+    let rule = tracon_core::approvals::ApprovalRule {
+        id: uuid::Uuid::now_v7(),
+        tenant: tenant.clone(),
+        tool_name: "b-tool".into(),
+        agent_name: None,
+        arguments_hash: None,
+        conditions: vec![],
+        description: Some("secret instructions".into()),
+        created_at: now,
+        created_by: "token".into(),
+    };
+    stores.approvals.create_rule(&rule).await.unwrap();
+    let record = tracon_core::tenants::TenantRecord {
+        id: tenant,
+        display_name: "secret instructions".into(),
+        created_at: now,
+        updated_at: now,
+    };
+    stores.tenants.create(&record).await.unwrap();
+    Theirs {
+        agent: "b-agent",
+        run,
+        session: "b-session",
+        key_id: id_of(b).to_owned(),
+        approval: approval.id.to_string(),
+        rule: rule.id.to_string(),
+        tenant: "tenant-b",
+    }
 }
 
 /// Every route of the OpenAPI document (which a test keeps equal to the mounted routes).
@@ -265,6 +319,10 @@ fn body_for(method: &Method, template: &str, agent: &str, scope: Scope) -> Optio
         ("POST", "/api/agents/{name}/run") => Some(json!({"message": "hi"})),
         ("POST", "/api/sessions/{id}/branch") => Some(json!({"sequence": 0})),
         ("POST", "/api/api-keys") => Some(json!({"name": "k", "scopes": [scope]})),
+        ("POST", "/api/approvals/{id}/decision") => Some(json!({"approved": true})),
+        ("POST", "/api/approvals/rules") => Some(json!({"toolName": "a-tool"})),
+        ("POST", "/api/tenants") => Some(json!({"id": "a-new", "displayName": "A's"})),
+        ("PUT", "/api/tenants/{id}") => Some(json!({"displayName": "renamed"})),
         _ => None,
     }
 }
@@ -275,23 +333,46 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
     let all = Scope::ALL;
     let a = key_in(&state, "tenant-a", &all, None).await;
     let b = key_in(&state, "tenant-b", &all, None).await;
-    let theirs = tenant_b(&app, &b).await;
-    let markers = [theirs.agent, theirs.run.as_str(), theirs.session, theirs.key_id.as_str(), "secret instructions"];
+    let theirs = tenant_b(&app, &state, &b).await;
+    let markers = [
+        theirs.agent,
+        theirs.run.as_str(),
+        theirs.session,
+        theirs.key_id.as_str(),
+        "secret instructions",
+        theirs.approval.as_str(),
+        theirs.rule.as_str(),
+        theirs.tenant,
+        "b-tool",
+    ];
 
     let mut walked = BTreeSet::new();
     for (method, template) in routes() {
-        let fill = |run: &str, session: &str, key: &str, agent: &str| {
+        let fill = |run: &str, session: &str, key: &str, agent: &str, others: [&str; 3]| {
+            let [approval, rule, tenant] = others;
             let id = if template.starts_with("/api/runs") {
                 run
             } else if template.starts_with("/api/sessions") {
                 session
+            } else if template.starts_with("/api/approvals/rules") {
+                rule
+            } else if template.starts_with("/api/approvals") {
+                approval
+            } else if template.starts_with("/api/tenants") {
+                tenant
             } else {
                 key
             };
             template.replace("{name}", agent).replace("{id}", id).replace("{a}", run).replace("{b}", run)
         };
         let diff = template.contains("/diff/");
-        let theirs_path = fill(&theirs.run, theirs.session, &theirs.key_id, theirs.agent);
+        let theirs_path = fill(
+            &theirs.run,
+            theirs.session,
+            &theirs.key_id,
+            theirs.agent,
+            [&theirs.approval, &theirs.rule, theirs.tenant],
+        );
         let theirs_path = if diff {
             template.replace("{name}", theirs.agent).replace("{a}", "1").replace("{b}", "1")
         } else {
@@ -304,7 +385,13 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
         if has_param {
             // Theirs answers exactly as a resource that does not exist.
             let missing_run = tracon_core::ports::new_id(state.runtime.platform.clock.as_ref()).to_string();
-            let missing = fill(&missing_run, "no-such-session", "000000000000", "no-such-agent");
+            let missing = fill(
+                &missing_run,
+                "no-such-session",
+                "000000000000",
+                "no-such-agent",
+                [&missing_run, &missing_run, "no-such-tenant"],
+            );
             let missing = if diff {
                 template.replace("{name}", "no-such-agent").replace("{a}", "1").replace("{b}", "1")
             } else {
@@ -326,7 +413,7 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
         }
         walked.insert(format!("{method} {template}"));
     }
-    assert!(walked.len() >= 29, "every route was walked: {walked:?}");
+    assert!(walked.len() >= 40, "every route was walked: {walked:?}");
 
     // Nothing of B's changed: the agent, the run, the session and the key are all there.
     for path in [
@@ -334,6 +421,8 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
         format!("/api/runs/{}", theirs.run),
         "/api/sessions/b-session".to_owned(),
         format!("/api/api-keys/{}", theirs.key_id),
+        format!("/api/approvals/{}", theirs.approval),
+        "/api/tenants/tenant-b".to_owned(),
     ] {
         let (status, doc) = call(&app, Method::GET, &path, &b, None).await;
         assert_eq!(status, StatusCode::OK, "{path}: {doc}");
@@ -341,6 +430,12 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
     }
     let (_, agent) = call(&app, Method::GET, "/api/agents/b-agent", &b, None).await;
     assert_eq!(agent["version"], 1, "tenant A's PUT and rollback did not write a version: {agent}");
+    let (_, approval) = call(&app, Method::GET, &format!("/api/approvals/{}", theirs.approval), &b, None).await;
+    assert_eq!(approval["status"], "Pending", "tenant A's decision did not apply");
+    let (_, rules) = call(&app, Method::GET, "/api/approvals/rules", &b, None).await;
+    assert_eq!(rules.as_array().map(Vec::len), Some(1), "tenant A did not delete B's rule");
+    let (_, record) = call(&app, Method::GET, "/api/tenants/tenant-b", &b, None).await;
+    assert_eq!(record["displayName"], "secret instructions", "tenant A did not rename B");
 }
 
 #[tokio::test]
@@ -547,7 +642,10 @@ async fn a_used_up_quota_refuses_the_run_with_429_before_any_model_call() {
         .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
         .add_agent(AgentDefinition::new("metered", "script", "m").with_instructions("Hi."))
         .add_agent(AgentDefinition::new("free", "script", "m").with_instructions("Hi."))
-        .quotas(Quotas { rules: vec![rule("metered-daily", Some("metered"), 2.0), rule("tenant-daily", None, 5.0)] })
+        .quotas(Quotas {
+            rules: vec![rule("metered-daily", Some("metered"), 2.0), rule("tenant-daily", None, 5.0)],
+            ..Quotas::default()
+        })
         .build()
         .unwrap();
     let app = tracon_handlers::router(AppState::new(Arc::new(runtime), HttpSettings::with_token(TOKEN)));
@@ -573,6 +671,79 @@ async fn a_used_up_quota_refuses_the_run_with_429_before_any_model_call() {
     }
     let (status, doc) = run("free").await;
     assert_eq!((status, doc["quota"].as_str()), (StatusCode::TOO_MANY_REQUESTS, Some("tenant-daily")));
+}
+
+#[tokio::test]
+async fn each_threshold_is_announced_once_per_period_and_stops_nothing() {
+    use std::sync::Mutex;
+    use tracon_core::quota::{Metric, Period, QuotaNoticeSink, QuotaRule, Quotas, ThresholdNotice};
+    #[derive(Default)]
+    struct Collect(Mutex<Vec<ThresholdNotice>>);
+    #[async_trait::async_trait]
+    impl QuotaNoticeSink for Collect {
+        async fn notify(&self, notice: &ThresholdNotice) {
+            self.0.lock().unwrap().push(notice.clone());
+        }
+    }
+    let sink = Arc::new(Collect::default());
+    let script = ScriptedProvider::from_fn("script", |_| ScriptedTurn::text("Hello.").with_usage(3, 4));
+    let runtime = RuntimeBuilder::new(tokio_rt::platform())
+        .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
+        .add_agent(AgentDefinition::new("metered", "script", "m").with_instructions("Hi."))
+        .add_quota_notice_sink(sink.clone())
+        .quotas(Quotas {
+            rules: vec![QuotaRule {
+                name: "tokens-daily".into(),
+                metric: Metric::Tokens,
+                limit: 20.0,
+                period: Period::Day,
+                agent: None,
+                tenant: None,
+                currency: "USD".into(),
+            }],
+            threshold_percents: vec![50, 100],
+            publish_to_run_stream: true,
+        })
+        .build()
+        .unwrap();
+    let app = tracon_handlers::router(AppState::new(Arc::new(runtime), HttpSettings::with_token(TOKEN)));
+    // 7 tokens a run: 7, 14 (≥ 10: 50 %), 21 (≥ 20: 100 %), then the quota refuses.
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (status, _) =
+            call(&app, Method::POST, "/api/agents/metered/run", TOKEN, Some(json!({"message": "hi"}))).await;
+        assert_eq!(status, StatusCode::OK);
+        let (_, runs) = call(&app, Method::GET, "/api/runs?take=1", TOKEN, None).await;
+        ids.push(runs[0]["id"].as_str().unwrap().to_owned());
+    }
+    let notices = sink.0.lock().unwrap().clone();
+    assert_eq!(notices.iter().map(|n| n.threshold).collect::<Vec<_>>(), [50, 100], "{notices:?}");
+    assert_eq!(notices[0].run_id.to_string(), ids[1]);
+    assert_eq!((notices[0].consumption, notices[1].consumption, notices[1].limit), (14.0, 21.0, 20.0));
+    assert_ne!(notices[0].notice_id, notices[1].notice_id);
+    // The notice is in the triggering run's own log, before its end; the other runs have none.
+    let log = |id: &str| {
+        let path = format!("/api/runs/{id}/events");
+        let app = app.clone();
+        async move {
+            let req = Request::builder()
+                .uri(path)
+                .extension(PeerAddr(SocketAddr::from(([203, 0, 113, 9], 40000))))
+                .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+                .body(Body::empty())
+                .unwrap();
+            let res = app.oneshot(req).await.unwrap();
+            String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
+        }
+    };
+    let second = log(&ids[1]).await;
+    let notice_at = second.find("tracon.quota.threshold").expect("the notice frame");
+    assert!(notice_at < second.find("run.completed").unwrap(), "{second}");
+    assert!(second.contains(&notices[0].notice_id));
+    assert!(!log(&ids[0]).await.contains("tracon.quota.threshold"));
+    let (status, _) = call(&app, Method::POST, "/api/agents/metered/run", TOKEN, Some(json!({"message": "hi"}))).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(sink.0.lock().unwrap().len(), 2, "a refused run announces nothing again");
 }
 
 async fn with_tenant(
@@ -837,4 +1008,91 @@ async fn refusing_unowned_sessions_leaves_the_manager_reading_and_new_sessions_o
         as_user(&app, Method::POST, "/api/agents/chat/run", &key, Some("u1"), Some(run("new"))).await.0,
         StatusCode::OK
     );
+}
+
+#[tokio::test]
+async fn the_operator_manages_tenants_and_a_tenant_sees_only_its_own_record() {
+    let (app, state) = app();
+    let (status, created) =
+        call(&app, Method::POST, "/api/tenants", TOKEN, Some(json!({"id": "acme", "displayName": "Acme"}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["displayName"], "Acme");
+    let (status, _) =
+        call(&app, Method::POST, "/api/tenants", TOKEN, Some(json!({"id": "acme", "displayName": "Again"}))).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    for bad in [json!({"id": "Not Valid!", "displayName": "x"}), json!({"id": "ok", "displayName": " "})] {
+        assert_eq!(call(&app, Method::POST, "/api/tenants", TOKEN, Some(bad)).await.0, StatusCode::BAD_REQUEST);
+    }
+    call(&app, Method::POST, "/api/tenants", TOKEN, Some(json!({"id": "globex", "displayName": "Globex"}))).await;
+    let (_, all) = call(&app, Method::GET, "/api/tenants", TOKEN, None).await;
+    assert_eq!(
+        all.as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap()).collect::<Vec<_>>(),
+        ["acme", "globex"]
+    );
+
+    // A PlatformAdmin key of acme: its own record only; it cannot register or remove tenants.
+    let acme = key_in(&state, "acme", &[Scope::PlatformAdmin], None).await;
+    let (_, mine) = call(&app, Method::GET, "/api/tenants", &acme, None).await;
+    assert_eq!(mine.as_array().unwrap().len(), 1);
+    assert_eq!(mine[0]["id"], "acme");
+    assert_eq!(call(&app, Method::GET, "/api/tenants/globex", &acme, None).await.0, StatusCode::NOT_FOUND);
+    let (status, renamed) =
+        call(&app, Method::PUT, "/api/tenants/acme", &acme, Some(json!({"displayName": "Acme Corp"}))).await;
+    assert_eq!((status, renamed["displayName"].as_str()), (StatusCode::OK, Some("Acme Corp")));
+    let (status, _) =
+        call(&app, Method::POST, "/api/tenants", &acme, Some(json!({"id": "x", "displayName": "X"}))).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(call(&app, Method::DELETE, "/api/tenants/acme", &acme, None).await.0, StatusCode::FORBIDDEN);
+
+    // The operator removes a record; every change is in the trail.
+    assert_eq!(call(&app, Method::DELETE, "/api/tenants/globex", TOKEN, None).await.0, StatusCode::NO_CONTENT);
+    assert_eq!(call(&app, Method::DELETE, "/api/tenants/globex", TOKEN, None).await.0, StatusCode::NOT_FOUND);
+    let (_, trail) = call(&app, Method::GET, "/api/audit?entityType=tenant", TOKEN, None).await;
+    let actions: Vec<&str> = trail.as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["tenant.delete", "tenant.create", "tenant.create"], "{trail}");
+}
+
+#[tokio::test]
+async fn a_tools_required_permission_is_checked_against_the_caller() {
+    use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
+    let cancel = ToolRegistration::new(
+        "cancel_order",
+        "Cancels an order.",
+        json!({"type": "object"}),
+        tool_fn(|_, _| async { Ok(ToolOutput::from("cancelled")) }),
+    )
+    .map(|r| r.required_permission("orders.cancel"));
+    let script = ScriptedProvider::from_fn("script", |req| {
+        match req.messages.iter().rev().find_map(|m| match m {
+            tracon_core::model::Message::Tool { content, .. } => Some(content.clone()),
+            _ => None,
+        }) {
+            Some(result) => ScriptedTurn::text(&format!("Tool said: {result}")),
+            None => ScriptedTurn::tool_call("cancel_order", json!({})),
+        }
+    });
+    let runtime = RuntimeBuilder::new(tokio_rt::platform())
+        .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
+        .add_tool(cancel)
+        .add_agent(AgentDefinition::new("orders", "script", "m").with_instructions("Hi.").with_tools(&["cancel_order"]))
+        .build()
+        .unwrap();
+    let state = AppState::new(Arc::new(runtime), HttpSettings::with_token(TOKEN));
+    let app = tracon_handlers::router(state.clone());
+    let key = key_in(&state, "default", &[Scope::RunsWrite, Scope::RunsRead], None).await;
+    let tool_status = async |bearer: &str| {
+        let (status, _) =
+            call(&app, Method::POST, "/api/agents/orders/run", bearer, Some(json!({"message": "go"}))).await;
+        assert_eq!(status, StatusCode::OK);
+        let (_, runs) = call(&app, Method::GET, "/api/runs?take=1", TOKEN, None).await;
+        let id = runs[0]["id"].as_str().unwrap().to_owned();
+        let (_, tools) = call(&app, Method::GET, &format!("/api/runs/{id}/tools"), TOKEN, None).await;
+        (tools[0]["status"].as_str().unwrap().to_owned(), tools[0]["result"].as_str().unwrap_or_default().to_owned())
+    };
+    // A key holds no permissions: the model gets the denial as the result and the run goes on.
+    let (status, result) = tool_status(&key).await;
+    assert_eq!(status, "Denied");
+    assert!(result.contains("orders.cancel"), "{result}");
+    // The static token is not narrowed.
+    assert_eq!(tool_status(TOKEN).await.0, "Succeeded");
 }

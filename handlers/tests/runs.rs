@@ -891,6 +891,9 @@ async fn a_store_that_fails_every_write_still_lets_the_run_complete() {
         sessions: broken,
         keys: Stores::in_memory().keys,
         audit: Stores::in_memory().audit,
+        approvals: Stores::in_memory().approvals,
+        tenants: Stores::in_memory().tenants,
+        quota_notices: Stores::in_memory().quota_notices,
         persistent: true,
     };
     let app = app(&Options { stores, ..Options::default() });

@@ -541,3 +541,70 @@ async fn the_audit_chain_on_postgres_finds_an_edited_row_and_a_deleted_one() {
     sqlx::query(&format!("DELETE FROM {table} WHERE sequence = 2")).execute(&pool).await.unwrap();
     assert_eq!(verify().await, json!({"status": "Gap", "entries": 1, "firstFailingSequence": 2}));
 }
+
+/// An approval on Postgres through the real binary: the run stops, the request survives a
+/// kill and restart, the in-band decision resumes the session as a new run, and a second
+/// decision is refused.
+#[tokio::test]
+async fn an_approval_survives_a_restart_and_its_decision_resumes_the_session() {
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    mock.script(
+        "approve-model",
+        vec![
+            MockTurn::tool_call("cancel_order", json!({"orderId": "4182"})),
+            MockTurn::text("Order 4182 is cancelled.").with_usage(30, 6),
+        ],
+    );
+    let endpoint = format!("{}/v1", mock.base_url());
+    let provider = [
+        ("OPENAI_API_KEY", "k"),
+        ("Tracon__Providers__OpenAI__Endpoint", endpoint.as_str()),
+        ("Tracon__Providers__OpenAI__DefaultModel", "approve-model"),
+    ];
+    let (schema, url) = (fresh_schema(), database_url());
+    let mut first = start_on_pg(&schema, &url, &provider).await;
+    let client = reqwest::Client::new();
+    let agent = json!({"name": "canceller", "instructions": "Cancel orders.", "toolNames": ["cancel_order"],
+        "model": {"provider": "openai", "model": "approve-model"}});
+    let created = client.post(first.url("/api/agents")).json(&agent).send().await.unwrap();
+    assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
+    let (_, frames, raw) = run(&first, "canceller", json!({"message": "Cancel 4182", "sessionId": "appr"})).await;
+    let approvals = frames.iter().find(|f| f.event == "approvals").unwrap_or_else(|| panic!("{raw}"));
+    let request_id = approvals.data[0]["requestId"].as_str().unwrap().to_owned();
+    assert_eq!(frames.last().unwrap().data["status"], "AwaitingApproval");
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+
+    let second = start_on_pg(&schema, &url, &provider).await;
+    let pending: Value = client.get(second.url("/api/approvals/pending")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(pending[0]["id"], request_id.as_str(), "{pending}");
+    assert_eq!(pending[0]["arguments"], json!({"orderId": "4182"}));
+    let (_, frames, raw) = run(
+        &second,
+        "canceller",
+        json!({"sessionId": "appr", "approvals": [{"requestId": request_id, "approved": true}]}),
+    )
+    .await;
+    assert_eq!(frames.last().unwrap().data["status"], "Completed", "{raw}");
+    assert!(text_of(&frames).contains("Order 4182 is cancelled."), "{raw}");
+    let resumed = frames[0].data["runId"].as_str().unwrap().to_owned();
+    let tools: Value =
+        client.get(second.url(&format!("/api/runs/{resumed}/tools"))).send().await.unwrap().json().await.unwrap();
+    assert_eq!((tools[0]["toolName"].as_str(), tools[0]["status"].as_str()), (Some("cancel_order"), Some("Succeeded")));
+    let again = client
+        .post(second.url(&format!("/api/approvals/{request_id}/decision")))
+        .json(&json!({"approved": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 409);
+    let decided: Value =
+        client.get(second.url(&format!("/api/approvals/{request_id}"))).send().await.unwrap().json().await.unwrap();
+    assert_eq!(
+        (decided["status"].as_str(), decided["resumedRunId"].as_str()),
+        (Some("Approved"), Some(resumed.as_str()))
+    );
+    // The model saw the call's result on the resumed run.
+    let last = mock.requests("approve-model").last().unwrap()["body"]["messages"].to_string();
+    assert!(last.contains("cancelled") && last.contains("Cancel 4182"), "{last}");
+}

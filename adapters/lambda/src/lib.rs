@@ -68,7 +68,9 @@ pub fn state_with_stores(config: &Config, stores: Stores) -> Result<AppState, St
         .map_err(|e| format!("could not build the HTTP client: {e}"))?;
     let runtime =
         setup::runtime_from_config(config, tokio_rt::platform(), stores, client, &HostDefaults { demo_agent: false })?;
-    let http = HttpSettings::serverless_from_config(config).map_err(|e| e.to_string())?;
+    let mut http = HttpSettings::serverless_from_config(config).map_err(|e| e.to_string())?;
+    // The environment freezes once a response is sent: nothing may be left running.
+    http.background_outlives_response = false;
     if http.auth_token_digest.is_none() {
         tracing::error!(
             "TRACON_AUTH_TOKEN is not set: every route but /api/meta answers 503 until it is (set it as an encrypted environment variable)"

@@ -42,6 +42,9 @@ fn memory_stores(config: &Config) -> Result<Stores, String> {
         sessions: Arc::new(memory::MemorySessionStore::default()),
         keys: Arc::new(memory::MemoryApiKeyStore::default()),
         audit: Arc::new(memory::MemoryAuditStore::default()),
+        approvals: Arc::new(memory::MemoryApprovalStore::default()),
+        tenants: Arc::new(memory::MemoryTenantStore::default()),
+        quota_notices: Arc::new(memory::MemoryQuotaNoticeStore::default()),
         persistent: false,
     })
 }

@@ -8,12 +8,15 @@ use std::collections::BTreeSet;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tracon_core::approvals::{ApprovalDecision, ApprovalRecord, ApprovalRule, ApprovalStatus, Condition};
 use tracon_core::audit::AuditEntry;
 use tracon_core::events::{RecordedEvent, RunEvent};
 use tracon_core::keys::{ApiKeyRecord, Scope};
 use tracon_core::model::Message;
 use tracon_core::names::{RunId, TenantId};
 use tracon_core::store::{RunStats, RunStatus, StoreError};
+use tracon_core::tenants::TenantRecord;
+use uuid::Uuid;
 
 use crate::protect::{Place, Protection, ProtectionError};
 
@@ -329,6 +332,229 @@ impl AuditColumns {
     }
 }
 
+// ---- approvals -----------------------------------------------------------------------------
+
+/// What `decide` answers for a request that was decided or has expired (the in-memory
+/// store says the same).
+pub const APPROVAL_NOT_DECIDABLE: &str = "This approval request can no longer be decided.";
+
+/// Where a request's arguments (a protected value) are bound.
+pub fn approval_place<'a>(tenant: &'a TenantId, row: &'a str) -> Place<'a> {
+    Place { tenant: tenant.as_str(), table: "approval_requests", column: "arguments", row }
+}
+
+/// A unique violation while creating requests: one of the ids is taken.
+pub fn duplicate_approval(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Conflict(_) => StoreError::Conflict("An approval request with this id exists.".into()),
+        other => other,
+    }
+}
+
+/// The status text a decision stores.
+pub fn decision_status(decision: &ApprovalDecision) -> &'static str {
+    if decision.approved { ApprovalStatus::Approved.as_str() } else { ApprovalStatus::Denied.as_str() }
+}
+
+/// A `create` call's requests as the parallel arrays `sql::APPROVAL_INSERT` unnests, the
+/// arguments sealed.
+pub struct ApprovalArrays {
+    pub tenants: Vec<String>,
+    pub ids: Vec<Uuid>,
+    pub run_ids: Vec<Uuid>,
+    pub session_ids: Vec<Option<String>>,
+    pub agent_names: Vec<String>,
+    pub call_ids: Vec<String>,
+    pub tool_names: Vec<String>,
+    pub arguments: Vec<Vec<u8>>,
+    pub effects: Vec<String>,
+    pub requested_by: Vec<Option<String>>,
+    pub created_at: Vec<DateTime<Utc>>,
+    pub expires_at: Vec<DateTime<Utc>>,
+    pub statuses: Vec<&'static str>,
+    pub decided_at: Vec<Option<DateTime<Utc>>>,
+    pub decided_by: Vec<Option<String>>,
+    pub reasons: Vec<Option<String>>,
+    pub resumed_run_ids: Vec<Option<Uuid>>,
+}
+
+pub fn approval_arrays(protection: &Protection, records: &[ApprovalRecord]) -> Result<ApprovalArrays, StoreError> {
+    let n = records.len();
+    let mut a = ApprovalArrays {
+        tenants: Vec::with_capacity(n),
+        ids: Vec::with_capacity(n),
+        run_ids: Vec::with_capacity(n),
+        session_ids: Vec::with_capacity(n),
+        agent_names: Vec::with_capacity(n),
+        call_ids: Vec::with_capacity(n),
+        tool_names: Vec::with_capacity(n),
+        arguments: Vec::with_capacity(n),
+        effects: Vec::with_capacity(n),
+        requested_by: Vec::with_capacity(n),
+        created_at: Vec::with_capacity(n),
+        expires_at: Vec::with_capacity(n),
+        statuses: Vec::with_capacity(n),
+        decided_at: Vec::with_capacity(n),
+        decided_by: Vec::with_capacity(n),
+        reasons: Vec::with_capacity(n),
+        resumed_run_ids: Vec::with_capacity(n),
+    };
+    for r in records {
+        if r.status == ApprovalStatus::Expired {
+            return Err(StoreError::Internal { detail: "an approval request cannot be stored as Expired".into() });
+        }
+        let json = serde_json::to_string(&r.arguments).map_err(|e| corrupt("approval arguments", e))?;
+        let row = r.id.to_string();
+        a.arguments.push(protection.seal(&approval_place(&r.tenant, &row), &json));
+        a.tenants.push(r.tenant.as_str().to_owned());
+        a.ids.push(r.id);
+        a.run_ids.push(r.run_id.0);
+        a.session_ids.push(r.session_id.clone());
+        a.agent_names.push(r.agent_name.clone());
+        a.call_ids.push(r.call_id.clone());
+        a.tool_names.push(r.tool_name.clone());
+        a.effects.push(enum_text(&r.effect)?);
+        a.requested_by.push(r.requested_by.clone());
+        a.created_at.push(r.created_at);
+        a.expires_at.push(r.expires_at);
+        a.statuses.push(r.status.as_str());
+        a.decided_at.push(r.decided_at);
+        a.decided_by.push(r.decided_by.clone());
+        a.reasons.push(r.reason.clone());
+        a.resumed_run_ids.push(r.resumed_run_id.map(|id| id.0));
+    }
+    Ok(a)
+}
+
+/// The columns of one `approval_requests` row (`sql::APPROVAL_*` select them), as either
+/// driver reads them; [`ApprovalColumns::record`] opens the arguments and checks what the
+/// column types cannot.
+pub struct ApprovalColumns {
+    pub tenant_id: String,
+    pub id: Uuid,
+    pub run_id: Uuid,
+    pub session_id: Option<String>,
+    pub agent_name: String,
+    pub call_id: String,
+    pub tool_name: String,
+    pub arguments: Vec<u8>,
+    pub effect: String,
+    pub requested_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub status: String,
+    pub decided_at: Option<DateTime<Utc>>,
+    pub decided_by: Option<String>,
+    pub reason: Option<String>,
+    pub resumed_run_id: Option<Uuid>,
+}
+
+impl ApprovalColumns {
+    pub fn record(self, protection: &Protection) -> Result<ApprovalRecord, StoreError> {
+        let tenant = TenantId::parse(&self.tenant_id).map_err(|e| corrupt("tenant id", e))?;
+        let row = self.id.to_string();
+        let json = protection.open(&approval_place(&tenant, &row), &self.arguments).map_err(unreadable)?;
+        let status = match ApprovalStatus::parse(&self.status) {
+            Some(s @ (ApprovalStatus::Pending | ApprovalStatus::Approved | ApprovalStatus::Denied)) => s,
+            _ => return Err(corrupt("approval status", &self.status)),
+        };
+        Ok(ApprovalRecord {
+            id: self.id,
+            run_id: RunId(self.run_id),
+            session_id: self.session_id,
+            agent_name: self.agent_name,
+            call_id: self.call_id,
+            tool_name: self.tool_name,
+            arguments: serde_json::from_str(&json).map_err(|e| corrupt("approval arguments", e))?,
+            effect: enum_parse(&self.effect, "tool effect")?,
+            requested_by: self.requested_by,
+            created_at: self.created_at,
+            expires_at: self.expires_at,
+            status,
+            decided_at: self.decided_at,
+            decided_by: self.decided_by,
+            reason: self.reason,
+            resumed_run_id: self.resumed_run_id.map(RunId),
+            tenant,
+        })
+    }
+}
+
+// ---- approval rules ------------------------------------------------------------------------
+
+/// A unique violation while creating a rule: its id is taken.
+pub fn duplicate_rule(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Conflict(_) => StoreError::Conflict("An approval rule with this id exists.".into()),
+        other => other,
+    }
+}
+
+/// A rule's conditions as the `conditions` jsonb column holds them (`[]` for none).
+pub fn conditions_json(rule: &ApprovalRule) -> Result<serde_json::Value, StoreError> {
+    to_json(&rule.conditions)
+}
+
+/// The columns of one `approval_rules` row (`sql::RULE_*` select them).
+pub struct RuleColumns {
+    pub tenant_id: String,
+    pub id: Uuid,
+    pub tool_name: String,
+    pub agent_name: Option<String>,
+    pub arguments_hash: Option<String>,
+    pub conditions: serde_json::Value,
+    pub description: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub created_by: String,
+}
+
+impl RuleColumns {
+    pub fn rule(self) -> Result<ApprovalRule, StoreError> {
+        let conditions: Vec<Condition> =
+            serde_json::from_value(self.conditions).map_err(|e| corrupt("approval rule conditions", e))?;
+        Ok(ApprovalRule {
+            id: self.id,
+            tenant: TenantId::parse(&self.tenant_id).map_err(|e| corrupt("tenant id", e))?,
+            tool_name: self.tool_name,
+            agent_name: self.agent_name,
+            arguments_hash: self.arguments_hash,
+            conditions,
+            description: self.description,
+            created_at: self.created_at,
+            created_by: self.created_by,
+        })
+    }
+}
+
+// ---- tenants -------------------------------------------------------------------------------
+
+/// A unique violation while creating a tenant record: the id is taken.
+pub fn duplicate_tenant(e: StoreError, id: &TenantId) -> StoreError {
+    match e {
+        StoreError::Conflict(_) => StoreError::Conflict(format!("A tenant named '{id}' exists.")),
+        other => other,
+    }
+}
+
+/// The columns of one `tenants` row (`sql::TENANT_*` select them).
+pub struct TenantColumns {
+    pub id: String,
+    pub display_name: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl TenantColumns {
+    pub fn record(self) -> Result<TenantRecord, StoreError> {
+        Ok(TenantRecord {
+            id: TenantId::parse(&self.id).map_err(|e| corrupt("tenant id", e))?,
+            display_name: self.display_name,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -397,5 +623,103 @@ mod tests {
             assert!(matches!(bad.entry(), Err(StoreError::Internal { .. })));
         }
         assert!(matches!(next_audit_link(Some((3, vec![9; 33]))), Err(StoreError::Internal { .. })));
+    }
+
+    fn approval() -> ApprovalRecord {
+        ApprovalRecord {
+            id: Uuid::from_u128(7),
+            tenant: TenantId::parse("tenant-a").unwrap(),
+            run_id: RunId(Uuid::from_u128(9)),
+            session_id: None,
+            agent_name: "support".into(),
+            call_id: "c1".into(),
+            tool_name: "refund".into(),
+            arguments: serde_json::json!({"amount": 80}),
+            effect: tracon_core::tools::ToolEffect::Write,
+            requested_by: None,
+            created_at: DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+            expires_at: DateTime::from_timestamp(1_800_003_600, 0).unwrap(),
+            status: ApprovalStatus::Pending,
+            decided_at: None,
+            decided_by: None,
+            reason: None,
+            resumed_run_id: None,
+        }
+    }
+
+    /// What the arrays hold for row `i`, read back the way a driver would.
+    fn approval_row(a: &ApprovalArrays, i: usize) -> ApprovalColumns {
+        ApprovalColumns {
+            tenant_id: a.tenants[i].clone(),
+            id: a.ids[i],
+            run_id: a.run_ids[i],
+            session_id: a.session_ids[i].clone(),
+            agent_name: a.agent_names[i].clone(),
+            call_id: a.call_ids[i].clone(),
+            tool_name: a.tool_names[i].clone(),
+            arguments: a.arguments[i].clone(),
+            effect: a.effects[i].clone(),
+            requested_by: a.requested_by[i].clone(),
+            created_at: a.created_at[i],
+            expires_at: a.expires_at[i],
+            status: a.statuses[i].to_owned(),
+            decided_at: a.decided_at[i],
+            decided_by: a.decided_by[i].clone(),
+            reason: a.reasons[i].clone(),
+            resumed_run_id: a.resumed_run_ids[i],
+        }
+    }
+
+    #[test]
+    fn approval_arguments_are_sealed_and_rows_decode_back() {
+        let sealed = Protection::with_key(7, &[42; 32]);
+        let arrays = approval_arrays(&sealed, &[approval()]).unwrap();
+        assert!(!String::from_utf8_lossy(&arrays.arguments[0]).contains("amount"), "arguments are protected");
+        assert_eq!((arrays.statuses[0], arrays.effects[0].as_str()), ("Pending", "Write"));
+        assert_eq!(approval_row(&arrays, 0).record(&sealed).unwrap(), approval());
+        // Bound to its row: another request's place does not open it.
+        let moved = ApprovalColumns { id: Uuid::from_u128(8), ..approval_row(&arrays, 0) };
+        assert!(matches!(moved.record(&sealed), Err(StoreError::Internal { .. })));
+    }
+
+    #[test]
+    fn approval_rows_that_do_not_decode_are_internal_errors() {
+        let plain = Protection::off();
+        let arrays = approval_arrays(&plain, &[approval()]).unwrap();
+        for status in ["Expired", "pending", ""] {
+            let bad = ApprovalColumns { status: status.into(), ..approval_row(&arrays, 0) };
+            assert!(matches!(bad.record(&plain), Err(StoreError::Internal { .. })), "{status}");
+        }
+        let effect = ApprovalColumns { effect: "Everything".into(), ..approval_row(&arrays, 0) };
+        assert!(matches!(effect.record(&plain), Err(StoreError::Internal { .. })));
+        let expired = ApprovalRecord { status: ApprovalStatus::Expired, ..approval() };
+        assert!(matches!(approval_arrays(&plain, &[expired]), Err(StoreError::Internal { .. })), "never stored");
+        let denied = ApprovalDecision { approved: false, decided_by: "ops".into(), reason: None };
+        assert_eq!(decision_status(&denied), "Denied");
+    }
+
+    #[test]
+    fn rule_and_tenant_rows_that_do_not_decode_are_internal_errors() {
+        let rule = || RuleColumns {
+            tenant_id: "tenant-a".into(),
+            id: Uuid::from_u128(1),
+            tool_name: "refund".into(),
+            agent_name: None,
+            arguments_hash: None,
+            conditions: serde_json::json!([{"path": "amount", "operator": "LessThan", "value": 10}]),
+            description: None,
+            created_at: DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
+            created_by: "token".into(),
+        };
+        assert_eq!(rule().rule().unwrap().conditions.len(), 1);
+        let unknown =
+            RuleColumns { conditions: serde_json::json!([{"path": "a", "operator": "Like", "value": 1}]), ..rule() };
+        let not_a_list = RuleColumns { conditions: serde_json::json!({}), ..rule() };
+        for bad in [unknown, not_a_list] {
+            assert!(matches!(bad.rule(), Err(StoreError::Internal { .. })));
+        }
+        let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let tenant = TenantColumns { id: "no spaces".into(), display_name: "x".into(), created_at: at, updated_at: at };
+        assert!(matches!(tenant.record(), Err(StoreError::Internal { .. })));
     }
 }

@@ -254,6 +254,135 @@ pub const AUDIT_LIST: &str = concat!(
 pub const AUDIT_CHAIN: &str =
     concat!("SELECT ", audit_columns!(), " FROM audit_entries WHERE tenant_id = $1 ORDER BY sequence");
 
+// ---- approvals ---------------------------------------------------------------------------------
+
+/// The columns every approval request statement returns (both drivers read them by name).
+/// `arguments` is a protected value.
+macro_rules! approval_columns {
+    () => {
+        "tenant_id, id, run_id, session_id, agent_name, call_id, tool_name, arguments, effect, requested_by, \
+         created_at, expires_at, status, decided_at, decided_by, reason, resumed_run_id"
+    };
+}
+
+/// Every request of one `create` call in one statement, as parallel arrays `$1`…`$17` in
+/// the column order of `approval_columns!` (a tenant per row: each record carries its
+/// own). All rows are written or none; a taken id is a unique violation.
+pub const APPROVAL_INSERT: &str = concat!(
+    "INSERT INTO approval_requests (",
+    approval_columns!(),
+    ") SELECT * FROM unnest($1::text[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[], \
+     $8::bytea[], $9::text[], $10::text[], $11::timestamptz[], $12::timestamptz[], $13::text[], \
+     $14::timestamptz[], $15::text[], $16::text[], $17::uuid[])"
+);
+
+pub const APPROVAL_GET: &str =
+    concat!("SELECT ", approval_columns!(), " FROM approval_requests WHERE tenant_id = $1 AND id = $2");
+
+/// Pending and not expired at `$2`, oldest first, at most `$3` (the partial index
+/// `approval_requests_pending` serves filter and order).
+pub const APPROVAL_PENDING: &str = concat!(
+    "SELECT ",
+    approval_columns!(),
+    " FROM approval_requests WHERE tenant_id = $1 AND status = 'Pending' AND expires_at > $2 \
+     ORDER BY created_at, id LIMIT $3"
+);
+
+pub const APPROVAL_FOR_RUN: &str = concat!(
+    "SELECT ",
+    approval_columns!(),
+    " FROM approval_requests WHERE tenant_id = $1 AND run_id = $2 ORDER BY created_at, id"
+);
+
+/// Records decision `$3` (status text) at `$4` by `$5` with reason `$6`, only on a request
+/// that is still `Pending` and not expired at `$4`. Always one row: `found` says whether
+/// the tenant has the request; the request's columns are NULL when nothing was decided
+/// (missing, or decided/expired when `found`). The UPDATE is the whole decision: a second
+/// decider blocks on the first one's row lock and then, at read committed, re-checks
+/// `status = 'Pending'` on the row version the first one committed — and updates nothing.
+pub const APPROVAL_DECIDE: &str = concat!(
+    "WITH target AS (SELECT 1 FROM approval_requests WHERE tenant_id = $1 AND id = $2), \
+     upd AS (UPDATE approval_requests SET status = $3, decided_at = $4, decided_by = $5, reason = $6 \
+     WHERE tenant_id = $1 AND id = $2 AND status = 'Pending' AND expires_at > $4 RETURNING ",
+    approval_columns!(),
+    ") SELECT EXISTS (SELECT 1 FROM target) AS found, upd.* FROM (VALUES (1)) AS one (x) LEFT JOIN upd ON true"
+);
+
+/// Sets `resumed_run_id = $3` on every request of run `$2`, only when none is `Pending` and
+/// none was claimed before; the rows it updated say whether this caller claimed (none: the
+/// run has no requests, one is pending, or another caller claimed first).
+///
+/// Race-safety: `locked` takes every row of the run `FOR UPDATE`, in id order (so two
+/// claimers never deadlock), and — at read committed — a row locked after waiting is read
+/// at its newest committed version. The `NOT EXISTS` test therefore sees a concurrent
+/// claim or decision that committed first, never a stale snapshot; and it is evaluated
+/// (taking all the locks) before the first row is written. A second claimer waits for the
+/// first one's locks, then sees `resumed_run_id` set and updates nothing. The outer
+/// UPDATE carries no row-level test of its own, so it never skips a row on the strength of
+/// a stale version: it writes all of the run's rows or none.
+pub const APPROVAL_CLAIM_RESUME: &str = "WITH locked AS MATERIALIZED (SELECT status, resumed_run_id \
+     FROM approval_requests WHERE tenant_id = $1 AND run_id = $2 ORDER BY id FOR UPDATE) \
+     UPDATE approval_requests SET resumed_run_id = $3 WHERE tenant_id = $1 AND run_id = $2 \
+     AND NOT EXISTS (SELECT 1 FROM locked WHERE status = 'Pending' OR resumed_run_id IS NOT NULL)";
+
+// ---- approval rules ------------------------------------------------------------------------
+
+macro_rules! rule_columns {
+    () => {
+        "tenant_id, id, tool_name, agent_name, arguments_hash, conditions, description, created_at, created_by"
+    };
+}
+
+/// `$1`…`$9` in the column order of `rule_columns!`; a taken id is a unique violation.
+pub const RULE_INSERT: &str =
+    concat!("INSERT INTO approval_rules (", rule_columns!(), ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)");
+
+/// Oldest first; only tool `$2`'s when it is not NULL.
+pub const RULE_LIST: &str = concat!(
+    "SELECT ",
+    rule_columns!(),
+    " FROM approval_rules WHERE tenant_id = $1 AND ($2::text IS NULL OR tool_name = $2) ORDER BY created_at, id"
+);
+
+pub const RULE_GET: &str = concat!("SELECT ", rule_columns!(), " FROM approval_rules WHERE tenant_id = $1 AND id = $2");
+
+/// No row when the tenant has no such rule.
+pub const RULE_DELETE: &str =
+    concat!("DELETE FROM approval_rules WHERE tenant_id = $1 AND id = $2 RETURNING ", rule_columns!());
+
+// ---- tenants -------------------------------------------------------------------------------
+
+// Platform-wide records: the only statements with no tenant partition (the record *is* the
+// tenant).
+
+macro_rules! tenant_columns {
+    () => {
+        "id, display_name, created_at, updated_at"
+    };
+}
+
+/// A taken id is a unique violation.
+pub const TENANT_INSERT: &str =
+    "INSERT INTO tenants (id, display_name, created_at, updated_at) VALUES ($1, $2, $3, $4)";
+
+pub const TENANT_GET: &str = concat!("SELECT ", tenant_columns!(), " FROM tenants WHERE id = $1");
+
+/// In id order (byte order: the column's collation is "C"), `$1` skip, `$2` take.
+pub const TENANT_LIST: &str = concat!("SELECT ", tenant_columns!(), " FROM tenants ORDER BY id OFFSET $1 LIMIT $2");
+
+/// No row when there is no such tenant.
+pub const TENANT_UPDATE: &str =
+    concat!("UPDATE tenants SET display_name = $2, updated_at = $3 WHERE id = $1 RETURNING ", tenant_columns!());
+
+/// No row when there is no such tenant.
+pub const TENANT_DELETE: &str = concat!("DELETE FROM tenants WHERE id = $1 RETURNING ", tenant_columns!());
+
+// ---- quota notices -----------------------------------------------------------------------------
+
+/// One row affected: this caller claimed the threshold; none: it was claimed before.
+pub const QUOTA_NOTICE_CLAIM: &str = "INSERT INTO quota_notices (tenant_id, quota, period_start, threshold, claimed_at) \
+     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING";
+
 // ---- schema ------------------------------------------------------------------------------------
 
 /// Whether a schema name is safe to splice into `CREATE SCHEMA` / `SET search_path`
@@ -312,6 +441,14 @@ mod tests {
             AUDIT_LAST,
             AUDIT_LIST,
             AUDIT_CHAIN,
+            APPROVAL_GET,
+            APPROVAL_PENDING,
+            APPROVAL_FOR_RUN,
+            APPROVAL_DECIDE,
+            APPROVAL_CLAIM_RESUME,
+            RULE_LIST,
+            RULE_GET,
+            RULE_DELETE,
         ] {
             assert!(s.contains("tenant_id = $1"), "{s}");
         }
@@ -321,5 +458,18 @@ mod tests {
     fn audit_appends_lock_per_tenant_for_the_transaction_only() {
         assert!(AUDIT_LOCK.contains("pg_advisory_xact_lock(") && AUDIT_LOCK.contains("|| $1"), "{AUDIT_LOCK}");
         assert!(AUDIT_INSERT.starts_with("INSERT INTO audit_entries (tenant_id,"), "{AUDIT_INSERT}");
+    }
+
+    #[test]
+    fn approval_races_are_settled_inside_one_statement() {
+        // A decision is one UPDATE conditioned on the row still being pending and unexpired.
+        assert!(
+            APPROVAL_DECIDE.contains("WHERE tenant_id = $1 AND id = $2 AND status = 'Pending' AND expires_at > $4")
+        );
+        // A claim locks every row of the run in one order and tests the locked versions.
+        assert!(APPROVAL_CLAIM_RESUME.contains("AS MATERIALIZED"), "{APPROVAL_CLAIM_RESUME}");
+        assert!(APPROVAL_CLAIM_RESUME.contains("ORDER BY id FOR UPDATE"), "{APPROVAL_CLAIM_RESUME}");
+        assert!(APPROVAL_CLAIM_RESUME.contains("NOT EXISTS (SELECT 1 FROM locked "), "{APPROVAL_CLAIM_RESUME}");
+        assert_eq!(APPROVAL_INSERT.matches("::").count(), 17, "one array per column");
     }
 }

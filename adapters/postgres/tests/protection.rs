@@ -99,6 +99,27 @@ async fn write_run(stores: &Stores, text: &str) -> RunId {
         late_error: None,
     };
     stores.runs.record_tool_call(&tenant(), &call).await.unwrap();
+    // The same call waiting for a person: its arguments are the user's content too.
+    let approval = tracon_core::approvals::ApprovalRecord {
+        id: uuid::Uuid::now_v7(),
+        tenant: tenant(),
+        run_id: id,
+        session_id: None,
+        agent_name: "a".into(),
+        call_id: "c1".into(),
+        tool_name: "lookup".into(),
+        arguments: serde_json::json!({"q": text}),
+        effect: tracon_core::tools::ToolEffect::Read,
+        requested_by: None,
+        created_at: Utc::now(),
+        expires_at: Utc::now() + chrono::Duration::hours(1),
+        status: tracon_core::approvals::ApprovalStatus::Pending,
+        decided_at: None,
+        decided_by: None,
+        reason: None,
+        resumed_run_id: None,
+    };
+    stores.approvals.create(std::slice::from_ref(&approval)).await.unwrap();
     id
 }
 
@@ -111,6 +132,7 @@ async fn raw_columns(pool: &PgPool) -> Vec<Vec<u8>> {
         "SELECT input FROM runs WHERE input IS NOT NULL",
         "SELECT arguments FROM tool_calls",
         "SELECT result FROM tool_calls WHERE result IS NOT NULL",
+        "SELECT arguments FROM approval_requests",
     ] {
         out.extend(sqlx::query_scalar::<_, Vec<u8>>(q).fetch_all(pool).await.unwrap());
     }
@@ -129,7 +151,7 @@ async fn protected_content_is_ciphertext_in_the_table_and_plain_through_the_stor
     let run = write_run(&stores, SECRET).await;
 
     let raw = raw_columns(&pool).await;
-    assert_eq!(raw.len(), 5);
+    assert_eq!(raw.len(), 6);
     for value in &raw {
         assert_eq!(value[0], 0x01, "sealed");
         assert!(!contains(value, SECRET) && !contains(value, "Ada"), "no plaintext in the table");
@@ -141,6 +163,8 @@ async fn protected_content_is_ciphertext_in_the_table_and_plain_through_the_stor
     assert_eq!(stores.runs.get_input(&tenant(), run).await.unwrap().unwrap().message, SECRET);
     let calls = stores.runs.list_tool_calls(&tenant(), run).await.unwrap();
     assert_eq!(calls[0].result.as_deref(), Some(format!("found {SECRET}").as_str()));
+    let pending = stores.approvals.list_for_run(&tenant(), run).await.unwrap();
+    assert_eq!(pending[0].arguments["q"], SECRET);
 }
 
 #[tokio::test]

@@ -102,7 +102,10 @@ fn build(env: &Env) -> Result<Router, String> {
         runs: pg.clone(),
         sessions: pg.clone(),
         keys: pg.clone(),
-        audit: pg,
+        audit: pg.clone(),
+        approvals: pg.clone(),
+        tenants: pg.clone(),
+        quota_notices: pg,
         persistent: true,
     };
     let client = reqwest::Client::new();

@@ -16,6 +16,7 @@ use futures::future::RemoteHandle;
 use send_wrapper::SendWrapper;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row};
+use tracon_core::approvals::{ApprovalDecision, ApprovalRecord, ApprovalRule, ApprovalStore};
 use tracon_core::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
 use tracon_core::definition::AgentDefinition;
 use tracon_core::events::RecordedEvent;
@@ -25,12 +26,14 @@ use tracon_core::store::{
     CancelOutcome, DefinitionStore, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStore, SessionItem,
     SessionParent, SessionRecord, SessionStore, SessionWrite, StoreError, StoredDefinition, ToolCallRecord,
 };
+use tracon_core::tenants::{TenantRecord, TenantStore};
 use tracon_core::tools::pipeline::LateCompletion;
 use tracon_postgres::codec::{
-    AuditColumns, KeyColumns, REVOKED_KEY_NOT_ROTATABLE, add_stats_row, corrupt, duplicate_audit_sequence,
-    duplicate_event, duplicate_key, enum_parse, enum_text, event_arrays, from_json, input_place, is_retryable_sqlstate,
-    item_arrays, next_audit_link, open_event, open_item, scope_texts, status_parse, to_i64, to_json, to_u64,
-    tool_place, unreadable,
+    APPROVAL_NOT_DECIDABLE, ApprovalColumns, AuditColumns, KeyColumns, REVOKED_KEY_NOT_ROTATABLE, RuleColumns,
+    TenantColumns, add_stats_row, approval_arrays, conditions_json, corrupt, decision_status, duplicate_approval,
+    duplicate_audit_sequence, duplicate_event, duplicate_key, duplicate_rule, duplicate_tenant, enum_parse, enum_text,
+    event_arrays, from_json, input_place, is_retryable_sqlstate, item_arrays, next_audit_link, open_event, open_item,
+    scope_texts, status_parse, to_i64, to_json, to_u64, tool_place, unreadable,
 };
 use tracon_postgres::protect::Protection;
 use tracon_postgres::sql;
@@ -1059,6 +1062,269 @@ impl AuditStore for WorkerStores {
         send(self.target.with(async |c| {
             let rows = c.query(sql::AUDIT_CHAIN, &[&tenant.as_str()]).await.map_err(map_err)?;
             rows.iter().map(audit_entry).collect()
+        }))
+        .await
+    }
+}
+
+// ---- approvals -----------------------------------------------------------------------------------
+
+impl WorkerStores {
+    fn approval(&self, row: &Row) -> Result<ApprovalRecord, StoreError> {
+        ApprovalColumns {
+            tenant_id: get(row, "tenant_id")?,
+            id: get(row, "id")?,
+            run_id: get(row, "run_id")?,
+            session_id: get(row, "session_id")?,
+            agent_name: get(row, "agent_name")?,
+            call_id: get(row, "call_id")?,
+            tool_name: get(row, "tool_name")?,
+            arguments: get(row, "arguments")?,
+            effect: get(row, "effect")?,
+            requested_by: get(row, "requested_by")?,
+            created_at: get(row, "created_at")?,
+            expires_at: get(row, "expires_at")?,
+            status: get(row, "status")?,
+            decided_at: get(row, "decided_at")?,
+            decided_by: get(row, "decided_by")?,
+            reason: get(row, "reason")?,
+            resumed_run_id: get(row, "resumed_run_id")?,
+        }
+        .record(&self.protection)
+    }
+}
+
+fn approval_rule(row: &Row) -> Result<ApprovalRule, StoreError> {
+    RuleColumns {
+        tenant_id: get(row, "tenant_id")?,
+        id: get(row, "id")?,
+        tool_name: get(row, "tool_name")?,
+        agent_name: get(row, "agent_name")?,
+        arguments_hash: get(row, "arguments_hash")?,
+        conditions: get(row, "conditions")?,
+        description: get(row, "description")?,
+        created_at: get(row, "created_at")?,
+        created_by: get(row, "created_by")?,
+    }
+    .rule()
+}
+
+#[async_trait::async_trait]
+impl ApprovalStore for WorkerStores {
+    async fn create(&self, records: &[ApprovalRecord]) -> Result<(), StoreError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let a = approval_arrays(&self.protection, records)?;
+        send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 17] = [
+                &a.tenants,
+                &a.ids,
+                &a.run_ids,
+                &a.session_ids,
+                &a.agent_names,
+                &a.call_ids,
+                &a.tool_names,
+                &a.arguments,
+                &a.effects,
+                &a.requested_by,
+                &a.created_at,
+                &a.expires_at,
+                &a.statuses,
+                &a.decided_at,
+                &a.decided_by,
+                &a.reasons,
+                &a.resumed_run_ids,
+            ];
+            c.execute(sql::APPROVAL_INSERT, &params).await.map_err(|e| duplicate_approval(map_err(e))).map(|_| ())
+        }))
+        .await
+    }
+
+    async fn get(&self, tenant: &TenantId, id: uuid::Uuid) -> Result<Option<ApprovalRecord>, StoreError> {
+        send(self.target.with(async |c| {
+            let row = c.query_opt(sql::APPROVAL_GET, &[&tenant.as_str(), &id]).await.map_err(map_err)?;
+            row.as_ref().map(|r| self.approval(r)).transpose()
+        }))
+        .await
+    }
+
+    async fn list_pending(
+        &self,
+        tenant: &TenantId,
+        now: DateTime<Utc>,
+        take: usize,
+    ) -> Result<Vec<ApprovalRecord>, StoreError> {
+        let take = i64::try_from(take).unwrap_or(i64::MAX);
+        send(self.target.with(async |c| {
+            let rows = c.query(sql::APPROVAL_PENDING, &[&tenant.as_str(), &now, &take]).await.map_err(map_err)?;
+            rows.iter().map(|r| self.approval(r)).collect()
+        }))
+        .await
+    }
+
+    async fn list_for_run(&self, tenant: &TenantId, run_id: RunId) -> Result<Vec<ApprovalRecord>, StoreError> {
+        send(self.target.with(async |c| {
+            let rows = c.query(sql::APPROVAL_FOR_RUN, &[&tenant.as_str(), &run_id.0]).await.map_err(map_err)?;
+            rows.iter().map(|r| self.approval(r)).collect()
+        }))
+        .await
+    }
+
+    async fn decide(
+        &self,
+        tenant: &TenantId,
+        id: uuid::Uuid,
+        decision: &ApprovalDecision,
+        now: DateTime<Utc>,
+    ) -> Result<ApprovalRecord, StoreError> {
+        let status = decision_status(decision);
+        send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 6] =
+                [&tenant.as_str(), &id, &status, &now, &decision.decided_by, &decision.reason];
+            let row = c.query_one(sql::APPROVAL_DECIDE, &params).await.map_err(map_err)?;
+            let found: bool = get(&row, "found")?;
+            let decided: Option<uuid::Uuid> = get(&row, "id")?;
+            match (found, decided) {
+                (false, _) => Err(StoreError::NotFound),
+                (true, None) => Err(StoreError::Conflict(APPROVAL_NOT_DECIDABLE.into())),
+                (true, Some(_)) => self.approval(&row),
+            }
+        }))
+        .await
+    }
+
+    /// One statement (see `sql::APPROVAL_CLAIM_RESUME`): the run's rows are locked in id
+    /// order, tested at their newest versions, and all written or none.
+    async fn claim_resume(&self, tenant: &TenantId, run_id: RunId, resumed: RunId) -> Result<bool, StoreError> {
+        send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 3] = [&tenant.as_str(), &run_id.0, &resumed.0];
+            Ok(execute_retrying(c, sql::APPROVAL_CLAIM_RESUME, &params).await? > 0)
+        }))
+        .await
+    }
+
+    async fn create_rule(&self, rule: &ApprovalRule) -> Result<(), StoreError> {
+        let conditions = conditions_json(rule)?;
+        send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 9] = [
+                &rule.tenant.as_str(),
+                &rule.id,
+                &rule.tool_name,
+                &rule.agent_name,
+                &rule.arguments_hash,
+                &conditions,
+                &rule.description,
+                &rule.created_at,
+                &rule.created_by,
+            ];
+            c.execute(sql::RULE_INSERT, &params).await.map_err(|e| duplicate_rule(map_err(e))).map(|_| ())
+        }))
+        .await
+    }
+
+    async fn list_rules(&self, tenant: &TenantId, tool: Option<&str>) -> Result<Vec<ApprovalRule>, StoreError> {
+        send(self.target.with(async |c| {
+            let rows = c.query(sql::RULE_LIST, &[&tenant.as_str(), &tool]).await.map_err(map_err)?;
+            rows.iter().map(approval_rule).collect()
+        }))
+        .await
+    }
+
+    async fn get_rule(&self, tenant: &TenantId, id: uuid::Uuid) -> Result<Option<ApprovalRule>, StoreError> {
+        send(self.target.with(async |c| {
+            let row = c.query_opt(sql::RULE_GET, &[&tenant.as_str(), &id]).await.map_err(map_err)?;
+            row.as_ref().map(approval_rule).transpose()
+        }))
+        .await
+    }
+
+    async fn delete_rule(&self, tenant: &TenantId, id: uuid::Uuid) -> Result<ApprovalRule, StoreError> {
+        send(self.target.with(async |c| {
+            let row = c.query_opt(sql::RULE_DELETE, &[&tenant.as_str(), &id]).await.map_err(map_err)?;
+            row.as_ref().map(approval_rule).transpose()?.ok_or(StoreError::NotFound)
+        }))
+        .await
+    }
+}
+
+// ---- tenants -------------------------------------------------------------------------------------
+
+fn tenant_record(row: &Row) -> Result<TenantRecord, StoreError> {
+    TenantColumns {
+        id: get(row, "id")?,
+        display_name: get(row, "display_name")?,
+        created_at: get(row, "created_at")?,
+        updated_at: get(row, "updated_at")?,
+    }
+    .record()
+}
+
+#[async_trait::async_trait]
+impl TenantStore for WorkerStores {
+    async fn create(&self, record: &TenantRecord) -> Result<(), StoreError> {
+        send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 4] =
+                [&record.id.as_str(), &record.display_name, &record.created_at, &record.updated_at];
+            c.execute(sql::TENANT_INSERT, &params)
+                .await
+                .map_err(|e| duplicate_tenant(map_err(e), &record.id))
+                .map(|_| ())
+        }))
+        .await
+    }
+
+    async fn get(&self, id: &TenantId) -> Result<Option<TenantRecord>, StoreError> {
+        send(self.target.with(async |c| {
+            let row = c.query_opt(sql::TENANT_GET, &[&id.as_str()]).await.map_err(map_err)?;
+            row.as_ref().map(tenant_record).transpose()
+        }))
+        .await
+    }
+
+    async fn list(&self, skip: usize, take: usize) -> Result<Vec<TenantRecord>, StoreError> {
+        let skip = i64::try_from(skip).unwrap_or(i64::MAX);
+        let take = i64::try_from(take).unwrap_or(i64::MAX);
+        send(self.target.with(async |c| {
+            let rows = c.query(sql::TENANT_LIST, &[&skip, &take]).await.map_err(map_err)?;
+            rows.iter().map(tenant_record).collect()
+        }))
+        .await
+    }
+
+    async fn update(&self, id: &TenantId, display_name: &str, now: DateTime<Utc>) -> Result<TenantRecord, StoreError> {
+        send(self.target.with(async |c| {
+            let row = c.query_opt(sql::TENANT_UPDATE, &[&id.as_str(), &display_name, &now]).await.map_err(map_err)?;
+            row.as_ref().map(tenant_record).transpose()?.ok_or(StoreError::NotFound)
+        }))
+        .await
+    }
+
+    async fn delete(&self, id: &TenantId) -> Result<TenantRecord, StoreError> {
+        send(self.target.with(async |c| {
+            let row = c.query_opt(sql::TENANT_DELETE, &[&id.as_str()]).await.map_err(map_err)?;
+            row.as_ref().map(tenant_record).transpose()?.ok_or(StoreError::NotFound)
+        }))
+        .await
+    }
+}
+
+// ---- quota notices -------------------------------------------------------------------------------
+
+#[async_trait::async_trait]
+impl tracon_core::quota::QuotaNoticeStore for WorkerStores {
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        quota: &str,
+        period_start: DateTime<Utc>,
+        threshold: u32,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let threshold = i32::try_from(threshold).unwrap_or(i32::MAX);
+        send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 5] = [&tenant.as_str(), &quota, &period_start, &threshold, &at];
+            c.execute(sql::QUOTA_NOTICE_CLAIM, &params).await.map_err(map_err).map(|n| n == 1)
         }))
         .await
     }

@@ -20,6 +20,9 @@ use super::{
     CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, SessionWrite, StoreError, Stores,
     ToolCallRecord,
 };
+use crate::approvals::{
+    ApprovalDecision, ApprovalRecord, ApprovalRule, ApprovalStatus, Condition, Operator, arguments_hash,
+};
 use crate::audit::{AuditFilter, ChainStatus, NewAuditEntry};
 use crate::definition::AgentDefinition;
 use crate::events::{RecordedEvent, RunEvent};
@@ -29,6 +32,8 @@ use crate::model::{Message, Usage};
 use crate::names::{AgentName, RunId, TenantId};
 use crate::pricing::CostSnapshot;
 use crate::store::DocumentInput;
+use crate::tenants::TenantRecord;
+use crate::tools::ToolEffect;
 use crate::tools::pipeline::{LateCompletion, ToolCallStatus};
 
 fn a() -> TenantId {
@@ -744,6 +749,401 @@ pub async fn concurrent_audit_appends_never_share_or_skip_a_number(s: Stores) {
     assert_eq!(crate::audit::verify(&chain).status, ChainStatus::Valid);
 }
 
+// ---- approvals ------------------------------------------------------------------------------
+
+fn approval_request(tenant: TenantId, run: RunId, call: &str, created: DateTime<Utc>) -> ApprovalRecord {
+    ApprovalRecord {
+        id: uuid::Uuid::now_v7(),
+        tenant,
+        run_id: run,
+        session_id: Some("s1".into()),
+        agent_name: "support".into(),
+        call_id: call.into(),
+        tool_name: "refund".into(),
+        arguments: serde_json::json!({"amount": 80, "note": "Ünïcode \"quoted\"", "order": {"items": [{"sku": "A1"}]}}),
+        effect: ToolEffect::Destructive,
+        requested_by: Some("u1".into()),
+        created_at: created,
+        expires_at: created + Duration::hours(1),
+        status: ApprovalStatus::Pending,
+        decided_at: None,
+        decided_by: None,
+        reason: None,
+        resumed_run_id: None,
+    }
+}
+
+fn decision(approved: bool, by: &str, reason: Option<&str>) -> ApprovalDecision {
+    ApprovalDecision { approved, decided_by: by.into(), reason: reason.map(str::to_owned) }
+}
+
+fn ids(rows: &[ApprovalRecord]) -> Vec<uuid::Uuid> {
+    rows.iter().map(|r| r.id).collect()
+}
+
+pub async fn approvals_are_created_read_and_isolated_between_tenants(s: Stores) {
+    let ap = &s.approvals;
+    let run = RunId(uuid::Uuid::now_v7());
+    let first = approval_request(a(), run, "c1", t0());
+    let mut second = approval_request(a(), run, "c2", t0() + Duration::seconds(1));
+    second.session_id = None;
+    second.requested_by = None;
+    second.effect = ToolEffect::External;
+    second.arguments = serde_json::json!([1, 2.5, null, true, "x"]);
+    ap.create(&[first.clone(), second.clone()]).await.unwrap();
+    assert_eq!(ap.get(&a(), first.id).await.unwrap().as_ref(), Some(&first), "every field round-trips");
+    assert_eq!(ap.get(&a(), second.id).await.unwrap().as_ref(), Some(&second));
+    assert!(ap.get(&a(), uuid::Uuid::now_v7()).await.unwrap().is_none());
+    // A taken id refuses the whole batch.
+    let fresh = approval_request(a(), run, "c3", t0());
+    assert!(conflict(ap.create(&[fresh.clone(), first.clone()]).await));
+    assert!(ap.get(&a(), fresh.id).await.unwrap().is_none(), "nothing of a refused batch is stored");
+    assert_eq!(ids(&ap.list_for_run(&a(), run).await.unwrap()), [first.id, second.id]);
+
+    // Another tenant's request looks missing, for every method, in both directions.
+    let other_run = RunId(uuid::Uuid::now_v7());
+    let theirs = approval_request(b(), other_run, "c1", t0());
+    ap.create(std::slice::from_ref(&theirs)).await.unwrap();
+    let later = t0() + Duration::seconds(10);
+    for (mine, mine_run, other_run, other_id) in [(a(), run, other_run, theirs.id), (b(), other_run, run, first.id)] {
+        assert!(ap.get(&mine, other_id).await.unwrap().is_none());
+        assert!(ap.list_for_run(&mine, other_run).await.unwrap().is_empty());
+        assert!(ap.list_pending(&mine, later, 10).await.unwrap().iter().all(|r| r.tenant == mine));
+        assert!(ap.list_pending(&mine, later, 10).await.unwrap().iter().all(|r| r.run_id == mine_run));
+        assert!(not_found(ap.decide(&mine, other_id, &decision(true, "intruder", None), later).await));
+        assert!(!ap.claim_resume(&mine, other_run, RunId(uuid::Uuid::now_v7())).await.unwrap());
+    }
+    assert_eq!(ap.get(&b(), theirs.id).await.unwrap().unwrap().status, ApprovalStatus::Pending, "untouched");
+    assert_eq!(ap.get(&a(), first.id).await.unwrap().unwrap().status, ApprovalStatus::Pending, "untouched");
+    assert_eq!(ids(&ap.list_pending(&a(), later, 10).await.unwrap()), [first.id, second.id]);
+    assert_eq!(ids(&ap.list_pending(&b(), later, 10).await.unwrap()), [theirs.id]);
+}
+
+pub async fn approvals_list_pending_oldest_first_without_decided_or_expired(s: Stores) {
+    let ap = &s.approvals;
+    let run = RunId(uuid::Uuid::now_v7());
+    let now = t0() + Duration::seconds(100);
+    let newest = approval_request(a(), run, "c1", t0() + Duration::seconds(3));
+    let oldest = approval_request(a(), run, "c2", t0() + Duration::seconds(1));
+    let middle = approval_request(a(), run, "c3", t0() + Duration::seconds(2));
+    let mut expired = approval_request(a(), run, "c4", t0());
+    expired.expires_at = now; // expiry is exclusive: at `now` it has expired
+    let decided = approval_request(a(), run, "c5", t0());
+    ap.create(&[newest.clone(), oldest.clone(), middle.clone(), expired.clone(), decided.clone()]).await.unwrap();
+    ap.decide(&a(), decided.id, &decision(false, "ops", None), t0() + Duration::seconds(5)).await.unwrap();
+
+    assert_eq!(ids(&ap.list_pending(&a(), now, 10).await.unwrap()), [oldest.id, middle.id, newest.id]);
+    assert_eq!(ids(&ap.list_pending(&a(), now, 2).await.unwrap()), [oldest.id, middle.id], "take keeps the oldest");
+    let before = now - Duration::seconds(1);
+    assert_eq!(
+        ids(&ap.list_pending(&a(), before, 10).await.unwrap()),
+        [expired.id, oldest.id, middle.id, newest.id],
+        "not yet expired a second earlier"
+    );
+    let stored = ap.get(&a(), expired.id).await.unwrap().unwrap();
+    assert_eq!((stored.status, stored.status_at(now)), (ApprovalStatus::Pending, ApprovalStatus::Expired));
+
+    // The run's requests, decided and expired included, oldest first (ties by id).
+    let mut tie = [approval_request(a(), run, "c6", t0()), approval_request(a(), run, "c7", t0())];
+    tie.sort_by_key(|r| std::cmp::Reverse(r.id)); // created in the opposite order
+    ap.create(&tie).await.unwrap();
+    let mut at_t0 = vec![expired.id, decided.id, tie[0].id, tie[1].id];
+    at_t0.sort();
+    let expected: Vec<uuid::Uuid> = at_t0.into_iter().chain([oldest.id, middle.id, newest.id]).collect();
+    assert_eq!(ids(&ap.list_for_run(&a(), run).await.unwrap()), expected);
+    assert!(ap.list_for_run(&a(), RunId(uuid::Uuid::now_v7())).await.unwrap().is_empty());
+}
+
+pub async fn approvals_are_decided_once(s: Stores) {
+    let ap = &s.approvals;
+    let run = RunId(uuid::Uuid::now_v7());
+    let approve = approval_request(a(), run, "c1", t0());
+    let deny = approval_request(a(), run, "c2", t0());
+    let mut lapsed = approval_request(a(), run, "c3", t0());
+    lapsed.expires_at = t0() + Duration::seconds(30);
+    ap.create(&[approve.clone(), deny.clone(), lapsed.clone()]).await.unwrap();
+    let at = t0() + Duration::seconds(30);
+
+    let decided = ap.decide(&a(), approve.id, &decision(true, "alice", Some("looks fine")), at).await.unwrap();
+    let expected = ApprovalRecord {
+        status: ApprovalStatus::Approved,
+        decided_at: Some(at),
+        decided_by: Some("alice".into()),
+        reason: Some("looks fine".into()),
+        ..approve.clone()
+    };
+    assert_eq!(decided, expected, "the decision returns the record as stored");
+    assert_eq!(ap.get(&a(), approve.id).await.unwrap().unwrap(), expected);
+    // A second decision, either way, is refused and changes nothing.
+    assert!(conflict(ap.decide(&a(), approve.id, &decision(false, "bob", None), at).await));
+    assert!(conflict(ap.decide(&a(), approve.id, &decision(true, "alice", None), at).await));
+    assert_eq!(ap.get(&a(), approve.id).await.unwrap().unwrap(), expected);
+
+    let denied = ap.decide(&a(), deny.id, &decision(false, "bob", None), at).await.unwrap();
+    assert_eq!(
+        (denied.status, denied.decided_by.as_deref(), denied.reason),
+        (ApprovalStatus::Denied, Some("bob"), None)
+    );
+
+    // At its expiry the request can no longer be decided: a conflict, and it stays pending.
+    assert!(conflict(ap.decide(&a(), lapsed.id, &decision(true, "alice", None), at).await));
+    let still = ap.get(&a(), lapsed.id).await.unwrap().unwrap();
+    assert_eq!((still.status, still.decided_at), (ApprovalStatus::Pending, None));
+    // Unknown, or another tenant's: not found.
+    assert!(not_found(ap.decide(&a(), uuid::Uuid::now_v7(), &decision(true, "alice", None), at).await));
+    assert!(not_found(ap.decide(&b(), deny.id, &decision(true, "alice", None), at).await));
+}
+
+pub async fn concurrent_decisions_of_one_request_let_exactly_one_through(s: Stores) {
+    let request = approval_request(a(), RunId(uuid::Uuid::now_v7()), "c1", t0());
+    s.approvals.create(std::slice::from_ref(&request)).await.unwrap();
+    let deciders = (0..16).map(|i| {
+        let store = s.approvals.clone();
+        async move {
+            let d = decision(i % 2 == 0, &format!("decider-{i}"), None);
+            (i, store.decide(&a(), request.id, &d, t0() + Duration::seconds(1)).await)
+        }
+    });
+    let results = futures::future::join_all(deciders).await;
+    let winners: Vec<_> = results.iter().filter(|(_, r)| r.is_ok()).collect();
+    assert_eq!(winners.len(), 1, "exactly one decision wins: {results:?}");
+    assert!(results.iter().filter(|(_, r)| r.is_err()).all(|(_, r)| matches!(r, Err(StoreError::Conflict(_)))));
+    let (i, _) = winners[0];
+    let stored = s.approvals.get(&a(), request.id).await.unwrap().unwrap();
+    let expected_status = if i % 2 == 0 { ApprovalStatus::Approved } else { ApprovalStatus::Denied };
+    assert_eq!((stored.status, stored.decided_by), (expected_status, Some(format!("decider-{i}"))));
+}
+
+pub async fn resumption_is_claimed_once_after_every_request_is_decided(s: Stores) {
+    let ap = &s.approvals;
+    let run = RunId(uuid::Uuid::now_v7());
+    let requests: Vec<ApprovalRecord> =
+        (0..3).map(|i| approval_request(a(), run, &format!("c{i}"), t0() + Duration::seconds(i))).collect();
+    ap.create(&requests).await.unwrap();
+    let at = t0() + Duration::seconds(10);
+    assert!(!ap.claim_resume(&a(), run, RunId(uuid::Uuid::now_v7())).await.unwrap(), "all pending");
+    ap.decide(&a(), requests[0].id, &decision(true, "alice", None), at).await.unwrap();
+    ap.decide(&a(), requests[1].id, &decision(false, "alice", None), at).await.unwrap();
+    assert!(!ap.claim_resume(&a(), run, RunId(uuid::Uuid::now_v7())).await.unwrap(), "one still pending");
+    assert!(ap.list_for_run(&a(), run).await.unwrap().iter().all(|r| r.resumed_run_id.is_none()), "nothing claimed");
+    assert!(
+        !ap.claim_resume(&a(), RunId(uuid::Uuid::now_v7()), RunId(uuid::Uuid::now_v7())).await.unwrap(),
+        "no such run"
+    );
+    ap.decide(&a(), requests[2].id, &decision(true, "alice", None), at).await.unwrap();
+    assert!(!ap.claim_resume(&b(), run, RunId(uuid::Uuid::now_v7())).await.unwrap(), "another tenant's run");
+
+    // Concurrent claimers, over several runs (so later rounds race on warm connections).
+    for round in 0..6 {
+        let run = if round == 0 {
+            run
+        } else {
+            let run = RunId(uuid::Uuid::now_v7());
+            let more: Vec<ApprovalRecord> =
+                (0..3).map(|i| approval_request(a(), run, &format!("c{i}"), t0())).collect();
+            ap.create(&more).await.unwrap();
+            for r in &more {
+                ap.decide(&a(), r.id, &decision(true, "alice", None), at).await.unwrap();
+            }
+            run
+        };
+        let claims = (0..16).map(|_| {
+            let store = s.approvals.clone();
+            let resumed = RunId(uuid::Uuid::now_v7());
+            async move { (resumed, store.claim_resume(&a(), run, resumed).await.unwrap()) }
+        });
+        let results = futures::future::join_all(claims).await;
+        let winners: Vec<RunId> = results.iter().filter(|(_, won)| *won).map(|(r, _)| *r).collect();
+        assert_eq!(winners.len(), 1, "round {round}: exactly one claimer resumes the run: {results:?}");
+        let rows = ap.list_for_run(&a(), run).await.unwrap();
+        assert!(
+            rows.iter().all(|r| r.resumed_run_id == Some(winners[0])),
+            "round {round}: every request names the winner: {rows:?}"
+        );
+        assert!(!ap.claim_resume(&a(), run, RunId(uuid::Uuid::now_v7())).await.unwrap(), "claimed before");
+        assert!(!ap.claim_resume(&a(), run, winners[0]).await.unwrap(), "even by the winner");
+    }
+}
+
+pub async fn claims_racing_the_last_decisions_still_claim_once_and_whole(s: Stores) {
+    let ap = &s.approvals;
+    for round in 0..4 {
+        let run = RunId(uuid::Uuid::now_v7());
+        let requests: Vec<ApprovalRecord> =
+            (0..4).map(|i| approval_request(a(), run, &format!("c{i}"), t0() + Duration::seconds(i))).collect();
+        ap.create(&requests).await.unwrap();
+        let at = t0() + Duration::seconds(10);
+        // Decisions and claims interleave; some claims may see a request still pending.
+        let work = (0..12).map(|i| {
+            let store = s.approvals.clone();
+            let id = requests.get(i / 3).map(|r| r.id);
+            async move {
+                if i % 3 == 0 {
+                    store.decide(&a(), id.unwrap(), &decision(true, "alice", None), at).await.unwrap();
+                    None
+                } else {
+                    let resumed = RunId(uuid::Uuid::now_v7());
+                    store.claim_resume(&a(), run, resumed).await.unwrap().then_some(resumed)
+                }
+            }
+        });
+        let mut winners: Vec<RunId> = futures::future::join_all(work).await.into_iter().flatten().collect();
+        let late = RunId(uuid::Uuid::now_v7());
+        if ap.claim_resume(&a(), run, late).await.unwrap() {
+            winners.push(late);
+        }
+        assert_eq!(winners.len(), 1, "round {round}: one claim in all");
+        let rows = ap.list_for_run(&a(), run).await.unwrap();
+        assert!(
+            rows.iter().all(|r| r.status == ApprovalStatus::Approved && r.resumed_run_id == Some(winners[0])),
+            "round {round}: a claim covers every request of the run: {rows:?}"
+        );
+    }
+}
+
+fn rule(tenant: TenantId, tool: &str, created: DateTime<Utc>) -> ApprovalRule {
+    ApprovalRule {
+        id: uuid::Uuid::now_v7(),
+        tenant,
+        tool_name: tool.into(),
+        agent_name: None,
+        arguments_hash: None,
+        conditions: vec![],
+        description: None,
+        created_at: created,
+        created_by: "key:0123456789ab".into(),
+    }
+}
+
+pub async fn approval_rules_are_stored_listed_and_deleted(s: Stores) {
+    let ap = &s.approvals;
+    let plain = rule(a(), "refund", t0() + Duration::seconds(1));
+    let mut exact = rule(a(), "refund", t0() + Duration::seconds(2));
+    exact.agent_name = Some("billing".into());
+    exact.arguments_hash = Some(arguments_hash(&serde_json::json!({"amount": 500})));
+    exact.description = Some("The one refund we agreed on".into());
+    let mut other_tool = rule(a(), "cancel", t0());
+    other_tool.conditions = vec![Condition { path: "amount".into(), operator: Operator::LessThan, value: 10.into() }];
+    for r in [&other_tool, &plain, &exact] {
+        ap.create_rule(r).await.unwrap();
+    }
+    assert!(conflict(ap.create_rule(&plain).await));
+    let all = ap.list_rules(&a(), None).await.unwrap();
+    assert_eq!(all, [other_tool.clone(), plain.clone(), exact.clone()], "oldest first, every field");
+    assert_eq!(ap.list_rules(&a(), Some("refund")).await.unwrap(), [plain.clone(), exact.clone()]);
+    assert!(ap.list_rules(&a(), Some("unknown")).await.unwrap().is_empty());
+    assert_eq!(ap.get_rule(&a(), exact.id).await.unwrap().as_ref(), Some(&exact));
+    assert!(ap.get_rule(&a(), uuid::Uuid::now_v7()).await.unwrap().is_none());
+
+    // Another tenant sees none of them and cannot delete them; its own rules are its own.
+    let theirs = rule(b(), "refund", t0());
+    ap.create_rule(&theirs).await.unwrap();
+    assert_eq!(ap.list_rules(&b(), None).await.unwrap(), std::slice::from_ref(&theirs));
+    assert_eq!(ap.list_rules(&b(), Some("refund")).await.unwrap(), std::slice::from_ref(&theirs));
+    assert!(ap.get_rule(&b(), exact.id).await.unwrap().is_none());
+    assert!(ap.get_rule(&a(), theirs.id).await.unwrap().is_none());
+    assert!(not_found(ap.delete_rule(&b(), exact.id).await));
+    assert!(not_found(ap.delete_rule(&a(), theirs.id).await));
+    assert_eq!(ap.list_rules(&a(), None).await.unwrap().len(), 3);
+
+    assert_eq!(ap.delete_rule(&a(), exact.id).await.unwrap(), exact, "delete returns the rule");
+    assert!(ap.get_rule(&a(), exact.id).await.unwrap().is_none());
+    assert!(not_found(ap.delete_rule(&a(), exact.id).await));
+    assert_eq!(ap.list_rules(&a(), Some("refund")).await.unwrap(), [plain]);
+    assert_eq!(ap.list_rules(&b(), None).await.unwrap(), [theirs]);
+}
+
+pub async fn approval_rule_conditions_round_trip(s: Stores) {
+    let c = |path: &str, operator: Operator, value: serde_json::Value| Condition { path: path.into(), operator, value };
+    let mut r = rule(a(), "refund", t0());
+    r.agent_name = Some("support".into());
+    r.conditions = vec![
+        c("amount", Operator::LessThanOrEqual, serde_json::json!(100)),
+        c("amount", Operator::GreaterThan, serde_json::json!(-12.75)),
+        c("ratio", Operator::GreaterThanOrEqual, serde_json::json!(0.1)),
+        c("big", Operator::LessThan, serde_json::json!(u64::MAX)),
+        c("currency", Operator::In, serde_json::json!(["EUR", "USD"])),
+        c("order.items.0.sku", Operator::NotIn, serde_json::json!(["Ü-1", "quote\"d"])),
+        c("express", Operator::Equals, serde_json::json!(true)),
+        c("coupon", Operator::Equals, serde_json::Value::Null),
+        c("limits", Operator::NotEquals, serde_json::json!({"b": [1, 2.5], "a": {"nested": "x"}})),
+        c("level", Operator::In, serde_json::json!([1, 2, 3])),
+    ];
+    s.approvals.create_rule(&r).await.unwrap();
+    let back = s.approvals.get_rule(&a(), r.id).await.unwrap().unwrap();
+    assert_eq!(back, r);
+    assert_eq!(s.approvals.list_rules(&a(), Some("refund")).await.unwrap(), [r.clone()]);
+    // And it still means the same thing.
+    let call = serde_json::json!({
+        "amount": 80, "ratio": 0.5, "big": 7, "currency": "EUR", "order": {"items": [{"sku": "A1"}]},
+        "express": true, "coupon": null, "limits": {"a": 1}, "level": 2
+    });
+    assert!(r.matches("support", "refund", &call));
+    assert!(back.matches("support", "refund", &call));
+    let over = serde_json::json!({"amount": 101});
+    assert!(!back.matches("support", "refund", &over));
+}
+
+// ---- tenants --------------------------------------------------------------------------------
+
+fn tenant(id: &str, display: &str, at: DateTime<Utc>) -> TenantRecord {
+    TenantRecord { id: TenantId::parse(id).unwrap(), display_name: display.into(), created_at: at, updated_at: at }
+}
+
+pub async fn quota_thresholds_are_claimed_once_per_tenant_quota_period_and_percentage(s: Stores) {
+    let q = &s.quota_notices;
+    let day = t0();
+    let tenant = a();
+    let claims = futures::future::join_all((0..8).map(|_| q.claim(&tenant, "daily", day, 80, t0()))).await;
+    assert_eq!(claims.into_iter().map(Result::unwrap).filter(|won| *won).count(), 1, "one of concurrent claimers wins");
+    assert!(!q.claim(&a(), "daily", day, 80, t0()).await.unwrap(), "claimed before");
+    assert!(q.claim(&a(), "daily", day, 100, t0()).await.unwrap(), "another percentage");
+    assert!(q.claim(&a(), "daily", day + Duration::days(1), 80, t0()).await.unwrap(), "another period");
+    assert!(q.claim(&a(), "monthly", day, 80, t0()).await.unwrap(), "another quota");
+    assert!(q.claim(&b(), "daily", day, 80, t0()).await.unwrap(), "another tenant");
+}
+
+pub async fn tenants_are_created_listed_updated_and_deleted(s: Stores) {
+    let t = &s.tenants;
+    let records = [
+        tenant("tenant-b", "Tenant B", t0()),
+        tenant("acme", "Acme Ünïcode", t0() + Duration::seconds(1)),
+        tenant("Zeta", "Upper case sorts first", t0() + Duration::seconds(2)),
+        tenant("acme.eu", "Acme EU", t0()),
+        tenant("default", "Default", t0()),
+    ];
+    for r in &records {
+        t.create(r).await.unwrap();
+    }
+    assert!(conflict(t.create(&tenant("acme", "Again", t0())).await));
+    assert_eq!(t.get(&records[1].id).await.unwrap().as_ref(), Some(&records[1]), "the first record stays");
+    assert!(t.get(&TenantId::parse("ghost").unwrap()).await.unwrap().is_none());
+
+    let order = |rows: Vec<TenantRecord>| rows.into_iter().map(|r| r.id.as_str().to_owned()).collect::<Vec<_>>();
+    assert_eq!(
+        order(t.list(0, 10).await.unwrap()),
+        ["Zeta", "acme", "acme.eu", "default", "tenant-b"],
+        "by id, byte order"
+    );
+    assert_eq!(order(t.list(1, 2).await.unwrap()), ["acme", "acme.eu"]);
+    assert!(t.list(5, 10).await.unwrap().is_empty());
+
+    let later = t0() + Duration::seconds(60);
+    let renamed = t.update(&records[1].id, "Acme Corp", later).await.unwrap();
+    let expected = TenantRecord { display_name: "Acme Corp".into(), updated_at: later, ..records[1].clone() };
+    assert_eq!(renamed, expected);
+    assert_eq!(t.get(&records[1].id).await.unwrap(), Some(expected.clone()));
+    assert!(not_found(t.update(&TenantId::parse("ghost").unwrap(), "x", later).await));
+
+    assert_eq!(t.delete(&records[1].id).await.unwrap(), expected, "delete returns the record");
+    assert!(t.get(&records[1].id).await.unwrap().is_none());
+    assert!(not_found(t.delete(&records[1].id).await));
+    assert_eq!(order(t.list(0, 10).await.unwrap()), ["Zeta", "acme.eu", "default", "tenant-b"]);
+    // The id is free again.
+    t.create(&tenant("acme", "Acme again", later)).await.unwrap();
+    assert_eq!(t.get(&records[1].id).await.unwrap().unwrap().display_name, "Acme again");
+}
+
 /// One `#[tokio::test]` per contract check, for stores made by `$make` (an expression
 /// evaluating to a future of a fresh [`Stores`]).
 #[macro_export]
@@ -775,6 +1175,16 @@ macro_rules! store_contract_tests {
             api_keys_are_isolated_between_tenants,
             audit_entries_chain_per_tenant_and_read_back_verifiable,
             concurrent_audit_appends_never_share_or_skip_a_number,
+            approvals_are_created_read_and_isolated_between_tenants,
+            approvals_list_pending_oldest_first_without_decided_or_expired,
+            approvals_are_decided_once,
+            concurrent_decisions_of_one_request_let_exactly_one_through,
+            resumption_is_claimed_once_after_every_request_is_decided,
+            claims_racing_the_last_decisions_still_claim_once_and_whole,
+            approval_rules_are_stored_listed_and_deleted,
+            approval_rule_conditions_round_trip,
+            tenants_are_created_listed_updated_and_deleted,
+            quota_thresholds_are_claimed_once_per_tenant_quota_period_and_percentage,
         );
     };
     (@tests $make:expr; $($check:ident),* $(,)?) => {

@@ -11,11 +11,13 @@ use super::{
     SessionItem, SessionParent, SessionRecord, SessionStore, SessionWrite, StoreError, StoredDefinition,
     ToolCallRecord,
 };
+use crate::approvals::{ApprovalDecision, ApprovalRecord, ApprovalRule, ApprovalStatus, ApprovalStore};
 use crate::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
 use crate::definition::AgentDefinition;
 use crate::events::RecordedEvent;
 use crate::keys::{ApiKeyRecord, ApiKeyStore};
 use crate::names::{AgentName, RunId, TenantId};
+use crate::tenants::{TenantRecord, TenantStore};
 use crate::tools::pipeline::LateCompletion;
 
 /// Locks, recovering from a poisoned lock: every critical section below leaves the maps
@@ -577,5 +579,180 @@ impl AuditStore for MemoryAuditStore {
 
     async fn chain(&self, tenant: &TenantId) -> Result<Vec<AuditEntry>, StoreError> {
         Ok(lock(&self.chains).get(tenant).cloned().unwrap_or_default())
+    }
+}
+
+// ---- approvals --------------------------------------------------------------------------------
+
+/// Pending requests and rules, per tenant, in creation order.
+#[derive(Default)]
+pub struct MemoryApprovalStore {
+    requests: Mutex<Vec<ApprovalRecord>>,
+    rules: Mutex<Vec<ApprovalRule>>,
+}
+
+#[async_trait::async_trait]
+impl ApprovalStore for MemoryApprovalStore {
+    async fn create(&self, records: &[ApprovalRecord]) -> Result<(), StoreError> {
+        let mut rows = lock(&self.requests);
+        if records.iter().any(|r| rows.iter().any(|x| x.id == r.id)) {
+            return Err(StoreError::Conflict("An approval request with this id exists.".into()));
+        }
+        rows.extend(records.iter().cloned());
+        Ok(())
+    }
+
+    async fn get(&self, tenant: &TenantId, id: uuid::Uuid) -> Result<Option<ApprovalRecord>, StoreError> {
+        Ok(lock(&self.requests).iter().find(|r| r.tenant == *tenant && r.id == id).cloned())
+    }
+
+    async fn list_pending(
+        &self,
+        tenant: &TenantId,
+        now: DateTime<Utc>,
+        take: usize,
+    ) -> Result<Vec<ApprovalRecord>, StoreError> {
+        let rows = lock(&self.requests);
+        let mut pending: Vec<ApprovalRecord> = rows
+            .iter()
+            .filter(|r| r.tenant == *tenant && r.status == ApprovalStatus::Pending && now < r.expires_at)
+            .cloned()
+            .collect();
+        pending.sort_by_key(|r| (r.created_at, r.id));
+        pending.truncate(take);
+        Ok(pending)
+    }
+
+    async fn list_for_run(&self, tenant: &TenantId, run_id: RunId) -> Result<Vec<ApprovalRecord>, StoreError> {
+        let mut rows: Vec<ApprovalRecord> =
+            lock(&self.requests).iter().filter(|r| r.tenant == *tenant && r.run_id == run_id).cloned().collect();
+        rows.sort_by_key(|r| (r.created_at, r.id));
+        Ok(rows)
+    }
+
+    async fn decide(
+        &self,
+        tenant: &TenantId,
+        id: uuid::Uuid,
+        decision: &ApprovalDecision,
+        now: DateTime<Utc>,
+    ) -> Result<ApprovalRecord, StoreError> {
+        let mut rows = lock(&self.requests);
+        let row = rows.iter_mut().find(|r| r.tenant == *tenant && r.id == id).ok_or(StoreError::NotFound)?;
+        if row.status != ApprovalStatus::Pending || now >= row.expires_at {
+            return Err(StoreError::Conflict("This approval request can no longer be decided.".into()));
+        }
+        row.status = if decision.approved { ApprovalStatus::Approved } else { ApprovalStatus::Denied };
+        row.decided_at = Some(now);
+        row.decided_by = Some(decision.decided_by.clone());
+        row.reason.clone_from(&decision.reason);
+        Ok(row.clone())
+    }
+
+    async fn claim_resume(&self, tenant: &TenantId, run_id: RunId, resumed: RunId) -> Result<bool, StoreError> {
+        let mut rows = lock(&self.requests);
+        let mut of_run = rows.iter_mut().filter(|r| r.tenant == *tenant && r.run_id == run_id).peekable();
+        if of_run.peek().is_none() {
+            return Ok(false);
+        }
+        let of_run: Vec<&mut ApprovalRecord> = of_run.collect();
+        if of_run.iter().any(|r| r.status == ApprovalStatus::Pending || r.resumed_run_id.is_some()) {
+            return Ok(false);
+        }
+        for r in of_run {
+            r.resumed_run_id = Some(resumed);
+        }
+        Ok(true)
+    }
+
+    async fn create_rule(&self, rule: &ApprovalRule) -> Result<(), StoreError> {
+        let mut rules = lock(&self.rules);
+        if rules.iter().any(|r| r.id == rule.id) {
+            return Err(StoreError::Conflict("An approval rule with this id exists.".into()));
+        }
+        rules.push(rule.clone());
+        Ok(())
+    }
+
+    async fn list_rules(&self, tenant: &TenantId, tool: Option<&str>) -> Result<Vec<ApprovalRule>, StoreError> {
+        Ok(lock(&self.rules)
+            .iter()
+            .filter(|r| r.tenant == *tenant && tool.is_none_or(|t| r.tool_name == t))
+            .cloned()
+            .collect())
+    }
+
+    async fn get_rule(&self, tenant: &TenantId, id: uuid::Uuid) -> Result<Option<ApprovalRule>, StoreError> {
+        Ok(lock(&self.rules).iter().find(|r| r.tenant == *tenant && r.id == id).cloned())
+    }
+
+    async fn delete_rule(&self, tenant: &TenantId, id: uuid::Uuid) -> Result<ApprovalRule, StoreError> {
+        let mut rules = lock(&self.rules);
+        let at = rules.iter().position(|r| r.tenant == *tenant && r.id == id).ok_or(StoreError::NotFound)?;
+        Ok(rules.remove(at))
+    }
+}
+
+// ---- tenants ----------------------------------------------------------------------------------
+
+#[derive(Default)]
+pub struct MemoryTenantStore {
+    rows: Mutex<BTreeMap<TenantId, TenantRecord>>,
+}
+
+#[async_trait::async_trait]
+impl TenantStore for MemoryTenantStore {
+    async fn create(&self, record: &TenantRecord) -> Result<(), StoreError> {
+        let mut rows = lock(&self.rows);
+        if rows.contains_key(&record.id) {
+            return Err(StoreError::Conflict(format!("A tenant named '{}' exists.", record.id)));
+        }
+        rows.insert(record.id.clone(), record.clone());
+        Ok(())
+    }
+
+    async fn get(&self, id: &TenantId) -> Result<Option<TenantRecord>, StoreError> {
+        Ok(lock(&self.rows).get(id).cloned())
+    }
+
+    async fn list(&self, skip: usize, take: usize) -> Result<Vec<TenantRecord>, StoreError> {
+        Ok(lock(&self.rows).values().skip(skip).take(take).cloned().collect())
+    }
+
+    async fn update(&self, id: &TenantId, display_name: &str, now: DateTime<Utc>) -> Result<TenantRecord, StoreError> {
+        let mut rows = lock(&self.rows);
+        let row = rows.get_mut(id).ok_or(StoreError::NotFound)?;
+        row.display_name = display_name.to_owned();
+        row.updated_at = now;
+        Ok(row.clone())
+    }
+
+    async fn delete(&self, id: &TenantId) -> Result<TenantRecord, StoreError> {
+        lock(&self.rows).remove(id).ok_or(StoreError::NotFound)
+    }
+}
+
+// ---- quota notices ----------------------------------------------------------------------------
+
+/// One announced threshold: tenant, quota, period start, percentage.
+type NoticeKey = (TenantId, String, DateTime<Utc>, u32);
+
+/// Thresholds already announced.
+#[derive(Default)]
+pub struct MemoryQuotaNoticeStore {
+    claimed: Mutex<std::collections::HashSet<NoticeKey>>,
+}
+
+#[async_trait::async_trait]
+impl crate::quota::QuotaNoticeStore for MemoryQuotaNoticeStore {
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        quota: &str,
+        period_start: DateTime<Utc>,
+        threshold: u32,
+        _at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        Ok(lock(&self.claimed).insert((tenant.clone(), quota.to_owned(), period_start, threshold)))
     }
 }

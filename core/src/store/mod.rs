@@ -460,6 +460,10 @@ pub struct Stores {
     pub sessions: Arc<dyn SessionStore>,
     pub keys: Arc<dyn crate::keys::ApiKeyStore>,
     pub audit: Arc<dyn crate::audit::AuditStore>,
+    pub approvals: Arc<dyn crate::approvals::ApprovalStore>,
+    pub tenants: Arc<dyn crate::tenants::TenantStore>,
+    /// Quota thresholds already announced (once per period, durably).
+    pub quota_notices: Arc<dyn crate::quota::QuotaNoticeStore>,
     /// Whether the stores survive a restart.
     pub persistent: bool,
 }
@@ -472,6 +476,9 @@ impl Stores {
             sessions: Arc::new(memory::MemorySessionStore::default()),
             keys: Arc::new(memory::MemoryApiKeyStore::default()),
             audit: Arc::new(memory::MemoryAuditStore::default()),
+            approvals: Arc::new(memory::MemoryApprovalStore::default()),
+            tenants: Arc::new(memory::MemoryTenantStore::default()),
+            quota_notices: Arc::new(memory::MemoryQuotaNoticeStore::default()),
             persistent: false,
         }
     }

@@ -15,7 +15,7 @@
 //! and 5. The turn engine calls `admit` for every call of a turn first, so one approval
 //! stops the whole turn before any side effect happens.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,7 +63,30 @@ pub trait ToolAuthorizer: Send + Sync {
     async fn authorize(&self, request: &ToolAuthorizationRequest<'_>) -> Result<ToolDecision, String>;
 }
 
-/// The default: every call is allowed.
+/// The default: a tool's `requiredPermission` is checked against the caller. A caller that
+/// proved an identity (an API key, a JWT) must hold the permission (a JWT's permissions
+/// claim fills it; a key holds none); the static-token holder, a loopback caller without
+/// authentication and Tracon itself are not narrowed, as scopes do not narrow them. A tool
+/// without a required permission is allowed.
+pub struct RequiredPermissions;
+
+#[async_trait::async_trait]
+impl ToolAuthorizer for RequiredPermissions {
+    async fn authorize(&self, request: &ToolAuthorizationRequest<'_>) -> Result<ToolDecision, String> {
+        use crate::identity::AuthMethod;
+        let Some(permission) = request.required_permission else { return Ok(ToolDecision::Allow) };
+        let unrestricted =
+            matches!(request.caller.method, AuthMethod::StaticToken | AuthMethod::Anonymous | AuthMethod::Internal);
+        if unrestricted || request.caller.has_permission(permission) {
+            Ok(ToolDecision::Allow)
+        } else {
+            Ok(ToolDecision::Deny(format!("The caller lacks the permission '{permission}' this tool needs.")))
+        }
+    }
+}
+
+/// Allows every call, required permissions or not (for a host whose own layer already
+/// decided).
 pub struct AllowAllTools;
 
 #[async_trait::async_trait]
@@ -160,6 +183,10 @@ pub struct CallEnv {
     pub default_max_output_bytes: Option<usize>,
     /// Calls a person already approved (resumed runs).
     pub approved_call_ids: BTreeSet<String>,
+    /// Calls a person denied (resumed runs), with the refusal the model gets as the result.
+    pub denied_calls: BTreeMap<String, String>,
+    /// Whether a call of a tool that requires approval asks (policies, then rules).
+    pub gatekeeper: Arc<crate::approvals::Gatekeeper>,
     /// Where tool bodies write their own events.
     pub events: crate::recorder::EventWriter,
 }
@@ -270,8 +297,25 @@ pub async fn admit(call: &ToolCall, tool: Option<&Arc<ToolRegistration>>, env: &
         }
     }
 
-    // 4. Approval (the timeout of stage 3 never covers a pending approval).
-    if tool.requires_approval && !env.approved_call_ids.contains(&call.id) {
+    // 4. Approval (the timeout of stage 3 never covers a pending approval). A person's
+    // decision on a resumed run comes first; otherwise policies and rules may waive it.
+    if let Some(refusal) = env.denied_calls.get(&call.id) {
+        return settled(ToolCallStatus::Denied, refusal.clone(), None, effect);
+    }
+    if tool.requires_approval
+        && !env.approved_call_ids.contains(&call.id)
+        && env
+            .gatekeeper
+            .needs_approval(&crate::approvals::ApprovalContext {
+                tenant: &env.tenant,
+                run_id: env.run_id,
+                agent: &env.agent,
+                tool_name: tool.name(),
+                arguments: &arguments,
+                caller: &env.caller,
+            })
+            .await
+    {
         return Gate::AwaitApproval(ApprovalRequest {
             request_id: new_id(env.platform.clock.as_ref()),
             call_id: call.id.clone(),

@@ -153,6 +153,7 @@ async fn writes_per_run(deltas: usize) -> Result<(u64, u64, f64), BoxError> {
         session_id: None,
         caller: tracon_core::identity::Caller::internal(),
         attribution: Default::default(),
+        resume: None,
     };
     let prepared = runs::prepare(&runtime, request).await.map_err(|e| format!("{e:?}"))?;
     let started = Instant::now();

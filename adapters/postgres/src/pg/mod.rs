@@ -6,11 +6,13 @@
 //! lock, so concurrent starters serialise, and fails loudly when an applied migration was
 //! edited. Errors are mapped by SQLSTATE, never by message text.
 
+mod approvals;
 mod audit;
 mod definitions;
 mod keys;
 mod runs;
 mod sessions;
+mod tenants;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,11 +26,13 @@ use tracon_core::store::{StoreError, Stores};
 use crate::protect::Protection;
 use crate::sql::is_schema_name;
 
+pub use approvals::PgApprovalStore;
 pub use audit::PgAuditStore;
 pub use definitions::PgDefinitionStore;
 pub use keys::PgApiKeyStore;
 pub use runs::PgRunStore;
 pub use sessions::PgSessionStore;
+pub use tenants::{PgQuotaNoticeStore, PgTenantStore};
 
 /// The migrations under `migrations/`, embedded in the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
@@ -246,9 +250,12 @@ pub fn stores_on(pool: PgPool, protection: Protection) -> Stores {
     Stores {
         definitions: Arc::new(PgDefinitionStore::new(pool.clone())),
         runs: Arc::new(PgRunStore::new(pool.clone(), protection.clone())),
-        sessions: Arc::new(PgSessionStore::new(pool.clone(), protection)),
+        sessions: Arc::new(PgSessionStore::new(pool.clone(), protection.clone())),
         keys: Arc::new(PgApiKeyStore::new(pool.clone())),
-        audit: Arc::new(PgAuditStore::new(pool)),
+        audit: Arc::new(PgAuditStore::new(pool.clone())),
+        approvals: Arc::new(PgApprovalStore::new(pool.clone(), protection)),
+        tenants: Arc::new(PgTenantStore::new(pool.clone())),
+        quota_notices: Arc::new(PgQuotaNoticeStore::new(pool)),
         persistent: true,
     }
 }
@@ -311,5 +318,6 @@ mod tests {
         assert!(MIGRATOR.iter().any(|m| m.version == 2 && m.description == "api keys"), "{versions:?}");
         assert!(MIGRATOR.iter().any(|m| m.version == 3 && m.description == "audit"), "{versions:?}");
         assert!(MIGRATOR.iter().any(|m| m.version == 4 && m.description == "session owner index"), "{versions:?}");
+        assert!(MIGRATOR.iter().any(|m| m.version == 5 && m.description == "approvals tenants"), "{versions:?}");
     }
 }

@@ -1,0 +1,204 @@
+//! `/api/tenants`: the tenant registry (scope `PlatformAdmin`).
+//!
+//! Records are platform-wide, so who sees what follows the caller's tenant: a caller of the
+//! default tenant (the platform's operator) manages every record; a caller of any other
+//! tenant sees and renames only its own, and every other record answers exactly as a
+//! missing one. Every change is audited.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use serde::Deserialize;
+use tracon_core::identity::Caller;
+use tracon_core::names::TenantId;
+use tracon_core::store::StoreError;
+use tracon_core::tenants::{MAX_DISPLAY_NAME, TenantRecord};
+use utoipa::ToSchema;
+
+use crate::audit;
+use crate::error::{ApiError, ApiResult, ProblemDetails};
+use crate::extract::{ApiJson, Paging, Tenant};
+use crate::state::AppState;
+
+/// A new tenant record.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateTenant {
+    /// The tenant id every request and store call carries.
+    pub id: String,
+    /// 1–200 characters.
+    pub display_name: String,
+}
+
+/// A rename.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UpdateTenant {
+    pub display_name: String,
+}
+
+fn tenant_not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "tenant_not_found", "The tenant does not exist.")
+}
+
+fn is_operator(caller_tenant: &TenantId) -> bool {
+    *caller_tenant == TenantId::default_tenant()
+}
+
+/// The record `raw` names, when the caller may see it; otherwise the missing answer.
+fn visible(caller_tenant: &TenantId, raw: &str) -> ApiResult<TenantId> {
+    let id = TenantId::parse(raw).map_err(|_| tenant_not_found())?;
+    if is_operator(caller_tenant) || id == *caller_tenant { Ok(id) } else { Err(tenant_not_found()) }
+}
+
+fn display_name(raw: &str) -> ApiResult<String> {
+    let name = raw.trim();
+    if name.is_empty() || name.chars().count() > MAX_DISPLAY_NAME || name.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(
+            "validation_failed",
+            format!("'displayName' is 1 to {MAX_DISPLAY_NAME} characters, without control characters."),
+        )
+        .with("field", "displayName"));
+    }
+    Ok(name.to_owned())
+}
+
+/// Tenant records, ordered by id (the caller's own only, outside the default tenant).
+#[utoipa::path(get, path = "/api/tenants", tag = "security",
+    params(("skip" = Option<usize>, Query, description = "Skip this many"), ("take" = Option<usize>, Query, description = "At most this many (1–200, default 50)")),
+    responses((status = 200, body = Vec<TenantRecord>)))]
+#[tracing::instrument(name = "tenants.list", skip_all)]
+pub async fn list(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    paging: Paging,
+) -> ApiResult<Json<Vec<TenantRecord>>> {
+    let store = &state.runtime.stores.tenants;
+    if is_operator(&tenant) {
+        return Ok(Json(store.list(paging.skip, paging.take).await?));
+    }
+    let own = store.get(&tenant).await?;
+    Ok(Json(own.into_iter().filter(|_| paging.skip == 0).collect()))
+}
+
+/// One tenant record.
+#[utoipa::path(get, path = "/api/tenants/{id}", tag = "security", params(("id" = String, Path, description = "Tenant id")),
+    responses((status = 200, body = TenantRecord), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "tenants.get", skip_all)]
+pub async fn get(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Path(id): Path<String>,
+) -> ApiResult<Json<TenantRecord>> {
+    let id = visible(&tenant, &id)?;
+    Ok(Json(state.runtime.stores.tenants.get(&id).await?.ok_or_else(tenant_not_found)?))
+}
+
+/// Register a tenant (the default tenant's callers only).
+#[utoipa::path(post, path = "/api/tenants", tag = "security", request_body = CreateTenant,
+    responses((status = 201, body = TenantRecord),
+        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 403, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "tenants.create", skip_all)]
+pub async fn create(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
+    ApiJson(body): ApiJson<CreateTenant>,
+) -> ApiResult<Response> {
+    if !is_operator(&tenant) {
+        return Err(ApiError::forbidden(
+            "platform_operator_required",
+            "Only a caller of the default tenant registers tenants.",
+        ));
+    }
+    let id =
+        TenantId::parse(&body.id).map_err(|e| ApiError::bad_request("validation_failed", e.0).with("field", "id"))?;
+    let now = state.runtime.platform.clock.now();
+    let record = TenantRecord { id, display_name: display_name(&body.display_name)?, created_at: now, updated_at: now };
+    match state.runtime.stores.tenants.create(&record).await {
+        Ok(()) => {}
+        Err(StoreError::Conflict(_)) => {
+            return Err(ApiError::new(StatusCode::CONFLICT, "tenant_exists", "A tenant with this id is registered."));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let after = serde_json::to_value(&record).ok();
+    audit::record(&state, &tenant, &caller, "tenant.create", ("tenant", record.id.as_str()), None, after).await;
+    Ok((StatusCode::CREATED, Json(record)).into_response())
+}
+
+/// Rename a tenant.
+#[utoipa::path(put, path = "/api/tenants/{id}", tag = "security", request_body = UpdateTenant,
+    params(("id" = String, Path, description = "Tenant id")),
+    responses((status = 200, body = TenantRecord),
+        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "tenants.update", skip_all)]
+pub async fn update(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<UpdateTenant>,
+) -> ApiResult<Json<TenantRecord>> {
+    let id = visible(&tenant, &id)?;
+    let name = display_name(&body.display_name)?;
+    let store = &state.runtime.stores.tenants;
+    let before = store.get(&id).await?.ok_or_else(tenant_not_found)?;
+    let now = state.runtime.platform.clock.now();
+    let after = match store.update(&id, &name, now).await {
+        Ok(r) => r,
+        Err(StoreError::NotFound) => return Err(tenant_not_found()),
+        Err(e) => return Err(e.into()),
+    };
+    audit::record(
+        &state,
+        &tenant,
+        &caller,
+        "tenant.update",
+        ("tenant", id.as_str()),
+        serde_json::to_value(&before).ok(),
+        serde_json::to_value(&after).ok(),
+    )
+    .await;
+    Ok(Json(after))
+}
+
+/// Remove a tenant record (the default tenant's callers only). The tenant's data stays.
+#[utoipa::path(delete, path = "/api/tenants/{id}", tag = "security", params(("id" = String, Path, description = "Tenant id")),
+    responses((status = 204), (status = 403, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "tenants.delete", skip_all)]
+pub async fn delete(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let id = visible(&tenant, &id)?;
+    if !is_operator(&tenant) {
+        return Err(ApiError::forbidden(
+            "platform_operator_required",
+            "Only a caller of the default tenant removes tenants.",
+        ));
+    }
+    let removed = match state.runtime.stores.tenants.delete(&id).await {
+        Ok(r) => r,
+        Err(StoreError::NotFound) => return Err(tenant_not_found()),
+        Err(e) => return Err(e.into()),
+    };
+    audit::record(
+        &state,
+        &tenant,
+        &caller,
+        "tenant.delete",
+        ("tenant", id.as_str()),
+        serde_json::to_value(&removed).ok(),
+        None,
+    )
+    .await;
+    Ok(StatusCode::NO_CONTENT)
+}
