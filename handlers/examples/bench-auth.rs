@@ -7,6 +7,8 @@
 //! - the static bearer token;
 //! - an API key, cached (the default: 5 s per instance);
 //! - an API key read from the (in-memory) store on every request (`CacheSeconds` = 0);
+//! - a JWT (HS256, RS256 and ES256 against a static key from configuration): the signature
+//!   and claim checks on every request, nothing cached;
 //!
 //! and the medians and 99th percentiles are reported with what each adds to the baseline.
 //! Target: an API key (lookup + digest compare + scope check) adds under 50 µs at the median.
@@ -26,7 +28,9 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use chrono::Utc;
 use http_body_util::BodyExt;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use tower::ServiceExt;
+use tracon_core::config::Config;
 use tracon_core::keys::{self, ApiKeyRecord, Scope};
 use tracon_core::names::TenantId;
 use tracon_core::ports::tokio_rt;
@@ -34,6 +38,34 @@ use tracon_core::runtime::RuntimeBuilder;
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 
 const TOKEN: &str = "a-long-enough-benchmark-token";
+const ISSUER: &str = "https://issuer.example";
+const AUDIENCE: &str = "tracon-api";
+const HS_SECRET: &str = "an-hs256-benchmark-secret-of-more-than-32-bytes";
+const RSA_PRIVATE: &str = include_str!("../tests/fixtures/jwt/rsa-private.pem");
+const RSA_PUBLIC: &str = include_str!("../tests/fixtures/jwt/rsa-public.pem");
+const EC_PRIVATE: &str = include_str!("../tests/fixtures/jwt/ec-p256-private.pem");
+const EC_PUBLIC: &str = include_str!("../tests/fixtures/jwt/ec-p256-public.pem");
+
+/// Settings that verify JWTs of `algorithm` against `key` (a secret or a public key PEM).
+fn jwt_settings(algorithm: &str, key: &str) -> HttpSettings {
+    let pairs = [
+        ("TRACON_AUTH_TOKEN", TOKEN),
+        ("Tracon__Jwt__Issuer", ISSUER),
+        ("Tracon__Jwt__Audience", AUDIENCE),
+        ("Tracon__Jwt__Algorithms", algorithm),
+        ("Tracon__Jwt__SigningKeyConfigurationName", "Bench:JwtKey"),
+        ("Bench__JwtKey", key),
+    ];
+    HttpSettings::from_config(&Config::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))).unwrap()
+}
+
+/// A Reader's token, valid for an hour.
+fn jwt(algorithm: Algorithm, key: &EncodingKey) -> String {
+    let now = Utc::now().timestamp();
+    let claims = serde_json::json!({"iss": ISSUER, "aud": AUDIENCE, "sub": "bench", "roles": ["Reader"],
+        "iat": now, "exp": now + 3600});
+    jsonwebtoken::encode(&Header::new(algorithm), &claims, key).unwrap()
+}
 
 async fn app(http: HttpSettings) -> (Router, String) {
     let runtime = RuntimeBuilder::new(tokio_rt::platform()).build().unwrap();
@@ -97,12 +129,22 @@ async fn main() {
     let (uncached_app, uncached_key) =
         app(HttpSettings { key_cache_ttl: Duration::ZERO, ..HttpSettings::with_token(TOKEN) }).await;
 
+    let (hs_app, _) = app(jwt_settings("HS256", HS_SECRET)).await;
+    let (rs_app, _) = app(jwt_settings("RS256", RSA_PUBLIC)).await;
+    let (es_app, _) = app(jwt_settings("ES256", EC_PUBLIC)).await;
+    let hs = jwt(Algorithm::HS256, &EncodingKey::from_secret(HS_SECRET.as_bytes()).unwrap());
+    let rs = jwt(Algorithm::RS256, &EncodingKey::from_rsa_pem(RSA_PRIVATE.as_bytes()).unwrap());
+    let es = jwt(Algorithm::ES256, &EncodingKey::from_ec_pem(EC_PRIVATE.as_bytes()).unwrap());
+
     let baseline = measure(&open, None, requests).await;
     let rows = [
         ("no credentials (baseline)", baseline.clone()),
         ("static bearer token", measure(&token_app, Some(TOKEN), requests).await),
         ("API key, cached", measure(&token_app, Some(&key), requests).await),
         ("API key, store read each time", measure(&uncached_app, Some(&uncached_key), requests).await),
+        ("JWT HS256", measure(&hs_app, Some(&hs), requests).await),
+        ("JWT RS256 (2048-bit)", measure(&rs_app, Some(&rs), requests).await),
+        ("JWT ES256", measure(&es_app, Some(&es), requests).await),
     ];
     let base50 = pct(&baseline, 0.5);
     println!("{requests} sequential requests each, GET /api/sessions/{{id}} → 404, in process (µs)");
