@@ -25,6 +25,7 @@ pub mod engine;
 pub mod events;
 pub mod failure;
 pub mod identity;
+pub mod jobs;
 pub mod keys;
 pub mod model;
 pub mod names;

@@ -1,0 +1,461 @@
+//! The durable job queue: everything that outlives a request.
+//!
+//! A job is a row — the truth — and a queue transport only wakes a consumer with the job's
+//! id. A consumer **leases** a job: the lease names its owner, carries a fresh token and an
+//! expiry, and counts an attempt. Every later change (heartbeat, completion, failure) names
+//! the token, so a consumer whose lease expired — and whose job another consumer has leased
+//! since — changes nothing. An expired lease returns the job to the queue; a failed attempt
+//! goes back with exponential backoff until `max_attempts`. Delivery is at least once; a
+//! handler that must not repeat its effect checks its own progress (a run is not started
+//! twice: its row says whether it ran).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::names::{RunId, TenantId};
+use crate::ports::Clock;
+use crate::store::StoreError;
+
+/// Where a job stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+pub enum JobStatus {
+    /// Waiting to be leased (at or after `available_at`).
+    Queued,
+    /// Leased by a consumer.
+    Running,
+    Succeeded,
+    /// Out of attempts, or failed for good.
+    Failed,
+    Canceled,
+}
+
+impl JobStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "Queued",
+            Self::Running => "Running",
+            Self::Succeeded => "Succeeded",
+            Self::Failed => "Failed",
+            Self::Canceled => "Canceled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Queued, Self::Running, Self::Succeeded, Self::Failed, Self::Canceled]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::Canceled)
+    }
+}
+
+/// Why a job failed: a stable code and a display-safe message (never foreign error text).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobError {
+    pub code: String,
+    pub message: String,
+}
+
+/// The code of a job whose handler key no consumer serves.
+pub const UNKNOWN_HANDLER: &str = "tracon.job.unknown-handler-key";
+
+/// A job as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRecord {
+    pub id: Uuid,
+    pub tenant: TenantId,
+    /// Which handler runs it (`run.execute`, `webhook.deliver`, …).
+    pub handler_key: String,
+    pub payload: Value,
+    pub status: JobStatus,
+    /// Leases taken so far.
+    pub attempts: u32,
+    pub max_attempts: u32,
+    /// Not leased before this.
+    pub available_at: DateTime<Utc>,
+    pub lease_owner: Option<String>,
+    pub lease_token: Option<Uuid>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub heartbeat_at: Option<DateTime<Utc>>,
+    pub cancel_requested: bool,
+    pub result: Option<Value>,
+    pub error: Option<JobError>,
+    /// The run the job executes, when it executes one.
+    pub run_id: Option<RunId>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+impl JobRecord {
+    /// A new queued job, available at once.
+    pub fn queued(
+        id: Uuid,
+        tenant: TenantId,
+        handler_key: &str,
+        payload: Value,
+        max_attempts: u32,
+        now: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            id,
+            tenant,
+            handler_key: handler_key.to_owned(),
+            payload,
+            status: JobStatus::Queued,
+            attempts: 0,
+            max_attempts: max_attempts.max(1),
+            available_at: now,
+            lease_owner: None,
+            lease_token: None,
+            lease_expires_at: None,
+            heartbeat_at: None,
+            cancel_requested: false,
+            result: None,
+            error: None,
+            run_id: None,
+            created_at: now,
+            updated_at: now,
+            completed_at: None,
+        }
+    }
+}
+
+/// A job a consumer holds, with the token every later change must name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease {
+    pub job: JobRecord,
+    pub token: Uuid,
+}
+
+/// Filters of the job list.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobFilter {
+    pub status: Option<JobStatus>,
+    pub handler_key: Option<String>,
+}
+
+/// What a consumer asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseRequest {
+    /// Who leases (an instance id), for the record.
+    pub owner: String,
+    /// Only jobs with these handler keys.
+    pub handler_keys: Vec<String>,
+    /// How long the lease lasts before the job returns to the queue.
+    pub lease_for: chrono::Duration,
+    pub now: DateTime<Utc>,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Succeeded(Option<Value>),
+    /// Try again at `retry_at`; the error is kept meanwhile.
+    Retry {
+        error: JobError,
+        retry_at: DateTime<Utc>,
+    },
+    /// No more attempts.
+    Failed(JobError),
+    /// The consumer stopped because cancellation was asked.
+    Canceled,
+}
+
+/// The job rows. Leasing and the lease-token updates are each one atomic step.
+#[async_trait::async_trait]
+pub trait JobStore: Send + Sync {
+    /// Stores a queued job. `Conflict` when its id exists.
+    async fn enqueue(&self, job: &JobRecord) -> Result<(), StoreError>;
+    async fn get(&self, tenant: &TenantId, id: Uuid) -> Result<Option<JobRecord>, StoreError>;
+    /// Newest first.
+    async fn list(
+        &self,
+        tenant: &TenantId,
+        filter: &JobFilter,
+        skip: usize,
+        take: usize,
+    ) -> Result<Vec<JobRecord>, StoreError>;
+    /// Leases up to `limit` jobs of any tenant: queued ones available at `now`, and running
+    /// ones whose lease expired — oldest available first, each to exactly one caller even
+    /// under concurrency (`FOR UPDATE SKIP LOCKED`). Each lease counts an attempt and gets a
+    /// fresh token. A job out of attempts is not leased again: it is closed `Failed`.
+    async fn lease(&self, request: &LeaseRequest, limit: usize) -> Result<Vec<Lease>, StoreError>;
+    /// Leases one job by id (a transport delivered it), under the same rules; `None` when
+    /// it is not leasable now (taken, not yet available, finished, unknown).
+    async fn lease_one(&self, id: Uuid, request: &LeaseRequest) -> Result<Option<Lease>, StoreError>;
+    /// Extends the lease to `until`. `Ok(None)` when the lease is no longer this token's;
+    /// otherwise whether cancellation was asked.
+    async fn heartbeat(
+        &self,
+        id: Uuid,
+        token: Uuid,
+        until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Option<bool>, StoreError>;
+    /// Records how the attempt ended. `false` (nothing changed) when the lease is no
+    /// longer this token's.
+    async fn finish(&self, id: Uuid, token: Uuid, outcome: &Outcome, now: DateTime<Utc>) -> Result<bool, StoreError>;
+    /// Cancels: a queued job ends `Canceled` at once, a running one is flagged (its
+    /// consumer sees it at its next heartbeat). `NotFound` for another tenant's or an
+    /// unknown job; `Conflict` when it already ended.
+    async fn cancel(&self, tenant: &TenantId, id: Uuid, now: DateTime<Utc>) -> Result<JobRecord, StoreError>;
+}
+
+/// Runs one kind of job.
+#[async_trait::async_trait]
+pub trait JobHandler: Send + Sync {
+    /// The handler key it serves.
+    fn key(&self) -> &'static str;
+    /// Runs one attempt. `cancel` fires when cancellation is asked (seen at a heartbeat) or
+    /// the lease is lost. An `Err` is retried with backoff while attempts remain; its text is
+    /// logged, never stored.
+    async fn handle(&self, job: &JobRecord, cancel: CancellationToken) -> Result<Option<Value>, JobFailure>;
+}
+
+/// Why an attempt failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobFailure {
+    /// Worth another attempt (a provider error, a store outage). `detail` is logged only.
+    Transient { code: String, message: String, detail: String },
+    /// Never worth another attempt (bad payload, a definition that no longer compiles).
+    Permanent { code: String, message: String },
+}
+
+/// Queue settings (`Tracon:Jobs:*`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSettings {
+    /// How long a lease lasts without a heartbeat (`LeaseSeconds`, 60).
+    pub lease_for: Duration,
+    /// Longest an attempt may run (`TimeoutSeconds`, 900). Heartbeats keep the lease alive
+    /// meanwhile; at the timeout the attempt is cancelled and retried.
+    pub timeout: Duration,
+    /// First retry delay (`RetryBaseSeconds`, 5), doubled per attempt up to `retry_max`.
+    pub retry_base: Duration,
+    pub retry_max: Duration,
+    /// Attempts of a new job (`MaxAttempts`, 5).
+    pub max_attempts: u32,
+}
+
+impl Default for JobSettings {
+    fn default() -> Self {
+        Self {
+            lease_for: Duration::from_secs(60),
+            timeout: Duration::from_secs(900),
+            retry_base: Duration::from_secs(5),
+            retry_max: Duration::from_secs(600),
+            max_attempts: 5,
+        }
+    }
+}
+
+impl JobSettings {
+    pub fn from_config(config: &crate::config::Config) -> Result<Self, crate::config::ConfigError> {
+        let d = Self::default();
+        let bad = |m: &str| crate::config::ConfigError::Message(m.to_owned());
+        let s = Self {
+            lease_for: config.seconds("Tracon:Jobs:LeaseSeconds")?.unwrap_or(d.lease_for),
+            timeout: config.seconds("Tracon:Jobs:TimeoutSeconds")?.unwrap_or(d.timeout),
+            retry_base: config.seconds("Tracon:Jobs:RetryBaseSeconds")?.unwrap_or(d.retry_base),
+            retry_max: config.seconds("Tracon:Jobs:RetryMaxSeconds")?.unwrap_or(d.retry_max),
+            max_attempts: config.parse::<u32>("Tracon:Jobs:MaxAttempts")?.unwrap_or(d.max_attempts),
+        };
+        if s.lease_for < Duration::from_secs(1) {
+            return Err(bad("Tracon__Jobs__LeaseSeconds must be at least 1."));
+        }
+        if s.timeout.is_zero() || s.max_attempts == 0 || s.retry_base > s.retry_max {
+            return Err(bad(
+                "Tracon__Jobs__TimeoutSeconds and MaxAttempts must be positive, RetryBaseSeconds at most RetryMaxSeconds.",
+            ));
+        }
+        Ok(s)
+    }
+
+    /// The delay before attempt `attempts + 1`: base × 2^(attempts − 1), at most `retry_max`.
+    pub fn backoff(&self, attempts: u32) -> Duration {
+        let factor = 1u32.checked_shl(attempts.saturating_sub(1).min(20)).unwrap_or(u32::MAX);
+        self.retry_base.saturating_mul(factor).min(self.retry_max)
+    }
+}
+
+/// Leases jobs and runs them with their handlers, heartbeating while they run.
+pub struct JobRunner {
+    store: Arc<dyn JobStore>,
+    handlers: HashMap<&'static str, Arc<dyn JobHandler>>,
+    clock: Arc<dyn Clock>,
+    settings: JobSettings,
+    /// This consumer's name in the lease rows.
+    owner: String,
+}
+
+impl JobRunner {
+    pub fn new(
+        store: Arc<dyn JobStore>,
+        handlers: Vec<Arc<dyn JobHandler>>,
+        clock: Arc<dyn Clock>,
+        settings: JobSettings,
+        owner: impl Into<String>,
+    ) -> Self {
+        let handlers = handlers.into_iter().map(|h| (h.key(), h)).collect();
+        Self { store, handlers, clock, settings, owner: owner.into() }
+    }
+
+    /// Whether a handler serves `key` (enqueue refuses a key nobody serves).
+    pub fn serves(&self, key: &str) -> bool {
+        self.handlers.contains_key(key)
+    }
+
+    fn request(&self) -> LeaseRequest {
+        LeaseRequest {
+            owner: self.owner.clone(),
+            handler_keys: self.handlers.keys().map(|k| (*k).to_owned()).collect(),
+            lease_for: chrono::Duration::from_std(self.settings.lease_for).unwrap_or(chrono::Duration::seconds(60)),
+            now: self.clock.now(),
+        }
+    }
+
+    /// Leases up to `limit` due jobs and runs them one after another; returns how many ran.
+    pub async fn drain(&self, limit: usize) -> Result<usize, StoreError> {
+        let leases = self.store.lease(&self.request(), limit).await?;
+        let n = leases.len();
+        for lease in leases {
+            self.run(lease).await;
+        }
+        Ok(n)
+    }
+
+    /// Runs the job a transport delivered, when it is leasable now.
+    pub async fn deliver(&self, id: Uuid) -> Result<bool, StoreError> {
+        match self.store.lease_one(id, &self.request()).await? {
+            Some(lease) => {
+                self.run(lease).await;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// One attempt: the handler under the timeout, a heartbeat every third of the lease.
+    pub async fn run(&self, lease: Lease) {
+        let Lease { job, token } = lease;
+        let Some(handler) = self.handlers.get(job.handler_key.as_str()).cloned() else {
+            tracing::error!(job = %job.id, handler_key = %job.handler_key, "no handler serves this job's key");
+            let error = JobError { code: UNKNOWN_HANDLER.into(), message: "No consumer serves this job.".into() };
+            self.finish(&job, token, Outcome::Failed(error)).await;
+            return;
+        };
+        let cancel = CancellationToken::new();
+        let mut work = std::pin::pin!(handler.handle(&job, cancel.clone()));
+        let every = self.settings.lease_for / 3;
+        let mut beat = self.clock.sleep(every);
+        let mut deadline = self.clock.sleep(self.settings.timeout);
+        let mut cancel_asked = false;
+        let outcome = loop {
+            tokio::select! {
+                biased;
+                result = &mut work => break self.outcome(&job, result, cancel_asked),
+                _ = &mut deadline => {
+                    cancel.cancel();
+                    let error = JobError { code: "tracon.job.timeout".into(), message: "The attempt ran past the job timeout.".into() };
+                    break self.retry_or_fail(&job, error);
+                }
+                _ = &mut beat => {
+                    let now = self.clock.now();
+                    let until = now + chrono::Duration::from_std(self.settings.lease_for).unwrap_or(chrono::Duration::seconds(60));
+                    match self.store.heartbeat(job.id, token, until, now).await {
+                        Ok(Some(asked)) => {
+                            if asked && !cancel_asked {
+                                cancel_asked = true;
+                                cancel.cancel();
+                            }
+                        }
+                        Ok(None) => {
+                            // Another consumer holds the job now: stop, change nothing.
+                            cancel.cancel();
+                            tracing::warn!(job = %job.id, "lost the job's lease; stopping this attempt");
+                            return;
+                        }
+                        Err(e) => tracing::warn!(job = %job.id, error = ?e, "job heartbeat failed"),
+                    }
+                    beat = self.clock.sleep(every);
+                }
+            }
+        };
+        self.finish(&job, token, outcome).await;
+    }
+
+    fn outcome(&self, job: &JobRecord, result: Result<Option<Value>, JobFailure>, cancel_asked: bool) -> Outcome {
+        match result {
+            Ok(value) => Outcome::Succeeded(value),
+            Err(_) if cancel_asked => Outcome::Canceled,
+            Err(JobFailure::Permanent { code, message }) => Outcome::Failed(JobError { code, message }),
+            Err(JobFailure::Transient { code, message, detail }) => {
+                tracing::warn!(job = %job.id, attempt = job.attempts, code = %code, detail = %detail, "job attempt failed");
+                self.retry_or_fail(job, JobError { code, message })
+            }
+        }
+    }
+
+    fn retry_or_fail(&self, job: &JobRecord, error: JobError) -> Outcome {
+        if job.attempts >= job.max_attempts {
+            return Outcome::Failed(error);
+        }
+        let delay =
+            chrono::Duration::from_std(self.settings.backoff(job.attempts)).unwrap_or(chrono::Duration::seconds(5));
+        Outcome::Retry { error, retry_at: self.clock.now() + delay }
+    }
+
+    async fn finish(&self, job: &JobRecord, token: Uuid, outcome: Outcome) {
+        match self.store.finish(job.id, token, &outcome, self.clock.now()).await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(job = %job.id, "the job's lease moved on before its result was recorded"),
+            Err(e) => {
+                tracing::error!(job = %job.id, error = ?e, "could not record a job's result; its lease will return it")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_the_base_up_to_the_cap() {
+        let s = JobSettings::default();
+        let secs: Vec<u64> = (1..=9).map(|a| s.backoff(a).as_secs()).collect();
+        assert_eq!(secs, [5, 10, 20, 40, 80, 160, 320, 600, 600]);
+        assert_eq!(s.backoff(u32::MAX).as_secs(), 600);
+    }
+
+    #[test]
+    fn settings_are_read_and_checked() {
+        let config = |pairs: &[(&str, &str)]| {
+            crate::config::Config::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+        };
+        let s = JobSettings::from_config(&config(&[
+            ("Tracon__Jobs__MaxAttempts", "2"),
+            ("Tracon__Jobs__LeaseSeconds", "30"),
+        ]))
+        .unwrap();
+        assert_eq!((s.max_attempts, s.lease_for), (2, Duration::from_secs(30)));
+        for bad in [
+            ("Tracon__Jobs__MaxAttempts", "0"),
+            ("Tracon__Jobs__LeaseSeconds", "0.5"),
+            ("Tracon__Jobs__RetryBaseSeconds", "9999"),
+        ] {
+            assert!(JobSettings::from_config(&config(&[bad])).is_err(), "{bad:?}");
+        }
+    }
+}
