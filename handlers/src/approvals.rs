@@ -501,8 +501,9 @@ fn rule_not_found() -> ApiError {
 pub async fn list_rules(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
-    Query(q): Query<RuleQuery>,
+    query: Result<Query<RuleQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Vec<ApprovalRule>>> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request("validation_failed", e.body_text()))?;
     Ok(Json(state.runtime.stores.approvals.list_rules(&tenant, q.tool_name.as_deref()).await?))
 }
 

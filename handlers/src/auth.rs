@@ -112,7 +112,8 @@ pub fn requirement(method: &Method, route: &str) -> Requirement {
         | "/api/runs/{id}/input"
         | "/api/runs/{a}/compare/{b}"
         | "/api/stats" => S(Scope::RunsRead),
-        "/api/runs/{id}/cancel" => S(Scope::RunsCancel),
+        "/api/runs/{id}/cancel" | "/api/jobs/{id}/cancel" => S(Scope::RunsCancel),
+        "/api/jobs" | "/api/jobs/{id}" => S(Scope::RunsRead),
         "/api/sessions" | "/api/sessions/{id}" => S(if read { Scope::SessionsRead } else { Scope::SessionsWrite }),
         "/api/sessions/{id}/branch" => S(Scope::SessionsWrite),
         "/api/api-keys" | "/api/api-keys/{id}" | "/api/api-keys/{id}/rotate" => S(Scope::SecurityAdmin),

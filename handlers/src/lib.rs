@@ -15,6 +15,7 @@ pub mod auth;
 pub mod cors;
 pub mod error;
 pub mod extract;
+pub mod jobs;
 pub mod jwt;
 pub mod keys;
 pub mod meta;
@@ -65,6 +66,9 @@ pub fn runs_router() -> Router<AppState> {
         .route("/api/approvals/pending", get(approvals::pending))
         .route("/api/approvals/{id}", get(approvals::get))
         .route("/api/approvals/{id}/decision", post(approvals::decide))
+        .route("/api/jobs", get(jobs::list))
+        .route("/api/jobs/{id}", get(jobs::get))
+        .route("/api/jobs/{id}/cancel", post(jobs::cancel))
 }
 
 /// The sessions endpoint group.

@@ -59,6 +59,9 @@ pub const DOCUMENT: &str = include_str!("../openapi.json");
         crate::tenants::create,
         crate::tenants::update,
         crate::tenants::delete,
+        crate::jobs::list,
+        crate::jobs::get,
+        crate::jobs::cancel,
     ),
     components(schemas(
         crate::error::ProblemDetails,

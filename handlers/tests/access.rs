@@ -231,6 +231,7 @@ struct Theirs {
     approval: String,
     rule: String,
     tenant: &'static str,
+    job: String,
 }
 
 async fn tenant_b(app: &Router, state: &AppState, b: &str) -> Theirs {
@@ -285,6 +286,15 @@ async fn tenant_b(app: &Router, state: &AppState, b: &str) -> Theirs {
         updated_at: now,
     };
     stores.tenants.create(&record).await.unwrap();
+    let job = tracon_core::jobs::JobRecord::queued(
+        uuid::Uuid::now_v7(),
+        TenantId::parse("tenant-b").unwrap(),
+        "b-handler",
+        json!({"secret": "secret instructions"}),
+        3,
+        now,
+    );
+    stores.jobs.enqueue(&job).await.unwrap();
     Theirs {
         agent: "b-agent",
         run,
@@ -293,6 +303,7 @@ async fn tenant_b(app: &Router, state: &AppState, b: &str) -> Theirs {
         approval: approval.id.to_string(),
         rule: rule.id.to_string(),
         tenant: "tenant-b",
+        job: job.id.to_string(),
     }
 }
 
@@ -344,12 +355,14 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
         theirs.rule.as_str(),
         theirs.tenant,
         "b-tool",
+        theirs.job.as_str(),
+        "b-handler",
     ];
 
     let mut walked = BTreeSet::new();
     for (method, template) in routes() {
-        let fill = |run: &str, session: &str, key: &str, agent: &str, others: [&str; 3]| {
-            let [approval, rule, tenant] = others;
+        let fill = |run: &str, session: &str, key: &str, agent: &str, others: [&str; 4]| {
+            let [approval, rule, tenant, job] = others;
             let id = if template.starts_with("/api/runs") {
                 run
             } else if template.starts_with("/api/sessions") {
@@ -360,6 +373,8 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
                 approval
             } else if template.starts_with("/api/tenants") {
                 tenant
+            } else if template.starts_with("/api/jobs") {
+                job
             } else {
                 key
             };
@@ -371,7 +386,7 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
             theirs.session,
             &theirs.key_id,
             theirs.agent,
-            [&theirs.approval, &theirs.rule, theirs.tenant],
+            [&theirs.approval, &theirs.rule, theirs.tenant, &theirs.job],
         );
         let theirs_path = if diff {
             template.replace("{name}", theirs.agent).replace("{a}", "1").replace("{b}", "1")
@@ -390,7 +405,7 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
                 "no-such-session",
                 "000000000000",
                 "no-such-agent",
-                [&missing_run, &missing_run, "no-such-tenant"],
+                [&missing_run, &missing_run, "no-such-tenant", &missing_run],
             );
             let missing = if diff {
                 template.replace("{name}", "no-such-agent").replace("{a}", "1").replace("{b}", "1")
@@ -434,6 +449,8 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
     assert_eq!(approval["status"], "Pending", "tenant A's decision did not apply");
     let (_, rules) = call(&app, Method::GET, "/api/approvals/rules", &b, None).await;
     assert_eq!(rules.as_array().map(Vec::len), Some(1), "tenant A did not delete B's rule");
+    let (_, job) = call(&app, Method::GET, &format!("/api/jobs/{}", theirs.job), &b, None).await;
+    assert_eq!(job["status"], "Queued", "tenant A did not cancel B's job");
     let (_, record) = call(&app, Method::GET, "/api/tenants/tenant-b", &b, None).await;
     assert_eq!(record["displayName"], "secret instructions", "tenant A did not rename B");
 }
@@ -1095,4 +1112,43 @@ async fn a_tools_required_permission_is_checked_against_the_caller() {
     assert!(result.contains("orders.cancel"), "{result}");
     // The static token is not narrowed.
     assert_eq!(tool_status(TOKEN).await.0, "Succeeded");
+}
+
+#[tokio::test]
+async fn jobs_are_listed_read_and_cancelled_within_the_tenant() {
+    use tracon_core::jobs::JobRecord;
+    let (app, state) = app();
+    let now = Utc::now();
+    let jobs = &state.runtime.stores.jobs;
+    let tenant = TenantId::default_tenant();
+    let first =
+        JobRecord::queued(uuid::Uuid::now_v7(), tenant.clone(), "run.execute", json!({"message": "private"}), 3, now);
+    let second = JobRecord::queued(
+        uuid::Uuid::now_v7(),
+        tenant,
+        "webhook.deliver",
+        json!({}),
+        3,
+        now + chrono::Duration::seconds(1),
+    );
+    jobs.enqueue(&first).await.unwrap();
+    jobs.enqueue(&second).await.unwrap();
+
+    let (status, listed) = call(&app, Method::GET, "/api/jobs", TOKEN, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let ids: Vec<&str> = listed.as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, [second.id.to_string(), first.id.to_string()], "newest first");
+    assert!(!listed.to_string().contains("private"), "payloads are not shown");
+    let (_, filtered) = call(&app, Method::GET, "/api/jobs?handlerKey=run.execute&status=Queued", TOKEN, None).await;
+    assert_eq!(filtered.as_array().unwrap().len(), 1);
+    let (status, doc) = call(&app, Method::GET, "/api/jobs?status=Sleeping", TOKEN, None).await;
+    assert_eq!((status, doc["errorType"].as_str()), (StatusCode::BAD_REQUEST, Some("validation_failed")));
+
+    let path = format!("/api/jobs/{}/cancel", first.id);
+    let (status, cancelled) = call(&app, Method::POST, &path, TOKEN, None).await;
+    assert_eq!((status, cancelled["status"].as_str()), (StatusCode::ACCEPTED, Some("Canceled")));
+    let (status, doc) = call(&app, Method::POST, &path, TOKEN, None).await;
+    assert_eq!((status, doc["errorType"].as_str()), (StatusCode::CONFLICT, Some("job_already_ended")));
+    let (status, doc) = call(&app, Method::GET, "/api/jobs/not-a-uuid", TOKEN, None).await;
+    assert_eq!((status, doc["errorType"].as_str()), (StatusCode::NOT_FOUND, Some("job_not_found")));
 }

@@ -45,6 +45,7 @@ fn memory_stores(config: &Config) -> Result<Stores, String> {
         approvals: Arc::new(memory::MemoryApprovalStore::default()),
         tenants: Arc::new(memory::MemoryTenantStore::default()),
         quota_notices: Arc::new(memory::MemoryQuotaNoticeStore::default()),
+        jobs: Arc::new(memory::MemoryJobStore::default()),
         persistent: false,
     })
 }

@@ -1,7 +1,7 @@
 //! Column values ⇄ domain types, shared by both Postgres drivers (sqlx natively,
 //! tokio-postgres on Workers) so they agree on every stored representation: enum texts,
 //! JSON columns, protected values and where they are bound, the statistics rows, API key rows,
-//! audit rows and the link an audit append chains from.
+//! audit rows and the link an audit append chains from, job rows and the leases they make.
 
 use std::collections::BTreeSet;
 
@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use tracon_core::approvals::{ApprovalDecision, ApprovalRecord, ApprovalRule, ApprovalStatus, Condition};
 use tracon_core::audit::AuditEntry;
 use tracon_core::events::{RecordedEvent, RunEvent};
+use tracon_core::jobs::{JobError, JobRecord, JobStatus, Lease};
 use tracon_core::keys::{ApiKeyRecord, Scope};
 use tracon_core::model::Message;
 use tracon_core::names::{RunId, TenantId};
@@ -555,6 +556,170 @@ impl TenantColumns {
     }
 }
 
+// ---- jobs ----------------------------------------------------------------------------------
+
+/// Where a job's payload (a protected value) is bound.
+pub fn job_place<'a>(tenant: &'a TenantId, row: &'a str) -> Place<'a> {
+    Place { tenant: tenant.as_str(), table: "jobs", column: "payload", row }
+}
+
+/// A unique violation while enqueueing: the id is taken (in some tenant).
+pub fn duplicate_job(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Conflict(_) => StoreError::Conflict("A job with this id exists.".into()),
+        other => other,
+    }
+}
+
+/// What `cancel` answers for a job that already ended (the in-memory store says the same).
+pub const JOB_ENDED: &str = "The job has already ended.";
+
+fn job_count(v: u32, what: &str) -> Result<i32, StoreError> {
+    i32::try_from(v).map_err(|_| corrupt(what, v))
+}
+
+/// A job as the values `sql::JOB_INSERT` binds, in its parameter order, the payload sealed.
+pub struct JobValues {
+    pub tenant_id: String,
+    pub id: Uuid,
+    pub handler_key: String,
+    pub payload: Vec<u8>,
+    pub status: &'static str,
+    pub attempts: i32,
+    pub max_attempts: i32,
+    pub available_at: DateTime<Utc>,
+    pub lease_owner: Option<String>,
+    pub lease_token: Option<Uuid>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub heartbeat_at: Option<DateTime<Utc>>,
+    pub cancel_requested: bool,
+    pub result: Option<serde_json::Value>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub run_id: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+pub fn job_values(protection: &Protection, job: &JobRecord) -> Result<JobValues, StoreError> {
+    let json = serde_json::to_string(&job.payload).map_err(|e| corrupt("job payload", e))?;
+    let row = job.id.to_string();
+    Ok(JobValues {
+        tenant_id: job.tenant.as_str().to_owned(),
+        id: job.id,
+        handler_key: job.handler_key.clone(),
+        payload: protection.seal(&job_place(&job.tenant, &row), &json),
+        status: job.status.as_str(),
+        attempts: job_count(job.attempts, "job attempts")?,
+        max_attempts: job_count(job.max_attempts, "job max attempts")?,
+        available_at: job.available_at,
+        lease_owner: job.lease_owner.clone(),
+        lease_token: job.lease_token,
+        lease_expires_at: job.lease_expires_at,
+        heartbeat_at: job.heartbeat_at,
+        cancel_requested: job.cancel_requested,
+        result: job.result.clone(),
+        error_code: job.error.as_ref().map(|e| e.code.clone()),
+        error_message: job.error.as_ref().map(|e| e.message.clone()),
+        run_id: job.run_id.map(|r| r.0),
+        created_at: job.created_at,
+        updated_at: job.updated_at,
+        completed_at: job.completed_at,
+    })
+}
+
+/// The columns of one `jobs` row (`sql::JOB_*` select them), as either driver reads them;
+/// [`JobColumns::record`] opens the payload and checks what the column types cannot.
+pub struct JobColumns {
+    pub tenant_id: String,
+    pub id: Uuid,
+    pub handler_key: String,
+    pub payload: Vec<u8>,
+    pub status: String,
+    pub attempts: i32,
+    pub max_attempts: i32,
+    pub available_at: DateTime<Utc>,
+    pub lease_owner: Option<String>,
+    pub lease_token: Option<Uuid>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub heartbeat_at: Option<DateTime<Utc>>,
+    pub cancel_requested: bool,
+    pub result: Option<serde_json::Value>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub run_id: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+impl JobColumns {
+    pub fn record(self, protection: &Protection) -> Result<JobRecord, StoreError> {
+        let tenant = TenantId::parse(&self.tenant_id).map_err(|e| corrupt("tenant id", e))?;
+        let row = self.id.to_string();
+        let json = protection.open(&job_place(&tenant, &row), &self.payload).map_err(unreadable)?;
+        let count = |v: i32, what: &str| u32::try_from(v).map_err(|_| corrupt(what, v));
+        let error = match (self.error_code, self.error_message) {
+            (Some(code), Some(message)) => Some(JobError { code, message }),
+            (None, None) => None,
+            (code, _) => return Err(corrupt("job error", format!("code {code:?} without its message or vice versa"))),
+        };
+        Ok(JobRecord {
+            id: self.id,
+            handler_key: self.handler_key,
+            payload: serde_json::from_str(&json).map_err(|e| corrupt("job payload", e))?,
+            status: JobStatus::parse(&self.status).ok_or_else(|| corrupt("job status", &self.status))?,
+            attempts: count(self.attempts, "job attempts")?,
+            max_attempts: count(self.max_attempts, "job max attempts")?,
+            available_at: self.available_at,
+            lease_owner: self.lease_owner,
+            lease_token: self.lease_token,
+            lease_expires_at: self.lease_expires_at,
+            heartbeat_at: self.heartbeat_at,
+            cancel_requested: self.cancel_requested,
+            result: self.result,
+            error,
+            run_id: self.run_id.map(RunId),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            completed_at: self.completed_at,
+            tenant,
+        })
+    }
+}
+
+/// The rows one `sql::JOB_LEASE` statement took: the leases (rows now `Running`), oldest
+/// available first, and how many rows it closed instead.
+pub fn job_leases(rows: Vec<JobRecord>) -> Result<(Vec<Lease>, usize), StoreError> {
+    let mut leases = Vec::with_capacity(rows.len());
+    let mut closed = 0;
+    for job in rows {
+        if job.status == JobStatus::Running {
+            leases.push(job_lease(job)?);
+        } else {
+            closed += 1;
+        }
+    }
+    leases.sort_by_key(|l| (l.job.available_at, l.job.id));
+    Ok((leases, closed))
+}
+
+/// A row a lease statement returned, as a lease (`None` when the statement closed it).
+pub fn job_lease_of(job: JobRecord) -> Result<Option<Lease>, StoreError> {
+    if job.status == JobStatus::Running { job_lease(job).map(Some) } else { Ok(None) }
+}
+
+fn job_lease(job: JobRecord) -> Result<Lease, StoreError> {
+    let token = job.lease_token.ok_or_else(|| corrupt("job lease", "a leased job without a token"))?;
+    Ok(Lease { job, token })
+}
+
+/// How many rows a lease statement may take, as its `LIMIT` parameter.
+pub fn job_limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -721,5 +886,61 @@ mod tests {
         let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
         let tenant = TenantColumns { id: "no spaces".into(), display_name: "x".into(), created_at: at, updated_at: at };
         assert!(matches!(tenant.record(), Err(StoreError::Internal { .. })));
+    }
+
+    fn job_row(v: JobValues) -> JobColumns {
+        JobColumns {
+            tenant_id: v.tenant_id,
+            id: v.id,
+            handler_key: v.handler_key,
+            payload: v.payload,
+            status: v.status.to_owned(),
+            attempts: v.attempts,
+            max_attempts: v.max_attempts,
+            available_at: v.available_at,
+            lease_owner: v.lease_owner,
+            lease_token: v.lease_token,
+            lease_expires_at: v.lease_expires_at,
+            heartbeat_at: v.heartbeat_at,
+            cancel_requested: v.cancel_requested,
+            result: v.result,
+            error_code: v.error_code,
+            error_message: v.error_message,
+            run_id: v.run_id,
+            created_at: v.created_at,
+            updated_at: v.updated_at,
+            completed_at: v.completed_at,
+        }
+    }
+
+    #[test]
+    fn job_payloads_are_sealed_and_rows_decode_back() {
+        let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let mut job = JobRecord::queued(
+            Uuid::from_u128(5),
+            TenantId::parse("tenant-a").unwrap(),
+            "run.execute",
+            serde_json::json!({"message": "my secret question", "nested": [1, {"a": null}]}),
+            3,
+            at,
+        );
+        job.error = Some(JobError { code: "c".into(), message: "m".into() });
+        let sealed = Protection::with_key(7, &[42; 32]);
+        let v = job_values(&sealed, &job).unwrap();
+        assert!(!String::from_utf8_lossy(&v.payload).contains("secret"), "the payload is protected");
+        assert_eq!(job_row(job_values(&sealed, &job).unwrap()).record(&sealed).unwrap(), job);
+        let moved = JobColumns { id: Uuid::from_u128(6), ..job_row(job_values(&sealed, &job).unwrap()) };
+        assert!(matches!(moved.record(&sealed), Err(StoreError::Internal { .. })), "bound to its row");
+        let plain = Protection::off();
+        let status = JobColumns { status: "Done".into(), ..job_row(job_values(&plain, &job).unwrap()) };
+        let half = JobColumns { error_message: None, ..job_row(job_values(&plain, &job).unwrap()) };
+        let negative = JobColumns { attempts: -1, ..job_row(job_values(&plain, &job).unwrap()) };
+        for bad in [status, half, negative] {
+            assert!(matches!(bad.record(&plain), Err(StoreError::Internal { .. })));
+        }
+        let (leases, closed) = job_leases(vec![job.clone()]).unwrap();
+        assert_eq!((leases.len(), closed), (0, 1), "a row that is not running was closed, not leased");
+        let running = JobRecord { status: JobStatus::Running, ..job };
+        assert!(job_lease_of(running).is_err(), "a running row without a token does not decode as a lease");
     }
 }

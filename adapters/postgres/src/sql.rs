@@ -383,6 +383,160 @@ pub const TENANT_DELETE: &str = concat!("DELETE FROM tenants WHERE id = $1 RETUR
 pub const QUOTA_NOTICE_CLAIM: &str = "INSERT INTO quota_notices (tenant_id, quota, period_start, threshold, claimed_at) \
      VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING";
 
+// ---- jobs -------------------------------------------------------------------------------------
+
+// Leasing and every lease-token update run by job id alone, in any tenant: a transport
+// delivers an id, and whoever holds the token is the job's consumer. Reads on behalf of a
+// tenant (`JOB_GET`, `JOB_LIST`, `JOB_CANCEL`) filter by tenant.
+
+/// The columns every job statement returns (both drivers read them by name). `payload` is a
+/// protected value.
+macro_rules! job_columns {
+    () => {
+        "tenant_id, id, handler_key, payload, status, attempts, max_attempts, available_at, lease_owner, \
+         lease_token, lease_expires_at, heartbeat_at, cancel_requested, result, error_code, error_message, run_id, \
+         created_at, updated_at, completed_at"
+    };
+}
+
+/// Whether a leasable job row is leased (`Queued` and available at `$2`, or `Running` with
+/// its lease expired at `$2`) for one of the handler keys `$1`.
+macro_rules! job_leasable {
+    () => {
+        "handler_key = ANY($1::text[]) AND ((status = 'Queued' AND available_at <= $2) \
+         OR (status = 'Running' AND lease_expires_at <= $2))"
+    };
+}
+
+/// What leasing does to each picked row (`$2` now, `$4` owner, `$5` lease expiry), in one
+/// assignment whose every expression reads the row as it was: a row out of attempts, or
+/// whose cancellation was asked, is closed (`Canceled` when asked, else `Failed` with the
+/// attempts-exhausted error unless it has one) and keeps its attempts; any other row is
+/// leased — `Running`, one more attempt, a fresh random token (`gen_random_uuid()`, v4).
+macro_rules! job_lease_set {
+    () => {
+        "status = CASE WHEN cancel_requested THEN 'Canceled' WHEN attempts >= max_attempts THEN 'Failed' \
+         ELSE 'Running' END, \
+         attempts = CASE WHEN cancel_requested OR attempts >= max_attempts THEN attempts ELSE attempts + 1 END, \
+         lease_owner = CASE WHEN cancel_requested OR attempts >= max_attempts THEN NULL ELSE $4 END, \
+         lease_token = CASE WHEN cancel_requested OR attempts >= max_attempts THEN NULL ELSE gen_random_uuid() END, \
+         lease_expires_at = CASE WHEN cancel_requested OR attempts >= max_attempts THEN NULL ELSE $5 END, \
+         heartbeat_at = CASE WHEN cancel_requested OR attempts >= max_attempts THEN heartbeat_at ELSE $2 END, \
+         error_code = CASE WHEN NOT cancel_requested AND attempts >= max_attempts AND error_code IS NULL \
+         THEN 'tracon.job.attempts-exhausted' ELSE error_code END, \
+         error_message = CASE WHEN NOT cancel_requested AND attempts >= max_attempts AND error_code IS NULL \
+         THEN 'The job''s lease expired on its last attempt.' ELSE error_message END, \
+         updated_at = $2, \
+         completed_at = CASE WHEN cancel_requested OR attempts >= max_attempts THEN $2 ELSE completed_at END"
+    };
+}
+
+/// `$1`…`$20` in the column order of `job_columns!`; a taken id (in any tenant) is a
+/// unique violation.
+pub const JOB_INSERT: &str = concat!(
+    "INSERT INTO jobs (",
+    job_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
+);
+
+pub const JOB_GET: &str = concat!("SELECT ", job_columns!(), " FROM jobs WHERE tenant_id = $1 AND id = $2");
+
+/// Newest first; only status `$2` / handler key `$3` when not NULL; `$4` skip, `$5` take.
+pub const JOB_LIST: &str = concat!(
+    "SELECT ",
+    job_columns!(),
+    " FROM jobs WHERE tenant_id = $1 AND ($2::text IS NULL OR status = $2) \
+     AND ($3::text IS NULL OR handler_key = $3) ORDER BY created_at DESC, id DESC OFFSET $4 LIMIT $5"
+);
+
+/// Takes up to `$3` leasable rows (see `job_leasable!`), oldest available first, and leases
+/// or closes each (see `job_lease_set!`), in one statement. Returns every row it took:
+/// those now `Running` are the leases; the others were closed.
+///
+/// Race-safety: `picked` locks its rows `FOR UPDATE SKIP LOCKED`, so a row another caller
+/// is taking is skipped rather than waited for, and — at read committed — a row changed
+/// since the snapshot is re-tested at its newest committed version before it is locked. A
+/// row is therefore taken by exactly one caller, and the UPDATE writes only rows this
+/// statement holds. The caller repeats the statement for the rest of its limit while rows
+/// it took were closed, so closed rows do not count against the limit.
+pub const JOB_LEASE: &str = concat!(
+    "WITH picked AS MATERIALIZED (SELECT id AS picked_id FROM jobs WHERE ",
+    job_leasable!(),
+    " ORDER BY available_at, id LIMIT $3 FOR UPDATE SKIP LOCKED) \
+     UPDATE jobs SET ",
+    job_lease_set!(),
+    " FROM picked WHERE id = picked.picked_id RETURNING ",
+    job_columns!()
+);
+
+/// [`JOB_LEASE`] for the one job `$3` (a transport delivered it); no row when it is not
+/// leasable now, or another caller holds its row lock.
+pub const JOB_LEASE_ONE: &str = concat!(
+    "WITH picked AS MATERIALIZED (SELECT id AS picked_id FROM jobs WHERE id = $3 AND ",
+    job_leasable!(),
+    " FOR UPDATE SKIP LOCKED) \
+     UPDATE jobs SET ",
+    job_lease_set!(),
+    " FROM picked WHERE id = picked.picked_id RETURNING ",
+    job_columns!()
+);
+
+/// Extends the lease of job `$1` held with token `$2` to `$3` at `$4`; returns
+/// `cancel_requested`, no row when the lease is no longer this token's.
+pub const JOB_HEARTBEAT: &str = "UPDATE jobs SET lease_expires_at = $3, heartbeat_at = $4, updated_at = $4 \
+     WHERE id = $1 AND lease_token = $2 AND status = 'Running' RETURNING cancel_requested";
+
+/// Ends the attempt of the lease named by `$1` (job) and `$2` (token) — only while it is
+/// still that token's and the job runs. Each `JOB_FINISH_*` statement clears the lease.
+macro_rules! job_finish {
+    ($set:literal) => {
+        concat!(
+            "UPDATE jobs SET lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, ",
+            $set,
+            " WHERE id = $1 AND lease_token = $2 AND status = 'Running'"
+        )
+    };
+}
+
+/// Succeeded with result `$3` (NULL for none) at `$4`.
+pub const JOB_FINISH_SUCCEEDED: &str = job_finish!(
+    "status = 'Succeeded', result = $3, error_code = NULL, error_message = NULL, updated_at = $4, completed_at = $4"
+);
+
+/// Failed with error `$3`/`$4` at `$6`, to be tried again at `$5`: back to `Queued` while
+/// attempts remain and cancellation was not asked; otherwise it ends (`Canceled` when
+/// asked, else `Failed`).
+pub const JOB_FINISH_RETRY: &str = job_finish!(
+    "status = CASE WHEN attempts < max_attempts AND NOT cancel_requested THEN 'Queued' \
+     WHEN cancel_requested THEN 'Canceled' ELSE 'Failed' END, \
+     available_at = CASE WHEN attempts < max_attempts AND NOT cancel_requested THEN $5 ELSE available_at END, \
+     completed_at = CASE WHEN attempts < max_attempts AND NOT cancel_requested THEN completed_at ELSE $6 END, \
+     error_code = $3, error_message = $4, updated_at = $6"
+);
+
+/// Failed for good with error `$3`/`$4` at `$5` (`Canceled` when cancellation was asked).
+pub const JOB_FINISH_FAILED: &str = job_finish!(
+    "status = CASE WHEN cancel_requested THEN 'Canceled' ELSE 'Failed' END, error_code = $3, error_message = $4, \
+     updated_at = $5, completed_at = $5"
+);
+
+/// The consumer stopped on a cancellation, at `$3`.
+pub const JOB_FINISH_CANCELED: &str = job_finish!("status = 'Canceled', updated_at = $3, completed_at = $3");
+
+/// Cancels job `$2` at `$3`: a queued one ends `Canceled`, a running one is flagged. Always
+/// one row: `found` says whether the tenant has the job; the job's columns are NULL when
+/// nothing changed (missing, or already ended when `found`). The UPDATE re-tests the status
+/// on the newest row version, so a job leased or finished meanwhile is flagged or left.
+pub const JOB_CANCEL: &str = concat!(
+    "WITH target AS (SELECT 1 FROM jobs WHERE tenant_id = $1 AND id = $2), \
+     upd AS (UPDATE jobs SET cancel_requested = true, \
+     completed_at = CASE WHEN status = 'Queued' THEN $3 ELSE completed_at END, \
+     status = CASE WHEN status = 'Queued' THEN 'Canceled' ELSE status END, updated_at = $3 \
+     WHERE tenant_id = $1 AND id = $2 AND status IN ('Queued', 'Running') RETURNING ",
+    job_columns!(),
+    ") SELECT EXISTS (SELECT 1 FROM target) AS found, upd.* FROM (VALUES (1)) AS one (x) LEFT JOIN upd ON true"
+);
+
 // ---- schema ------------------------------------------------------------------------------------
 
 /// Whether a schema name is safe to splice into `CREATE SCHEMA` / `SET search_path`
@@ -449,6 +603,9 @@ mod tests {
             RULE_LIST,
             RULE_GET,
             RULE_DELETE,
+            JOB_GET,
+            JOB_LIST,
+            JOB_CANCEL,
         ] {
             assert!(s.contains("tenant_id = $1"), "{s}");
         }
@@ -471,5 +628,18 @@ mod tests {
         assert!(APPROVAL_CLAIM_RESUME.contains("ORDER BY id FOR UPDATE"), "{APPROVAL_CLAIM_RESUME}");
         assert!(APPROVAL_CLAIM_RESUME.contains("NOT EXISTS (SELECT 1 FROM locked "), "{APPROVAL_CLAIM_RESUME}");
         assert_eq!(APPROVAL_INSERT.matches("::").count(), 17, "one array per column");
+    }
+
+    #[test]
+    fn job_leases_are_taken_and_settled_inside_one_statement() {
+        for s in [JOB_LEASE, JOB_LEASE_ONE] {
+            assert!(s.contains("AS MATERIALIZED") && s.contains("FOR UPDATE SKIP LOCKED"), "{s}");
+            assert!(s.contains("gen_random_uuid()"), "{s}");
+        }
+        assert!(JOB_LEASE.contains("ORDER BY available_at, id LIMIT $3"), "{JOB_LEASE}");
+        for s in [JOB_HEARTBEAT, JOB_FINISH_SUCCEEDED, JOB_FINISH_RETRY, JOB_FINISH_FAILED, JOB_FINISH_CANCELED] {
+            assert!(s.contains("WHERE id = $1 AND lease_token = $2 AND status = 'Running'"), "{s}");
+        }
+        assert_eq!(JOB_INSERT.matches('$').count(), 20, "one parameter per column");
     }
 }

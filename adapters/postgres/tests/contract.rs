@@ -4,8 +4,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::sync::Arc;
+
+use tracon_core::jobs::JobStore;
 use tracon_core::store::Stores;
-use tracon_postgres::pg::{PgSettings, stores};
+use tracon_postgres::pg::{PgJobStore, PgSettings, stores};
 use tracon_postgres::protect::Protection;
 
 pub fn database_url() -> String {
@@ -14,17 +17,31 @@ pub fn database_url() -> String {
     })
 }
 
-async fn fresh(protection: Protection) -> Stores {
+fn settings() -> PgSettings {
     let mut settings = PgSettings::new(&database_url());
     settings.schema = format!("t_{}", uuid::Uuid::new_v4().simple());
     settings.max_connections = 8;
-    stores(&settings, protection).await.unwrap().0
+    settings
+}
+
+async fn fresh(protection: Protection) -> Stores {
+    stores(&settings(), protection).await.unwrap().0
+}
+
+/// A job store on a fresh, migrated schema.
+async fn fresh_jobs(protection: Protection) -> Arc<dyn JobStore> {
+    let pool = stores(&settings(), protection.clone()).await.unwrap().1;
+    Arc::new(PgJobStore::new(pool, Arc::new(protection)))
 }
 
 mod plain {
     tracon_core::store_contract_tests!(super::fresh(tracon_postgres::protect::Protection::off()));
+    tracon_core::job_store_contract_tests!(super::fresh_jobs(tracon_postgres::protect::Protection::off()));
 }
 
 mod protected {
     tracon_core::store_contract_tests!(super::fresh(tracon_postgres::protect::Protection::with_key(7, &[42; 32])));
+    tracon_core::job_store_contract_tests!(super::fresh_jobs(tracon_postgres::protect::Protection::with_key(
+        7, &[42; 32]
+    )));
 }

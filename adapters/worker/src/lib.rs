@@ -105,7 +105,8 @@ fn build(env: &Env) -> Result<Router, String> {
         audit: pg.clone(),
         approvals: pg.clone(),
         tenants: pg.clone(),
-        quota_notices: pg,
+        quota_notices: pg.clone(),
+        jobs: pg,
         persistent: true,
     };
     let client = reqwest::Client::new();

@@ -20,6 +20,7 @@ use tracon_core::approvals::{ApprovalDecision, ApprovalRecord, ApprovalRule, App
 use tracon_core::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
 use tracon_core::definition::AgentDefinition;
 use tracon_core::events::RecordedEvent;
+use tracon_core::jobs::{JobFilter, JobRecord, JobStore, Lease, LeaseRequest, Outcome};
 use tracon_core::keys::{ApiKeyRecord, ApiKeyStore};
 use tracon_core::names::{AgentName, RunId, TenantId};
 use tracon_core::store::{
@@ -29,11 +30,12 @@ use tracon_core::store::{
 use tracon_core::tenants::{TenantRecord, TenantStore};
 use tracon_core::tools::pipeline::LateCompletion;
 use tracon_postgres::codec::{
-    APPROVAL_NOT_DECIDABLE, ApprovalColumns, AuditColumns, KeyColumns, REVOKED_KEY_NOT_ROTATABLE, RuleColumns,
-    TenantColumns, add_stats_row, approval_arrays, conditions_json, corrupt, decision_status, duplicate_approval,
-    duplicate_audit_sequence, duplicate_event, duplicate_key, duplicate_rule, duplicate_tenant, enum_parse, enum_text,
-    event_arrays, from_json, input_place, is_retryable_sqlstate, item_arrays, next_audit_link, open_event, open_item,
-    scope_texts, status_parse, to_i64, to_json, to_u64, tool_place, unreadable,
+    APPROVAL_NOT_DECIDABLE, ApprovalColumns, AuditColumns, JOB_ENDED, JobColumns, KeyColumns,
+    REVOKED_KEY_NOT_ROTATABLE, RuleColumns, TenantColumns, add_stats_row, approval_arrays, conditions_json, corrupt,
+    decision_status, duplicate_approval, duplicate_audit_sequence, duplicate_event, duplicate_job, duplicate_key,
+    duplicate_rule, duplicate_tenant, enum_parse, enum_text, event_arrays, from_json, input_place,
+    is_retryable_sqlstate, item_arrays, job_lease_of, job_leases, job_limit, job_values, next_audit_link, open_event,
+    open_item, scope_texts, status_parse, to_i64, to_json, to_u64, tool_place, unreadable,
 };
 use tracon_postgres::protect::Protection;
 use tracon_postgres::sql;
@@ -1325,6 +1327,200 @@ impl tracon_core::quota::QuotaNoticeStore for WorkerStores {
         send(self.target.with(async |c| {
             let params: [&(dyn ToSql + Sync); 5] = [&tenant.as_str(), &quota, &period_start, &threshold, &at];
             c.execute(sql::QUOTA_NOTICE_CLAIM, &params).await.map_err(map_err).map(|n| n == 1)
+        }))
+        .await
+    }
+}
+
+// ---- jobs ----------------------------------------------------------------------------------------
+
+impl WorkerStores {
+    fn job(&self, row: &Row) -> Result<JobRecord, StoreError> {
+        JobColumns {
+            tenant_id: get(row, "tenant_id")?,
+            id: get(row, "id")?,
+            handler_key: get(row, "handler_key")?,
+            payload: get(row, "payload")?,
+            status: get(row, "status")?,
+            attempts: get(row, "attempts")?,
+            max_attempts: get(row, "max_attempts")?,
+            available_at: get(row, "available_at")?,
+            lease_owner: get(row, "lease_owner")?,
+            lease_token: get(row, "lease_token")?,
+            lease_expires_at: get(row, "lease_expires_at")?,
+            heartbeat_at: get(row, "heartbeat_at")?,
+            cancel_requested: get(row, "cancel_requested")?,
+            result: get(row, "result")?,
+            error_code: get(row, "error_code")?,
+            error_message: get(row, "error_message")?,
+            run_id: get(row, "run_id")?,
+            created_at: get(row, "created_at")?,
+            updated_at: get(row, "updated_at")?,
+            completed_at: get(row, "completed_at")?,
+        }
+        .record(&self.protection)
+    }
+}
+
+/// `query`, retrying serialization failures and deadlocks like [`execute_retrying`].
+async fn query_retrying(c: &Client, statement: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, StoreError> {
+    let mut attempt = 0u32;
+    loop {
+        match c.query(statement, params).await {
+            Ok(rows) => return Ok(rows),
+            Err(e) if e.code().is_some_and(|c| is_retryable_sqlstate(c.code())) && attempt < 4 => {
+                attempt += 1;
+                worker::Delay::from(std::time::Duration::from_millis(5 * 2u64.pow(attempt))).await;
+            }
+            Err(e) => return Err(map_err(e)),
+        }
+    }
+}
+
+/// Leasing and the lease-token updates are each one statement (see `sql::JOB_LEASE`), the
+/// same text the sqlx store runs.
+#[async_trait::async_trait]
+impl JobStore for WorkerStores {
+    async fn enqueue(&self, job: &JobRecord) -> Result<(), StoreError> {
+        let v = job_values(&self.protection, job)?;
+        send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 20] = [
+                &v.tenant_id,
+                &v.id,
+                &v.handler_key,
+                &v.payload,
+                &v.status,
+                &v.attempts,
+                &v.max_attempts,
+                &v.available_at,
+                &v.lease_owner,
+                &v.lease_token,
+                &v.lease_expires_at,
+                &v.heartbeat_at,
+                &v.cancel_requested,
+                &v.result,
+                &v.error_code,
+                &v.error_message,
+                &v.run_id,
+                &v.created_at,
+                &v.updated_at,
+                &v.completed_at,
+            ];
+            c.execute(sql::JOB_INSERT, &params).await.map_err(|e| duplicate_job(map_err(e))).map(|_| ())
+        }))
+        .await
+    }
+
+    async fn get(&self, tenant: &TenantId, id: uuid::Uuid) -> Result<Option<JobRecord>, StoreError> {
+        send(self.target.with(async |c| {
+            let row = c.query_opt(sql::JOB_GET, &[&tenant.as_str(), &id]).await.map_err(map_err)?;
+            row.as_ref().map(|r| self.job(r)).transpose()
+        }))
+        .await
+    }
+
+    async fn list(
+        &self,
+        tenant: &TenantId,
+        filter: &JobFilter,
+        skip: usize,
+        take: usize,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        let status = filter.status.map(|s| s.as_str());
+        let handler_key = filter.handler_key.as_deref();
+        let (skip, take) = (job_limit(skip), job_limit(take));
+        send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 5] = [&tenant.as_str(), &status, &handler_key, &skip, &take];
+            let rows = c.query(sql::JOB_LIST, &params).await.map_err(map_err)?;
+            rows.iter().map(|r| self.job(r)).collect()
+        }))
+        .await
+    }
+
+    async fn lease(&self, request: &LeaseRequest, limit: usize) -> Result<Vec<Lease>, StoreError> {
+        let until = request.now + request.lease_for;
+        send(self.target.with(async |c| {
+            let mut leases = Vec::new();
+            // Rows a round closed (out of attempts) do not count against the limit.
+            while leases.len() < limit {
+                let want = job_limit(limit - leases.len());
+                let params: [&(dyn ToSql + Sync); 5] =
+                    [&request.handler_keys, &request.now, &want, &request.owner, &until];
+                let rows = query_retrying(c, sql::JOB_LEASE, &params).await?;
+                let records = rows.iter().map(|r| self.job(r)).collect::<Result<Vec<_>, _>>()?;
+                let (taken, closed) = job_leases(records)?;
+                leases.extend(taken);
+                if closed == 0 {
+                    break;
+                }
+            }
+            Ok(leases)
+        }))
+        .await
+    }
+
+    async fn lease_one(&self, id: uuid::Uuid, request: &LeaseRequest) -> Result<Option<Lease>, StoreError> {
+        let until = request.now + request.lease_for;
+        send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 5] = [&request.handler_keys, &request.now, &id, &request.owner, &until];
+            let rows = query_retrying(c, sql::JOB_LEASE_ONE, &params).await?;
+            match rows.first() {
+                Some(row) => job_lease_of(self.job(row)?),
+                None => Ok(None),
+            }
+        }))
+        .await
+    }
+
+    async fn heartbeat(
+        &self,
+        id: uuid::Uuid,
+        token: uuid::Uuid,
+        until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Option<bool>, StoreError> {
+        send(self.target.with(async |c| {
+            let row = c.query_opt(sql::JOB_HEARTBEAT, &[&id, &token, &until, &now]).await.map_err(map_err)?;
+            row.as_ref().map(|r| get(r, "cancel_requested")).transpose()
+        }))
+        .await
+    }
+
+    async fn finish(
+        &self,
+        id: uuid::Uuid,
+        token: uuid::Uuid,
+        outcome: &Outcome,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        send(self.target.with(async |c| {
+            let n = match outcome {
+                Outcome::Succeeded(result) => c.execute(sql::JOB_FINISH_SUCCEEDED, &[&id, &token, result, &now]).await,
+                Outcome::Retry { error, retry_at } => {
+                    let params: [&(dyn ToSql + Sync); 6] = [&id, &token, &error.code, &error.message, retry_at, &now];
+                    c.execute(sql::JOB_FINISH_RETRY, &params).await
+                }
+                Outcome::Failed(error) => {
+                    c.execute(sql::JOB_FINISH_FAILED, &[&id, &token, &error.code, &error.message, &now]).await
+                }
+                Outcome::Canceled => c.execute(sql::JOB_FINISH_CANCELED, &[&id, &token, &now]).await,
+            }
+            .map_err(map_err)?;
+            Ok(n > 0)
+        }))
+        .await
+    }
+
+    async fn cancel(&self, tenant: &TenantId, id: uuid::Uuid, now: DateTime<Utc>) -> Result<JobRecord, StoreError> {
+        send(self.target.with(async |c| {
+            let row = c.query_one(sql::JOB_CANCEL, &[&tenant.as_str(), &id, &now]).await.map_err(map_err)?;
+            let found: bool = get(&row, "found")?;
+            let changed: Option<uuid::Uuid> = get(&row, "id")?;
+            match (found, changed) {
+                (false, _) => Err(StoreError::NotFound),
+                (true, None) => Err(StoreError::Conflict(JOB_ENDED.into())),
+                (true, Some(_)) => self.job(&row),
+            }
         }))
         .await
     }

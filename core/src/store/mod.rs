@@ -12,6 +12,8 @@
 
 #[cfg(feature = "contract-tests")]
 pub mod contract;
+#[cfg(feature = "contract-tests")]
+pub mod job_contract;
 pub mod memory;
 
 use std::collections::BTreeMap;
@@ -464,6 +466,8 @@ pub struct Stores {
     pub tenants: Arc<dyn crate::tenants::TenantStore>,
     /// Quota thresholds already announced (once per period, durably).
     pub quota_notices: Arc<dyn crate::quota::QuotaNoticeStore>,
+    /// The durable job queue.
+    pub jobs: Arc<dyn crate::jobs::JobStore>,
     /// Whether the stores survive a restart.
     pub persistent: bool,
 }
@@ -479,6 +483,7 @@ impl Stores {
             approvals: Arc::new(memory::MemoryApprovalStore::default()),
             tenants: Arc::new(memory::MemoryTenantStore::default()),
             quota_notices: Arc::new(memory::MemoryQuotaNoticeStore::default()),
+            jobs: Arc::new(memory::MemoryJobStore::default()),
             persistent: false,
         }
     }

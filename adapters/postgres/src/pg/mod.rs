@@ -9,6 +9,7 @@
 mod approvals;
 mod audit;
 mod definitions;
+mod jobs;
 mod keys;
 mod runs;
 mod sessions;
@@ -29,6 +30,7 @@ use crate::sql::is_schema_name;
 pub use approvals::PgApprovalStore;
 pub use audit::PgAuditStore;
 pub use definitions::PgDefinitionStore;
+pub use jobs::PgJobStore;
 pub use keys::PgApiKeyStore;
 pub use runs::PgRunStore;
 pub use sessions::PgSessionStore;
@@ -253,9 +255,10 @@ pub fn stores_on(pool: PgPool, protection: Protection) -> Stores {
         sessions: Arc::new(PgSessionStore::new(pool.clone(), protection.clone())),
         keys: Arc::new(PgApiKeyStore::new(pool.clone())),
         audit: Arc::new(PgAuditStore::new(pool.clone())),
-        approvals: Arc::new(PgApprovalStore::new(pool.clone(), protection)),
+        approvals: Arc::new(PgApprovalStore::new(pool.clone(), protection.clone())),
         tenants: Arc::new(PgTenantStore::new(pool.clone())),
-        quota_notices: Arc::new(PgQuotaNoticeStore::new(pool)),
+        quota_notices: Arc::new(PgQuotaNoticeStore::new(pool.clone())),
+        jobs: Arc::new(PgJobStore::new(pool, protection)),
         persistent: true,
     }
 }
@@ -319,5 +322,6 @@ mod tests {
         assert!(MIGRATOR.iter().any(|m| m.version == 3 && m.description == "audit"), "{versions:?}");
         assert!(MIGRATOR.iter().any(|m| m.version == 4 && m.description == "session owner index"), "{versions:?}");
         assert!(MIGRATOR.iter().any(|m| m.version == 5 && m.description == "approvals tenants"), "{versions:?}");
+        assert!(MIGRATOR.iter().any(|m| m.version == 6 && m.description == "jobs"), "{versions:?}");
     }
 }
