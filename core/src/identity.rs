@@ -8,7 +8,7 @@ use crate::keys::Scope;
 use crate::names::TenantId;
 
 /// How the caller proved who it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum AuthMethod {
     /// No authentication configured; a loopback caller.
@@ -25,7 +25,7 @@ pub enum AuthMethod {
 
 /// The role a JWT's role claim grants, lowest first: a caller holding several gets the
 /// highest. The spec's three policy names; Tracon stores no users and no roles.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
 pub enum Role {
     /// Reads agents, runs and sessions.
     Reader,
@@ -61,7 +61,7 @@ impl Role {
 }
 
 /// The resolved caller of a request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Caller {
     pub method: AuthMethod,

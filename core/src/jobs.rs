@@ -213,6 +213,14 @@ pub trait JobStore: Send + Sync {
     async fn cancel(&self, tenant: &TenantId, id: Uuid, now: DateTime<Utc>) -> Result<JobRecord, StoreError>;
 }
 
+/// Wakes a consumer for a job just enqueued: in process on the local server, a queue
+/// message on serverless hosts. The message carries only the job's id; the row is the truth,
+/// so a lost wake-up only delays the job until the next poll or tick.
+#[async_trait::async_trait]
+pub trait JobTransport: Send + Sync {
+    async fn wake(&self, job: Uuid) -> Result<(), String>;
+}
+
 /// Runs one kind of job.
 #[async_trait::async_trait]
 pub trait JobHandler: Send + Sync {
@@ -323,6 +331,12 @@ impl JobRunner {
             lease_for: chrono::Duration::from_std(self.settings.lease_for).unwrap_or(chrono::Duration::seconds(60)),
             now: self.clock.now(),
         }
+    }
+
+    /// Leases up to `limit` due jobs without running them (a consumer that runs them
+    /// concurrently hands each to [`Self::run`]).
+    pub async fn take(&self, limit: usize) -> Result<Vec<Lease>, StoreError> {
+        self.store.lease(&self.request(), limit).await
     }
 
     /// Leases up to `limit` due jobs and runs them one after another; returns how many ran.

@@ -91,6 +91,7 @@ fn request(name: &str, message: &str) -> RunRequest {
         caller: Caller::anonymous(),
         attribution: Default::default(),
         resume: None,
+        queued: None,
     }
 }
 

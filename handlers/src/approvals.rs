@@ -355,6 +355,7 @@ pub(crate) async fn resumption(
         // The cost of the resumed conversation belongs to whoever started it.
         attribution: Attribution { user_id: first.requested_by.clone(), labels: Default::default() },
         resume: Some(Resume { run_id, from_run: stopped, decided: records }),
+        queued: None,
     })))
 }
 

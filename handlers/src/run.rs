@@ -75,6 +75,7 @@ pub struct RunBody {
     params(("name" = String, Path, description = "Agent name")),
     responses(
         (status = 200, description = "The live turn", content_type = "text/event-stream", body = String),
+        (status = 202, description = "Queued (`Prefer: respond-async`, on hosts that run a job consumer): the run's id and where to follow it", body = QueuedRunAccepted),
         (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
@@ -158,17 +159,22 @@ pub async fn run(
             caller,
             attribution,
             resume: None,
+            queued: None,
         },
     };
-    let prepared = runs::prepare(&runtime, request).await.map_err(|e| match e {
-        StartError::Agent(CatalogError::NotFound) => ApiError::agent_not_found(name.as_str()),
-        StartError::Agent(other) => other.into(),
-        StartError::Documents(message) => {
-            ApiError::bad_request("validation_failed", message).with("field", "documents")
+    if let Some(jobs) = &state.jobs
+        && !deciding
+        && prefers_async(&headers)
+    {
+        let accepted =
+            runs::enqueue(&runtime, request, jobs.max_attempts).await.map_err(|e| start_error(name.as_str(), e))?;
+        if let Err(e) = jobs.transport.wake(accepted.job_id).await {
+            // The row is the truth: the consumer's poll finds the job anyway.
+            tracing::warn!(job = %accepted.job_id, error = %e, "could not wake the job consumer");
         }
-        StartError::Resume(message) => ApiError::new(axum::http::StatusCode::CONFLICT, "cannot_resume", message),
-        StartError::Store(s) => s.into(),
-    })?;
+        return Ok(accepted_response(accepted));
+    }
+    let prepared = runs::prepare(&runtime, request).await.map_err(|e| start_error(name.as_str(), e))?;
 
     let run_id = prepared.run_id;
     tracing::Span::current().record("run_id", tracing::field::display(run_id));
@@ -189,6 +195,63 @@ pub async fn run(
     let keep_alive = sse::KeepAlive::new(state.http.sse_keep_alive, runtime.platform.clock.clone());
     let frames = sse::LiveFrames::new(rx, run_id, keep_alive, cancel.drop_guard());
     Ok(sse::response(Body::from_stream(frames)))
+}
+
+fn start_error(agent: &str, e: StartError) -> ApiError {
+    match e {
+        StartError::Agent(CatalogError::NotFound) => ApiError::agent_not_found(agent),
+        StartError::Agent(other) => other.into(),
+        StartError::Documents(message) => {
+            ApiError::bad_request("validation_failed", message).with("field", "documents")
+        }
+        StartError::Resume(message) => ApiError::new(axum::http::StatusCode::CONFLICT, "cannot_resume", message),
+        StartError::Store(s) => s.into(),
+    }
+}
+
+/// Whether the request asks to be answered before the run ends (RFC 7240
+/// `Prefer: respond-async`, among other preferences).
+fn prefers_async(headers: &HeaderMap) -> bool {
+    headers.get_all("prefer").iter().filter_map(|v| v.to_str().ok()).any(|v| {
+        v.split(',')
+            .any(|p| p.split(';').next().is_some_and(|token| token.trim().eq_ignore_ascii_case("respond-async")))
+    })
+}
+
+/// The answer to a queued run.
+#[derive(Debug, serde::Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedRunAccepted {
+    #[schema(value_type = String)]
+    pub run_id: tracon_core::names::RunId,
+    pub job_id: uuid::Uuid,
+    /// `Queued`.
+    pub status: &'static str,
+    /// The run's record.
+    pub location: String,
+    /// Its event log, which follows the run live once a worker starts it.
+    pub events_location: String,
+}
+
+fn accepted_response(accepted: runs::Accepted) -> Response {
+    use axum::response::IntoResponse;
+    let location = format!("/api/runs/{}", accepted.run_id);
+    let body = QueuedRunAccepted {
+        run_id: accepted.run_id,
+        job_id: accepted.job_id,
+        status: "Queued",
+        events_location: format!("{location}/events"),
+        location: location.clone(),
+    };
+    (
+        axum::http::StatusCode::ACCEPTED,
+        [
+            (axum::http::header::LOCATION, location),
+            (axum::http::HeaderName::from_static("preference-applied"), "respond-async".to_owned()),
+        ],
+        axum::Json(body),
+    )
+        .into_response()
 }
 
 /// Resolves the run's user and labels through the attribution port. A failing port leaves

@@ -273,6 +273,17 @@ pub struct AppState {
     pub limiter: Option<Arc<crate::ratelimit::RateLimiter>>,
     /// Present when JWT bearer tokens are configured (with the JWKS cache).
     pub jwt: Option<Arc<crate::jwt::JwtVerifier>>,
+    /// Present when this host runs a job consumer: then `Prefer: respond-async` queues a
+    /// run (without one the preference is ignored and the run streams).
+    pub jobs: Option<QueuedRunSettings>,
+}
+
+/// How this host queues runs.
+#[derive(Clone)]
+pub struct QueuedRunSettings {
+    pub transport: Arc<dyn tracon_core::jobs::JobTransport>,
+    /// Attempts of a queued run's job.
+    pub max_attempts: u32,
 }
 
 impl AppState {
@@ -280,7 +291,13 @@ impl AppState {
         let keys = Arc::new(crate::auth::KeyCache::new(http.key_cache_ttl));
         let limiter = http.rate_limit.map(|s| Arc::new(crate::ratelimit::RateLimiter::new(s)));
         let jwt = http.jwt.clone().map(|s| Arc::new(crate::jwt::JwtVerifier::new(s)));
-        Self { runtime, http: Arc::new(http), drain: Arc::new(Drain::default()), keys, limiter, jwt }
+        Self { runtime, http: Arc::new(http), drain: Arc::new(Drain::default()), keys, limiter, jwt, jobs: None }
+    }
+
+    /// Turns queued runs on, with the transport that wakes this host's consumer.
+    pub fn with_jobs(mut self, jobs: QueuedRunSettings) -> Self {
+        self.jobs = Some(jobs);
+        self
     }
 }
 

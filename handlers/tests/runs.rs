@@ -741,6 +741,9 @@ impl RunStore for Broken {
     async fn get_input(&self, _: &TenantId, _: RunId) -> Result<Option<RunInputRecord>, StoreError> {
         Ok(None)
     }
+    async fn start_queued(&self, _: &TenantId, _: RunId, _: chrono::DateTime<chrono::Utc>) -> Result<bool, StoreError> {
+        down()
+    }
     async fn request_cancel(&self, _: &TenantId, _: RunId) -> Result<CancelOutcome, StoreError> {
         down()
     }
@@ -863,6 +866,14 @@ impl RunStore for Unreachable {
     }
     async fn get_input(&self, t: &TenantId, r: RunId) -> Result<Option<RunInputRecord>, StoreError> {
         Broken.get_input(t, r).await
+    }
+    async fn start_queued(
+        &self,
+        t: &TenantId,
+        r: RunId,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool, StoreError> {
+        Broken.start_queued(t, r, now).await
     }
     async fn request_cancel(&self, t: &TenantId, r: RunId) -> Result<CancelOutcome, StoreError> {
         Broken.request_cancel(t, r).await

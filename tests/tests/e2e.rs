@@ -322,3 +322,46 @@ async fn a_run_is_read_back_with_its_log_tools_and_session_from_the_real_binary(
     let stats: Value = get("/api/stats".into()).await.json().await.unwrap();
     assert_eq!(stats["totalRuns"], 1);
 }
+
+/// `Prefer: respond-async` on the real binary: `202` at once, the in-process consumer runs
+/// it, and the record and the log read as a live run's.
+#[tokio::test]
+async fn a_queued_run_is_accepted_at_once_and_run_by_the_local_consumer() {
+    let server = Tracon::start(&[]).await;
+    let client = reqwest::Client::new();
+    let accepted = client
+        .post(server.url("/api/agents/support/run"))
+        .header("Prefer", "respond-async")
+        .json(&json!({"message": "Where is order 4182?"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(accepted.status(), 202);
+    let location = accepted.headers()["location"].to_str().unwrap().to_owned();
+    let body: Value = accepted.json().await.unwrap();
+    assert_eq!(body["location"], location.as_str());
+    let mut run = Value::Null;
+    for _ in 0..400 {
+        run = client.get(server.url(&location)).send().await.unwrap().json().await.unwrap();
+        if run["status"] != "Queued" && run["status"] != "Running" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert_eq!(run["status"], "Completed", "{run}");
+    let log = client.get(server.url(&format!("{location}/events"))).send().await.unwrap().text().await.unwrap();
+    let log = support::parse_frames(&log);
+    assert_eq!(
+        (log.first().unwrap().event.as_str(), log.last().unwrap().event.as_str()),
+        ("run.started", "run.completed")
+    );
+    let job: Value = client
+        .get(server.url(&format!("/api/jobs/{}", body["jobId"].as_str().unwrap())))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(job["status"], "Succeeded", "{job}");
+}

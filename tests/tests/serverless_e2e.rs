@@ -1,7 +1,10 @@
 //! End-to-end on the serverless builds: the Worker bundle under `wrangler dev` (Postgres
 //! through the local Hyperdrive binding) and the Lambda functions under `cargo lambda watch`,
 //! both against the test Postgres and the mock model server, with the local server reading
-//! the same database afterwards. All three hosts share one schema per test.
+//! the same database afterwards. All three hosts share one schema per test. On the Worker
+//! also: JWT bearer tokens verified with WebCrypto (keys from a JWKS served by the test on
+//! loopback, from a PEM, from a shared secret), and approvals resumed through the mailbox
+//! (in the background, under `waitUntil`) and in-band.
 //!
 //! Needs what `./scripts/test` provides: `TRACON_TEST_DATABASE_URL`, the Worker bundles in
 //! `adapters/worker/dist/` (built by `adapters/worker/build.sh`), wrangler in
@@ -16,10 +19,12 @@ use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use jsonwebtoken::{Algorithm, EncodingKey};
 use serde_json::{Value, json};
 use support::{Frame, Tracon, parse_frames, text_of, tracon_bin};
 use tracon_tests::mock::{MockConfig, MockServer, MockTurn};
@@ -149,8 +154,9 @@ fn common_config(schema: &str, mock: &MockServer) -> Vec<(String, String)> {
 }
 
 /// The `all` Worker bundle under `wrangler dev`, Postgres through the local Hyperdrive
-/// binding. Its connections carry `application_name` so a test can count them.
-async fn start_worker(schema: &str, mock: &MockServer, application_name: &str) -> Host {
+/// binding. Its connections carry `application_name` so a test can count them; `extra` vars
+/// come on top of the common configuration.
+async fn start_worker(schema: &str, mock: &MockServer, application_name: &str, extra: &[(&str, &str)]) -> Host {
     let root = root();
     let bundle = root.join("adapters/worker/dist/all/index.js");
     assert!(
@@ -160,11 +166,13 @@ async fn start_worker(schema: &str, mock: &MockServer, application_name: &str) -
     );
     let wrangler = root.join("adapters/worker/node_modules/.bin/wrangler");
     assert!(wrangler.exists(), "wrangler is not installed: run `npm ci` in adapters/worker (./scripts/test does)");
-    let port = free_port();
     let mut cmd = Command::new(wrangler);
+    // Port 0: wrangler binds free ports itself and says which. A port picked here and
+    // released could be taken meanwhile by one of the ports wrangler opens (several Workers
+    // start at once), and then `/api/meta` might even answer from another test's Worker.
     cmd.current_dir(&root)
-        .args(["dev", "--config", "wrangler.toml", "--ip", "127.0.0.1", "--log-level", "warn"])
-        .args(["--port", &port.to_string(), "--inspector-port", &free_port().to_string()])
+        .args(["dev", "--config", "wrangler.toml", "--ip", "127.0.0.1", "--log-level", "info"])
+        .args(["--port", "0", "--inspector-port", "0"])
         .args(["--show-interactive-dev-session=false"])
         .arg("--persist-to")
         .arg(std::env::temp_dir().join(unique("wrangler-state")))
@@ -176,11 +184,22 @@ async fn start_worker(schema: &str, mock: &MockServer, application_name: &str) -
     let mut vars = common_config(schema, mock);
     vars.push(("Tracon__PostgreSql__Tls".into(), "off".into()));
     vars.push(("Tracon__PostgreSql__ApplicationName".into(), application_name.into()));
+    vars.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
     for (k, v) in vars {
         cmd.arg("--var").arg(format!("{k}:{v}"));
     }
-    let (child, log) = spawn_logged(cmd, "wrangler");
-    let base = format!("http://127.0.0.1:{port}");
+    let (mut child, log) = spawn_logged(cmd, "wrangler");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let base = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some((_, rest)) = text.split_once("Ready on http://") {
+            let address: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':').collect();
+            break format!("http://{address}");
+        }
+        let exited = child.try_wait().unwrap();
+        assert!(exited.is_none() && Instant::now() < deadline, "wrangler dev did not start; log:\n{text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let host = Host {
         child,
         bases: [(Group::Agents, base.clone()), (Group::Runs, base.clone()), (Group::Sessions, base)],
@@ -412,7 +431,7 @@ async fn the_worker_streams_a_run_keeps_it_in_postgres_and_leaks_no_connections(
     let schema = unique("w");
     migrate(&schema);
     let application_name = unique("tracon_worker");
-    let worker = start_worker(&schema, &mock, &application_name).await;
+    let worker = start_worker(&schema, &mock, &application_name, &[]).await;
 
     let (run_id, log) = round_trip(&worker, &mock, "worker-model").await;
     read_back_locally(&schema, &run_id, &log).await;
@@ -536,7 +555,8 @@ async fn a_run_on_the_worker_is_cancelled_through_lambda_and_the_worker_sees_it_
     let schema = unique("x");
     migrate(&schema);
     let application_name = unique("tracon_worker");
-    let (worker, lambda) = tokio::join!(start_worker(&schema, &mock, &application_name), start_lambda(&schema, &mock));
+    let (worker, lambda) =
+        tokio::join!(start_worker(&schema, &mock, &application_name, &[]), start_lambda(&schema, &mock));
     mock.script("cross-model", vec![MockTurn::text("This answer never gets to its end.").hang_after_chunks(1)]);
     create_agent(&worker, &agent("cross", "cross-model")).await;
 
@@ -563,4 +583,361 @@ async fn a_run_on_the_worker_is_cancelled_through_lambda_and_the_worker_sees_it_
     assert_eq!(run["status"], "Canceled");
     let run = get_json(lambda.url(Group::Runs, &format!("/api/runs/{run_id}"))).await;
     assert_eq!(run["status"], "Canceled");
+}
+
+// ---- JWT bearer tokens on the Worker --------------------------------------------------------
+
+const ISSUER: &str = "https://issuer.example";
+const AUDIENCE: &str = "tracon-worker";
+// The test-only keys of handlers/tests/fixtures/jwt (its README says how they were made).
+const RSA_PRIVATE: &str = include_str!("../../handlers/tests/fixtures/jwt/rsa-private.pem");
+const RSA_PUBLIC: &str = include_str!("../../handlers/tests/fixtures/jwt/rsa-public.pem");
+const OTHER_RSA_PRIVATE: &str = include_str!("../../handlers/tests/fixtures/jwt/other-rsa-private.pem");
+const EC_PRIVATE: &str = include_str!("../../handlers/tests/fixtures/jwt/ec-p256-private.pem");
+const HS_SECRET: &str = "a-worker-hs256-test-secret-of-more-than-32-bytes";
+const OTHER_HS_SECRET: &str = "another-hs256-test-secret-of-more-than-32-bytes";
+const NOT_VALID: &str = "The bearer token is not valid.";
+
+/// Claims that pass every check, naming `roles`; `edit` changes them.
+fn claims(roles: Value, edit: impl FnOnce(&mut Value)) -> Value {
+    let now = chrono::Utc::now().timestamp();
+    let mut c = json!({
+        "iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "roles": roles,
+        "iat": now, "nbf": now - 5, "exp": now + 600,
+    });
+    edit(&mut c);
+    c
+}
+
+fn sign(alg: Algorithm, kid: Option<&str>, key: &EncodingKey, claims: &Value) -> String {
+    let mut header = jsonwebtoken::Header::new(alg);
+    header.kid = kid.map(str::to_owned);
+    jsonwebtoken::encode(&header, claims, key).unwrap()
+}
+
+/// `token`'s header and payload under `other`'s signature: a signature of another message.
+fn resigned(token: &str, other: &str) -> String {
+    let (message, _) = token.rsplit_once('.').unwrap();
+    let (_, signature) = other.rsplit_once('.').unwrap();
+    format!("{message}.{signature}")
+}
+
+/// The public JWK of a private key, with its `kid` and `alg`.
+fn public_jwk(key: &EncodingKey, alg: Algorithm, kid: &str) -> Value {
+    let mut jwk = jsonwebtoken::jwk::Jwk::from_encoding_key(key, alg).unwrap();
+    jwk.common.key_id = Some(kid.to_owned());
+    serde_json::to_value(jwk).unwrap()
+}
+
+/// Serves `set` as the issuer's JWKS on loopback (http is allowed there); counts the fetches.
+async fn serve_jwks(set: Value) -> (String, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/.well-known/jwks.json", listener.local_addr().unwrap());
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    let app = axum::Router::new().route(
+        "/.well-known/jwks.json",
+        axum::routing::get(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let set = set.clone();
+            async move { axum::Json(set) }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, hits)
+}
+
+/// A request with `bearer`: the status and the JSON answer (the text when it is not JSON).
+async fn call(request: reqwest::RequestBuilder, bearer: &str) -> (u16, Value) {
+    let res = request.bearer_auth(bearer).send().await.unwrap();
+    let status = res.status().as_u16();
+    let text = res.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+async fn runs_as(host: &Host, bearer: &str) -> (u16, Value) {
+    call(client().get(host.url(Group::Runs, "/api/runs")), bearer).await
+}
+
+fn assert_not_valid((status, body): (u16, Value), case: &str) {
+    assert_eq!(status, 401, "{case}: {body}");
+    assert_eq!(body["detail"], NOT_VALID, "{case}: {body}");
+}
+
+fn assert_no_fatal_log(host: &Host) {
+    let log = host.log_text();
+    for fatal in [
+        "Critical error",
+        "previous Wasm instance",
+        "previous WASM instance",
+        "invoked recursively or after being dropped",
+        "panicked",
+    ] {
+        assert!(!log.contains(fatal), "the Worker logged '{fatal}':\n{log}");
+    }
+}
+
+/// The Worker verifies signatures with WebCrypto (`crypto.subtle`), not the native
+/// `jsonwebtoken`: RSASSA-PKCS1-v1_5 and ECDSA P-256 keys imported as JWKs from the
+/// issuer's key set, an RSA key imported as SPKI from a PEM, HMAC from a shared secret. Each
+/// accepts what its key signed and refuses a signature of another key or another message,
+/// and the claim checks and roles apply as on every host.
+#[tokio::test]
+async fn the_worker_verifies_jwt_bearer_tokens_with_webcrypto() {
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    let schema = unique("j");
+    migrate(&schema);
+    let rsa = EncodingKey::from_rsa_pem(RSA_PRIVATE.as_bytes()).unwrap();
+    let other_rsa = EncodingKey::from_rsa_pem(OTHER_RSA_PRIVATE.as_bytes()).unwrap();
+    let ec = EncodingKey::from_ec_pem(EC_PRIVATE.as_bytes()).unwrap();
+    let (jwks_url, jwks_hits) = serve_jwks(json!({"keys": [
+        public_jwk(&rsa, Algorithm::RS256, "k-rsa"),
+        public_jwk(&ec, Algorithm::ES256, "k-ec"),
+    ]}))
+    .await;
+
+    let issuer = [("Tracon__Jwt__Issuer", ISSUER), ("Tracon__Jwt__Audience", AUDIENCE)];
+    let named = ("Tracon__Jwt__SigningKeyConfigurationName", "Test:JwtKey");
+    let by_jwks_vars =
+        [issuer[0], issuer[1], ("Tracon__Jwt__JwksUrl", &jwks_url), ("Tracon__Jwt__Algorithms", "RS256,ES256")];
+    let by_pem_vars = [issuer[0], issuer[1], named, ("Test__JwtKey", RSA_PUBLIC), ("Tracon__Jwt__Algorithms", "RS256")];
+    let by_secret_vars = [issuer[0], issuer[1], named, ("Test__JwtKey", HS_SECRET)];
+    let application_name = unique("tracon_jwt");
+    let (by_jwks, by_pem, by_secret) = tokio::join!(
+        start_worker(&schema, &mock, &application_name, &by_jwks_vars),
+        start_worker(&schema, &mock, &application_name, &by_pem_vars),
+        start_worker(&schema, &mock, &application_name, &by_secret_vars),
+    );
+
+    // ---- RS256 and ES256 from the issuer's key set.
+    let operator = claims(json!(["Operator"]), |_| {});
+    let admin = claims(json!("Admin"), |_| {});
+    let rs_operator = sign(Algorithm::RS256, Some("k-rsa"), &rsa, &operator);
+    let (status, body) = runs_as(&by_jwks, &rs_operator).await;
+    assert_eq!(status, 200, "RS256 from the JWKS: {body}\n{}", by_jwks.log_text());
+    // An Operator runs agents but does not define them. The scope is checked before the body
+    // is read, so the request carries none: under `wrangler dev` a POST answered with its
+    // body unread breaks the dev proxy's connection to the Worker, and the next POST through
+    // it fails with "Your worker restarted mid-request" (a local-only artifact).
+    let (status, body) = call(client().post(by_jwks.url(Group::Agents, "/api/agents")), &rs_operator).await;
+    assert_eq!((status, body["errorType"].as_str()), (403, Some("insufficient_scope")), "{body}");
+    assert_eq!(body["requiredScope"], "AgentsAdmin", "{body}");
+    // An Admin does.
+    let rs_admin = sign(Algorithm::RS256, Some("k-rsa"), &rsa, &admin);
+    let (status, body) =
+        call(client().post(by_jwks.url(Group::Agents, "/api/agents")).json(&agent("jwt", "m")), &rs_admin).await;
+    assert_eq!(status, 201, "{body}\n{}", by_jwks.log_text());
+    // Without a kid, the set's only key for the algorithm.
+    let (status, body) = runs_as(&by_jwks, &sign(Algorithm::RS256, None, &rsa, &operator)).await;
+    assert_eq!(status, 200, "RS256 without a kid: {body}");
+
+    let es_operator = sign(Algorithm::ES256, Some("k-ec"), &ec, &operator);
+    let (status, body) = runs_as(&by_jwks, &es_operator).await;
+    assert_eq!(status, 200, "ES256 from the JWKS: {body}\n{}", by_jwks.log_text());
+    let (status, body) = call(client().get(by_jwks.url(Group::Agents, "/api/agents")), &es_operator).await;
+    assert_eq!((status, body[0]["name"].as_str()), (200, Some("jwt")), "{body}");
+
+    let es_admin = sign(Algorithm::ES256, Some("k-ec"), &ec, &admin);
+    for (case, token) in [
+        ("RS256 signed by another key", sign(Algorithm::RS256, Some("k-rsa"), &other_rsa, &admin)),
+        ("RS256 signature of another payload", resigned(&rs_admin, &rs_operator)),
+        ("ES256 signature of another payload", resigned(&es_admin, &es_operator)),
+        ("an RS256 signature under an ES256 header", resigned(&es_admin, &rs_admin)),
+        ("RS256 expired", sign(Algorithm::RS256, Some("k-rsa"), &rsa, &claims(json!(["Admin"]), expired))),
+        ("ES256 expired", sign(Algorithm::ES256, Some("k-ec"), &ec, &claims(json!(["Admin"]), expired))),
+        ("RS256 wrong audience", sign(Algorithm::RS256, Some("k-rsa"), &rsa, &claims(json!(["Admin"]), elsewhere))),
+        ("ES256 wrong audience", sign(Algorithm::ES256, Some("k-ec"), &ec, &claims(json!(["Admin"]), elsewhere))),
+        ("the kid of a key of another type", sign(Algorithm::ES256, Some("k-rsa"), &ec, &admin)),
+        ("HS256 where only keys of the set verify", sign(Algorithm::HS256, None, &hs_key(HS_SECRET), &admin)),
+    ] {
+        assert_not_valid(runs_as(&by_jwks, &token).await, case);
+    }
+    // A token that verifies but names no role of this server.
+    let (status, body) =
+        runs_as(&by_jwks, &sign(Algorithm::ES256, Some("k-ec"), &ec, &claims(json!(["Guest"]), |_| {}))).await;
+    assert_eq!((status, body["errorType"].as_str()), (403, Some("no_role")), "{body}");
+    // The isolate fetched the key set once and kept it.
+    assert_eq!(jwks_hits.load(Ordering::SeqCst), 1, "the key set is cached by the isolate");
+
+    // ---- RS256 from a PEM public key (SPKI).
+    let rs_reader = sign(Algorithm::RS256, None, &rsa, &claims(json!(["Reader"]), |_| {}));
+    let (status, body) = runs_as(&by_pem, &rs_reader).await;
+    assert_eq!(status, 200, "RS256 from a PEM: {body}\n{}", by_pem.log_text());
+    for (case, token) in [
+        ("PEM: RS256 signed by another key", sign(Algorithm::RS256, None, &other_rsa, &admin)),
+        ("PEM: RS256 signature of another payload", resigned(&rs_admin, &rs_reader)),
+        ("PEM: expired", sign(Algorithm::RS256, None, &rsa, &claims(json!(["Admin"]), expired))),
+        ("PEM: ES256 is not allowed", es_admin.clone()),
+    ] {
+        assert_not_valid(runs_as(&by_pem, &token).await, case);
+    }
+
+    // ---- HS256 with a shared secret.
+    let hs_operator = sign(Algorithm::HS256, None, &hs_key(HS_SECRET), &operator);
+    let (status, body) = runs_as(&by_secret, &hs_operator).await;
+    assert_eq!(status, 200, "HS256: {body}\n{}", by_secret.log_text());
+    let hs_admin = sign(Algorithm::HS256, None, &hs_key(HS_SECRET), &admin);
+    for (case, token) in [
+        ("HS256 with another secret", sign(Algorithm::HS256, None, &hs_key(OTHER_HS_SECRET), &admin)),
+        ("HS256 signature of another payload", resigned(&hs_admin, &hs_operator)),
+        (
+            "HS256 wrong audience",
+            sign(Algorithm::HS256, None, &hs_key(HS_SECRET), &claims(json!(["Admin"]), elsewhere)),
+        ),
+        ("HS256 expired", sign(Algorithm::HS256, None, &hs_key(HS_SECRET), &claims(json!(["Admin"]), expired))),
+        ("RS256 where a secret verifies", rs_admin.clone()),
+    ] {
+        assert_not_valid(runs_as(&by_secret, &token).await, case);
+    }
+
+    // The static token still works beside JWT, and no isolate fell over on the way.
+    for host in [&by_jwks, &by_pem, &by_secret] {
+        let (status, _) = runs_as(host, TOKEN).await;
+        assert_eq!(status, 200);
+        assert_no_fatal_log(host);
+    }
+}
+
+fn expired(c: &mut Value) {
+    // Past the minute of clock skew.
+    c["exp"] = json!(chrono::Utc::now().timestamp() - 120);
+}
+
+fn elsewhere(c: &mut Value) {
+    c["aud"] = json!("someone-else");
+}
+
+fn hs_key(secret: &str) -> EncodingKey {
+    EncodingKey::from_secret(secret.as_bytes()).unwrap()
+}
+
+// ---- approvals on the Worker ----------------------------------------------------------------
+
+/// A whole run stream: its frames and the raw text.
+async fn run_stream(host: &Host, agent: &str, body: Value) -> (Vec<Frame>, String) {
+    let mut live =
+        Live::open(authed(client().post(host.url(Group::Agents, &format!("/api/agents/{agent}/run")))).json(&body))
+            .await;
+    let frames = live.rest().await;
+    (frames, live.raw)
+}
+
+/// Runs `agent` on a new session until it stops for approval: the session, the stopped run
+/// and the request id of its one waiting call.
+async fn stop_for_approval(host: &Host, agent: &str, message: &str) -> (String, String, String) {
+    let session = unique("approval-session");
+    let (frames, raw) = run_stream(host, agent, json!({"message": message, "sessionId": session})).await;
+    let approvals = frames.iter().find(|f| f.event == "approvals").unwrap_or_else(|| panic!("{raw}"));
+    assert_eq!(approvals.data[0]["toolName"], "cancel_order", "{raw}");
+    let done = frames.last().unwrap();
+    assert_eq!((done.event.as_str(), done.data["status"].as_str()), ("done", Some("AwaitingApproval")), "{raw}");
+    let stopped = frames[0].data["runId"].as_str().unwrap().to_owned();
+    (session, stopped, approvals.data[0]["requestId"].as_str().unwrap().to_owned())
+}
+
+async fn decide(host: &Host, request_id: &str, approved: bool) -> reqwest::Response {
+    authed(client().post(host.url(Group::Runs, &format!("/api/approvals/{request_id}/decision"))))
+        .json(&json!({"approved": approved}))
+        .send()
+        .await
+        .unwrap()
+}
+
+fn approving_agent(name: &str, model: &str) -> Value {
+    json!({"name": name, "instructions": "Cancel orders.", "toolNames": ["cancel_order"],
+        "model": {"provider": "openai", "model": model}})
+}
+
+/// A run that calls a tool needing approval stops; a decision through the mailbox resumes
+/// the session in the background (the Worker's `waitUntil`) and the resumed run completes
+/// after the answer; an in-band decision streams the resumed run. Deciding again is `409`.
+#[tokio::test]
+async fn approvals_on_the_worker_resume_through_the_mailbox_in_the_background_and_in_band() {
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    let schema = unique("a");
+    migrate(&schema);
+    let worker = start_worker(&schema, &mock, &unique("tracon_approvals"), &[]).await;
+    mock.script(
+        "mailbox-model",
+        vec![
+            MockTurn::tool_call("cancel_order", json!({"orderId": "4182"})),
+            MockTurn::text("Order 4182 is cancelled."),
+        ],
+    );
+    mock.script(
+        "inband-model",
+        vec![
+            MockTurn::tool_call("cancel_order", json!({"orderId": "5150"})),
+            MockTurn::text("Order 5150 is cancelled."),
+        ],
+    );
+    create_agent(&worker, &approving_agent("mailbox", "mailbox-model")).await;
+    create_agent(&worker, &approving_agent("inband", "inband-model")).await;
+
+    // ---- The mailbox.
+    let (_, stopped, request_id) = stop_for_approval(&worker, "mailbox", "Cancel 4182").await;
+    let pending = get_json(worker.url(Group::Runs, "/api/approvals/pending")).await;
+    assert_eq!(pending[0]["id"], request_id.as_str(), "{pending}");
+    assert_eq!(pending[0]["arguments"], json!({"orderId": "4182"}), "{pending}");
+    let stopped_run = get_json(worker.url(Group::Runs, &format!("/api/runs/{stopped}"))).await;
+    assert_eq!(stopped_run["status"], "AwaitingApproval", "{stopped_run}");
+
+    let res = decide(&worker, &request_id, true).await;
+    assert_eq!(res.status(), 200);
+    let decision: Value = res.json().await.unwrap();
+    assert_eq!((decision["approval"]["status"].as_str(), decision["pending"].as_u64()), (Some("Approved"), Some(0)));
+    let resumed = decision["resumedRunId"].as_str().unwrap_or_else(|| panic!("{decision}")).to_owned();
+    // The resumed run goes on after the answer, kept alive by waitUntil.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let run = loop {
+        let run = get_json(worker.url(Group::Runs, &format!("/api/runs/{resumed}"))).await;
+        if run["status"] != "Running" {
+            break run;
+        }
+        assert!(Instant::now() < deadline, "the resumed run did not end: {run}\n{}", worker.log_text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(run["status"], "Completed", "{run}\n{}", worker.log_text());
+    let tools = get_json(worker.url(Group::Runs, &format!("/api/runs/{resumed}/tools"))).await;
+    assert_eq!(
+        (tools[0]["toolName"].as_str(), tools[0]["status"].as_str()),
+        (Some("cancel_order"), Some("Succeeded")),
+        "{tools}"
+    );
+    let log = get_text(worker.url(Group::Runs, &format!("/api/runs/{resumed}/events"))).await;
+    assert!(log.contains("tracon.approval.resumed") && log.contains(&stopped), "{log}");
+    assert_eq!(parse_frames(&log).last().unwrap().event, "run.completed", "{log}");
+    // The model was sent the call's result and answered.
+    let last = mock.requests("mailbox-model").last().unwrap()["body"]["messages"].to_string();
+    assert!(last.contains("Cancel 4182") && last.contains("cancel_order"), "{last}");
+    let res = decide(&worker, &request_id, false).await;
+    assert_eq!(res.status(), 409);
+    assert_eq!(res.json::<Value>().await.unwrap()["errorType"], "approval_already_decided");
+    let decided = get_json(worker.url(Group::Runs, &format!("/api/approvals/{request_id}"))).await;
+    assert_eq!(decided["resumedRunId"], resumed.as_str(), "{decided}");
+
+    // ---- In-band: the session's next run request carries the decision and streams the
+    // resumed run.
+    let (session, _, request_id) = stop_for_approval(&worker, "inband", "Cancel 5150").await;
+    let (frames, raw) = run_stream(
+        &worker,
+        "inband",
+        json!({"sessionId": session, "approvals": [{"requestId": request_id, "approved": true}]}),
+    )
+    .await;
+    let done = frames.last().unwrap();
+    assert_eq!((done.event.as_str(), done.data["status"].as_str()), ("done", Some("Completed")), "{raw}");
+    assert!(text_of(&frames).contains("Order 5150 is cancelled."), "{raw}");
+    let resumed = frames[0].data["runId"].as_str().unwrap().to_owned();
+    let tools = get_json(worker.url(Group::Runs, &format!("/api/runs/{resumed}/tools"))).await;
+    assert_eq!((tools[0]["toolName"].as_str(), tools[0]["status"].as_str()), (Some("cancel_order"), Some("Succeeded")));
+    let res = decide(&worker, &request_id, true).await;
+    assert_eq!(res.status(), 409);
+    let decided = get_json(worker.url(Group::Runs, &format!("/api/approvals/{request_id}"))).await;
+    assert_eq!(
+        (decided["status"].as_str(), decided["resumedRunId"].as_str()),
+        (Some("Approved"), Some(resumed.as_str())),
+        "{decided}"
+    );
+    assert_no_fatal_log(&worker);
 }

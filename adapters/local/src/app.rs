@@ -28,7 +28,8 @@ pub async fn build(config: &Config, database_url: Option<&str>) -> Result<AppSta
     };
     let runtime = build_runtime(config, stores)?;
     let http = HttpSettings::from_config(config).map_err(|e| e.to_string())?;
-    Ok(AppState::new(Arc::new(runtime), http))
+    let consumer = crate::jobs::ConsumerSettings::from_config(config)?;
+    Ok(crate::jobs::start(AppState::new(Arc::new(runtime), http), consumer))
 }
 
 fn memory_stores(config: &Config) -> Result<Stores, String> {

@@ -94,8 +94,12 @@ pub const RUN_GET_INPUT: &str = "SELECT input FROM runs WHERE tenant_id = $1 AND
 
 /// `(status before, whether the flag was set)`; no status when the run does not exist.
 pub const RUN_CANCEL: &str = "WITH target AS (SELECT status FROM runs WHERE tenant_id = $1 AND id = $2), \
-     upd AS (UPDATE runs SET cancel_requested = true WHERE tenant_id = $1 AND id = $2 AND status = 'Running' RETURNING 1) \
+     upd AS (UPDATE runs SET cancel_requested = true WHERE tenant_id = $1 AND id = $2 AND status IN ('Running', 'Queued') RETURNING 1) \
      SELECT (SELECT status FROM target) AS status, EXISTS (SELECT 1 FROM upd) AS requested";
+
+/// One row affected: the queued run is now running.
+pub const RUN_START_QUEUED: &str = "UPDATE runs SET status = 'Running', started_at = $3, heartbeat_at = $3 \
+     WHERE tenant_id = $1 AND id = $2 AND status = 'Queued'";
 
 pub const RUN_CANCEL_FLAG: &str = "SELECT cancel_requested FROM runs WHERE tenant_id = $1 AND id = $2";
 

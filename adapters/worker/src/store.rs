@@ -654,6 +654,13 @@ impl RunStore for WorkerStores {
         serde_json::from_str(&json).map(Some).map_err(|e| corrupt("input", e))
     }
 
+    async fn start_queued(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        send(self.target.with(async |c| {
+            c.execute(sql::RUN_START_QUEUED, &[&tenant.as_str(), &run.0, &now]).await.map_err(map_err).map(|n| n == 1)
+        }))
+        .await
+    }
+
     async fn request_cancel(&self, tenant: &TenantId, run: RunId) -> Result<CancelOutcome, StoreError> {
         send(self.target.with(async |c| {
             let row = c.query_one(sql::RUN_CANCEL, &[&tenant.as_str(), &run.0]).await.map_err(map_err)?;

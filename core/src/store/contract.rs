@@ -468,6 +468,22 @@ pub async fn cancel_is_a_flag_on_a_running_run(s: Stores) {
     assert!(not_found(r.request_cancel(&a(), RunId(uuid::Uuid::now_v7())).await));
 }
 
+pub async fn a_queued_run_starts_once_and_can_be_cancelled_while_it_waits(s: Stores) {
+    let r = &s.runs;
+    let mut row = run_row("agent", t0());
+    row.status = RunStatus::Queued;
+    r.create_run(&a(), &row, None).await.unwrap();
+    assert_eq!(r.request_cancel(&a(), row.id).await.unwrap(), CancelOutcome::Requested, "a queued run takes the flag");
+    assert!(!r.start_queued(&b(), row.id, t0()).await.unwrap(), "another tenant's run is not started");
+    let later = t0() + Duration::seconds(5);
+    let tenant = a();
+    let started = futures::future::join_all((0..4).map(|_| r.start_queued(&tenant, row.id, later))).await;
+    assert_eq!(started.into_iter().map(Result::unwrap).filter(|s| *s).count(), 1, "one worker starts it");
+    let read = r.get_run(&a(), row.id).await.unwrap().unwrap();
+    assert_eq!((read.status, read.started_at, read.cancel_requested), (RunStatus::Running, later, true));
+    assert!(!r.start_queued(&a(), RunId(uuid::Uuid::now_v7()), later).await.unwrap());
+}
+
 pub async fn runs_are_isolated_between_tenants(s: Stores) {
     let r = &s.runs;
     for (mine, other) in [(a(), b()), (b(), a())] {
@@ -1163,6 +1179,7 @@ macro_rules! store_contract_tests {
             tool_calls_are_stored_individually_with_late_completions,
             run_input_is_recorded,
             cancel_is_a_flag_on_a_running_run,
+            a_queued_run_starts_once_and_can_be_cancelled_while_it_waits,
             runs_are_isolated_between_tenants,
             sessions_create_once_and_append_against_the_generation_read,
             concurrent_saves_of_one_generation_let_exactly_one_through,

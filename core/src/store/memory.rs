@@ -324,9 +324,21 @@ impl RunStore for MemoryRunStore {
         Ok(lock(&self.inner).rows.get(&(tenant.clone(), run)).and_then(|e| e.input.clone()))
     }
 
+    async fn start_queued(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let mut inner = lock(&self.inner);
+        let Some(e) = inner.rows.get_mut(&(tenant.clone(), run)) else { return Ok(false) };
+        if e.row.status != RunStatus::Queued {
+            return Ok(false);
+        }
+        e.row.status = RunStatus::Running;
+        e.row.started_at = now;
+        e.row.heartbeat_at = Some(now);
+        Ok(true)
+    }
+
     async fn request_cancel(&self, tenant: &TenantId, run: RunId) -> Result<CancelOutcome, StoreError> {
         self.with_entry(tenant, run, |e| {
-            if e.row.status != RunStatus::Running {
+            if !matches!(e.row.status, RunStatus::Running | RunStatus::Queued) {
                 return Ok(CancelOutcome::AlreadyEnded(e.row.status));
             }
             e.row.cancel_requested = true;

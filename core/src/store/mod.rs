@@ -99,6 +99,8 @@ pub trait DefinitionStore: Send + Sync {
 /// A run's status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
 pub enum RunStatus {
+    /// Accepted and waiting for a worker (`Prefer: respond-async`, triggers).
+    Queued,
     Running,
     Completed,
     Failed,
@@ -109,11 +111,12 @@ pub enum RunStatus {
 
 impl RunStatus {
     pub fn is_terminal(self) -> bool {
-        !matches!(self, Self::Running)
+        !matches!(self, Self::Running | Self::Queued)
     }
 
     pub fn parse(s: &str) -> Option<Self> {
         Some(match s {
+            "Queued" => Self::Queued,
             "Running" => Self::Running,
             "Completed" => Self::Completed,
             "Failed" => Self::Failed,
@@ -355,7 +358,12 @@ pub trait RunStore: Send + Sync {
     async fn record_input(&self, tenant: &TenantId, run: RunId, input: &RunInputRecord) -> Result<(), StoreError>;
     async fn get_input(&self, tenant: &TenantId, run: RunId) -> Result<Option<RunInputRecord>, StoreError>;
 
-    /// Sets the cancel flag of a running run. `NotFound` for a run that does not exist.
+    /// Moves a queued run to `Running` as its worker starts it (`started_at` and the heartbeat
+    /// are `now`). `false` when it is not queued — an earlier attempt started it, or it
+    /// ended; `NotFound` is not used (a missing run is `false` too).
+    async fn start_queued(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<bool, StoreError>;
+    /// Sets the cancel flag of a queued or running run (a queued one stops as its worker
+    /// starts it). `NotFound` for a run that does not exist.
     async fn request_cancel(&self, tenant: &TenantId, run: RunId) -> Result<CancelOutcome, StoreError>;
     async fn is_cancel_requested(&self, tenant: &TenantId, run: RunId) -> Result<bool, StoreError>;
 }

@@ -118,6 +118,9 @@ impl RunStore for Counting {
     async fn get_input(&self, t: &TenantId, id: RunId) -> Result<Option<RunInputRecord>, StoreError> {
         delegate!(self, None, s => s.get_input(t, id))
     }
+    async fn start_queued(&self, t: &TenantId, id: RunId, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        delegate!(self, false, s => s.start_queued(t, id, now))
+    }
     async fn request_cancel(&self, t: &TenantId, id: RunId) -> Result<CancelOutcome, StoreError> {
         delegate!(self, CancelOutcome::Requested, s => s.request_cancel(t, id))
     }
@@ -154,6 +157,7 @@ async fn writes_per_run(deltas: usize) -> Result<(u64, u64, f64), BoxError> {
         caller: tracon_core::identity::Caller::internal(),
         attribution: Default::default(),
         resume: None,
+        queued: None,
     };
     let prepared = runs::prepare(&runtime, request).await.map_err(|e| format!("{e:?}"))?;
     let started = Instant::now();

@@ -391,6 +391,17 @@ impl RunStore for PgRunStore {
         serde_json::from_str(&json).map(Some).map_err(|e| corrupt("input", e))
     }
 
+    async fn start_queued(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let done = sqlx::query(sql::RUN_START_QUEUED)
+            .bind(tenant.as_str())
+            .bind(run.0)
+            .bind(now)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(done.rows_affected() == 1)
+    }
+
     async fn request_cancel(&self, tenant: &TenantId, run: RunId) -> Result<CancelOutcome, StoreError> {
         let row = sqlx::query(sql::RUN_CANCEL)
             .bind(tenant.as_str())

@@ -1,0 +1,190 @@
+//! Queued runs (`Prefer: respond-async`) through the router, with a consumer draining the
+//! job queue in process.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+use tracon_core::definition::AgentDefinition;
+use tracon_core::jobs::{JobHandler, JobRunner, JobSettings, JobTransport};
+use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
+use tracon_core::model::{Message, ModelProvider};
+use tracon_core::ports::tokio_rt;
+use tracon_core::runs::QueuedRuns;
+use tracon_core::runtime::RuntimeBuilder;
+use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
+use tracon_handlers::state::QueuedRunSettings;
+use tracon_handlers::{AppState, HttpSettings, PeerAddr};
+
+/// Wakes nobody: the test drains the queue itself, so it decides when a worker runs.
+struct Manual;
+
+#[async_trait::async_trait]
+impl JobTransport for Manual {
+    async fn wake(&self, _: uuid::Uuid) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+struct Harness {
+    app: Router,
+    runner: JobRunner,
+}
+
+fn harness(with_consumer: bool) -> Harness {
+    let refund = ToolRegistration::new(
+        "refund",
+        "Refunds.",
+        json!({"type": "object"}),
+        tool_fn(|_, _| async { Ok(ToolOutput::from("refunded")) }),
+    )
+    .map(|r| r.requires_approval(true));
+    let script = ScriptedProvider::from_fn("script", |req| {
+        let asked = req.messages.iter().rev().find_map(|m| match m {
+            Message::User { text } => Some(text.clone()),
+            _ => None,
+        });
+        match asked.as_deref() {
+            Some("refund") if !matches!(req.messages.last(), Some(Message::Tool { .. })) => {
+                ScriptedTurn::tool_call("refund", json!({}))
+            }
+            _ => ScriptedTurn::text("Done in the background.").with_usage(5, 3),
+        }
+    });
+    let runtime = Arc::new(
+        RuntimeBuilder::new(tokio_rt::platform())
+            .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
+            .add_tool(refund)
+            .add_agent(AgentDefinition::new("worker", "script", "m").with_tools(&["refund"]))
+            .build()
+            .unwrap(),
+    );
+    let handlers: Vec<Arc<dyn JobHandler>> = vec![Arc::new(QueuedRuns { runtime: runtime.clone() })];
+    let runner = JobRunner::new(
+        runtime.stores.jobs.clone(),
+        handlers,
+        runtime.platform.clock.clone(),
+        JobSettings::default(),
+        "test",
+    );
+    let mut state = AppState::new(runtime, HttpSettings::default());
+    if with_consumer {
+        state = state.with_jobs(QueuedRunSettings { transport: Arc::new(Manual), max_attempts: 3 });
+    }
+    Harness { app: tracon_handlers::router(state), runner }
+}
+
+async fn call(
+    app: &Router,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+    prefer: bool,
+) -> (StatusCode, axum::http::HeaderMap, Value) {
+    let mut b = Request::builder()
+        .method(method)
+        .uri(path)
+        .extension(PeerAddr(std::net::SocketAddr::from(([127, 0, 0, 1], 40000))));
+    if prefer {
+        b = b.header("Prefer", "wait=5, respond-async");
+    }
+    let body = match body {
+        Some(v) => {
+            b = b.header(header::CONTENT_TYPE, "application/json");
+            Body::from(v.to_string())
+        }
+        None => Body::empty(),
+    };
+    let res = app.clone().oneshot(b.body(body).unwrap()).await.unwrap();
+    let (status, headers) = (res.status(), res.headers().clone());
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    (status, headers, serde_json::from_slice(&bytes).unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into())))
+}
+
+#[tokio::test]
+async fn a_queued_run_answers_202_and_a_worker_runs_it_as_a_live_one() {
+    let h = harness(true);
+    let (status, headers, accepted) = call(
+        &h.app,
+        Method::POST,
+        "/api/agents/worker/run",
+        Some(json!({"message": "hello", "sessionId": "q1"})),
+        true,
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    let run_id = accepted["runId"].as_str().unwrap().to_owned();
+    assert_eq!(headers[header::LOCATION], format!("/api/runs/{run_id}"));
+    assert_eq!(headers["preference-applied"], "respond-async");
+    assert_eq!(accepted["eventsLocation"], format!("/api/runs/{run_id}/events"));
+    let job_id = accepted["jobId"].as_str().unwrap().to_owned();
+
+    // The placeholder row exists before any worker touched it.
+    let (_, _, run) = call(&h.app, Method::GET, &format!("/api/runs/{run_id}"), None, false).await;
+    assert_eq!(run["status"], "Queued");
+    let (_, _, input) = call(&h.app, Method::GET, &format!("/api/runs/{run_id}/input"), None, false).await;
+    assert_eq!(input["message"], "hello");
+
+    assert_eq!(h.runner.drain(10).await.unwrap(), 1);
+    let (_, _, run) = call(&h.app, Method::GET, &format!("/api/runs/{run_id}"), None, false).await;
+    assert_eq!(run["status"], "Completed", "{run}");
+    assert_eq!(run["usage"]["outputTokens"], 3);
+    let (_, _, job) = call(&h.app, Method::GET, &format!("/api/jobs/{job_id}"), None, false).await;
+    assert_eq!((job["status"].as_str(), job["runId"].as_str()), (Some("Succeeded"), Some(run_id.as_str())));
+    let (_, _, session) = call(&h.app, Method::GET, "/api/sessions/q1", None, false).await;
+    assert!(session.to_string().contains("Done in the background."), "the turn is in its session: {session}");
+    // Delivered again (at least once), the run is not run twice.
+    assert_eq!(h.runner.drain(10).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_queued_run_that_needs_approval_closes_into_the_mailbox() {
+    let h = harness(true);
+    let (_, _, accepted) =
+        call(&h.app, Method::POST, "/api/agents/worker/run", Some(json!({"message": "refund"})), true).await;
+    h.runner.drain(10).await.unwrap();
+    let run_id = accepted["runId"].as_str().unwrap();
+    let (_, _, run) = call(&h.app, Method::GET, &format!("/api/runs/{run_id}"), None, false).await;
+    assert_eq!(run["status"], "AwaitingApproval");
+    let (_, _, pending) = call(&h.app, Method::GET, "/api/approvals/pending", None, false).await;
+    assert_eq!((pending[0]["runId"].as_str(), pending[0]["toolName"].as_str()), (Some(run_id), Some("refund")));
+}
+
+#[tokio::test]
+async fn a_queued_run_cancelled_before_a_worker_starts_it_ends_canceled() {
+    let h = harness(true);
+    let (_, _, accepted) =
+        call(&h.app, Method::POST, "/api/agents/worker/run", Some(json!({"message": "hello"})), true).await;
+    let run_id = accepted["runId"].as_str().unwrap();
+    let (status, _, _) = call(&h.app, Method::POST, &format!("/api/runs/{run_id}/cancel"), None, false).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    h.runner.drain(10).await.unwrap();
+    let (_, _, run) = call(&h.app, Method::GET, &format!("/api/runs/{run_id}"), None, false).await;
+    assert_eq!(run["status"], "Canceled", "{run}");
+}
+
+#[tokio::test]
+async fn a_bad_queued_request_is_refused_before_anything_is_queued() {
+    let h = harness(true);
+    let (status, _, problem) =
+        call(&h.app, Method::POST, "/api/agents/nobody/run", Some(json!({"message": "hello"})), true).await;
+    assert_eq!((status, problem["errorType"].as_str()), (StatusCode::NOT_FOUND, Some("agent_not_found")));
+    let (_, _, jobs) = call(&h.app, Method::GET, "/api/jobs", None, false).await;
+    assert_eq!(jobs, json!([]));
+}
+
+#[tokio::test]
+async fn without_a_consumer_the_preference_is_ignored_and_the_run_streams() {
+    let h = harness(false);
+    let (status, headers, _) =
+        call(&h.app, Method::POST, "/api/agents/worker/run", Some(json!({"message": "hello"})), true).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers[header::CONTENT_TYPE], "text/event-stream");
+    assert!(headers.get("preference-applied").is_none());
+}
