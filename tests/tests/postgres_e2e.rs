@@ -314,6 +314,7 @@ async fn no_configured_secret_reaches_a_response_a_stored_row_or_a_log_line() {
     const TOKEN: &str = "leak-token-5c1e9a7f3b2d8e60";
     const OPENAI_KEY: &str = "sk-leak-openai-0f9e8d7c6b5a";
     const ANTHROPIC_KEY: &str = "sk-ant-leak-1a2b3c4d5e6f";
+    const JWT_SECRET: &str = "leak-jwt-secret-7d3c9e1f0a2b4c6d8e0f1a2b";
     let mock = MockServer::start(MockConfig::default()).await.unwrap();
     mock.script(
         "leak-ok",
@@ -346,6 +347,11 @@ async fn no_configured_secret_reaches_a_response_a_stored_row_or_a_log_line() {
             ("Tracon__Providers__OpenAI__DefaultModel", "leak-ok"),
             ("ANTHROPIC_API_KEY", ANTHROPIC_KEY),
             ("Tracon__Providers__Anthropic__Endpoint", mock.base_url().as_str()),
+            ("Tracon__Jwt__Issuer", "https://leak.example"),
+            ("Tracon__Jwt__Audience", "tracon"),
+            ("Tracon__Jwt__Algorithms", "HS256"),
+            ("Tracon__Jwt__SigningKeyConfigurationName", "Leak:JwtSecret"),
+            ("Leak__JwtSecret", JWT_SECRET),
         ],
     )
     .await;
@@ -449,6 +455,30 @@ async fn no_configured_secret_reaches_a_response_a_stored_row_or_a_log_line() {
     assert_eq!(call(Method::DELETE, format!("/api/api-keys/{key_id}"), None, Some(TOKEN)).await.0, 200);
     assert_eq!(call(Method::GET, "/api/runs".into(), None, Some(&rotated_key)).await.0, 401);
 
+    // A JWT: used, then refused when its signature is off by one character or it is expired.
+    let mint = |exp_offset: i64| {
+        let now = chrono::Utc::now().timestamp();
+        let claims = json!({"iss": "https://leak.example", "aud": "tracon", "sub": "leaky-user", "roles": ["Admin"],
+            "iat": now, "exp": now + exp_offset});
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+            &claims,
+            &jsonwebtoken::EncodingKey::from_secret(JWT_SECRET.as_bytes()).unwrap(),
+        )
+        .unwrap()
+    };
+    let jwt = mint(600);
+    assert_eq!(call(Method::GET, "/api/runs".into(), None, Some(&jwt)).await.0, 200);
+    let body = json!({"message": "Where is order 77?", "sessionId": "s-jwt"});
+    assert_eq!(call(Method::POST, "/api/agents/leaky/run".into(), Some(body), Some(&jwt)).await.0, 200);
+    let mut forged = jwt.clone();
+    let last = forged.pop().unwrap();
+    forged.push(if last == 'A' { 'B' } else { 'A' });
+    assert_eq!(call(Method::GET, "/api/runs".into(), None, Some(&forged)).await.0, 401);
+    let expired = mint(-600);
+    assert_eq!(call(Method::GET, "/api/runs".into(), None, Some(&expired)).await.0, 401);
+    let jwt_signature = jwt.rsplit('.').next().unwrap().to_owned();
+
     // Every row of every table of the schema, as JSON (bytea as hex).
     let pool = db().await;
     let tables: Vec<String> =
@@ -477,7 +507,20 @@ async fn no_configured_secret_reaches_a_response_a_stored_row_or_a_log_line() {
     // The keys' secret halves too: a log line or a row must not carry even the part after the id.
     let secret_half = |k: &str| k["trk_".len() + 13..].to_owned();
     let (key_half, rotated_half) = (secret_half(&api_key), secret_half(&rotated_key));
-    for secret in [TOKEN, OPENAI_KEY, ANTHROPIC_KEY, &api_key, &rotated_key, &key_half, &rotated_half] {
+    for secret in [
+        TOKEN,
+        OPENAI_KEY,
+        ANTHROPIC_KEY,
+        JWT_SECRET,
+        &api_key,
+        &rotated_key,
+        &key_half,
+        &rotated_half,
+        &jwt,
+        &jwt_signature,
+        &forged,
+        &expired,
+    ] {
         for (place, text) in [("a response", &seen), ("a stored row", &stored), ("the log", &log)] {
             let lines: Vec<&str> = text.lines().filter(|l| holds(l, secret)).take(3).collect();
             assert!(lines.is_empty(), "{secret} is in {place}: {lines:#?}");
