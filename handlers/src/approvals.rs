@@ -95,7 +95,7 @@ impl ApprovalView {
 }
 
 /// A decision.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DecisionBody {
     pub approved: bool,
@@ -109,7 +109,7 @@ pub struct DecisionBody {
 }
 
 /// A decision named by its request, as the run request carries it in-band.
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct InBandDecision {
     pub request_id: Uuid,

@@ -24,6 +24,7 @@ use tracing::Instrument;
 use tracon_core::access::{RunAction, is_allowed};
 use tracon_core::attribution::{self, Attribution, AttributionRequest};
 use tracon_core::catalog::CatalogError;
+use tracon_core::idempotency;
 use tracon_core::identity::Caller;
 use tracon_core::names::{SessionId, TenantId};
 use tracon_core::runs::{self, RunRequest, StartError};
@@ -43,7 +44,7 @@ const EVENT_BUFFER: usize = 64;
 const MAX_CULTURE_LEN: usize = 35;
 
 /// The body of a run request.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, serde::Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RunBody {
     /// The user's message. Empty (or absent) only when `approvals` decides a stopped run.
@@ -72,13 +73,16 @@ pub struct RunBody {
 /// Run an agent and stream the live turn as server-sent events
 /// (`run`, `update`, `approvals`, `done`, `error`).
 #[utoipa::path(post, path = "/api/agents/{name}/run", tag = "runs", request_body = RunBody,
-    params(("name" = String, Path, description = "Agent name")),
+    params(("name" = String, Path, description = "Agent name"),
+        ("Prefer" = Option<String>, Header, description = "`respond-async`: queue the run and answer 202 (hosts with a job consumer)"),
+        ("Idempotency-Key" = Option<String>, Header, description = "1–255 visible ASCII characters: the run executes once and the answer is one JSON document, replayed for 24 hours")),
     responses(
         (status = 200, description = "The live turn", content_type = "text/event-stream", body = String),
         (status = 202, description = "Queued (`Prefer: respond-async`, on hosts that run a job consumer): the run's id and where to follow it", body = QueuedRunAccepted),
         (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 422, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "A request under the same Idempotency-Key is still running", body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 422, description = "A definition that no longer compiles, or an Idempotency-Key used for another request", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 503, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "runs.start", skip_all, fields(agent = %name, run_id))]
 pub async fn run(
@@ -90,6 +94,117 @@ pub async fn run(
     ApiJson(body): ApiJson<RunBody>,
 ) -> ApiResult<Response> {
     let name = agent_name(&name)?;
+    let Some(raw_key) = headers.get("idempotency-key") else {
+        return start(&state, tenant, caller, name, &headers, body, false).await.map(Started::into_response);
+    };
+    let key = raw_key.to_str().ok().filter(|k| idempotency::is_valid_key(k)).ok_or_else(|| {
+        ApiError::bad_request(
+            "invalid_idempotency_key",
+            format!("'Idempotency-Key' is 1 to {} visible ASCII characters.", idempotency::MAX_KEY_LEN),
+        )
+    })?;
+    // What the key stands for: the body, and whether the answer was to come at once.
+    let asked = serde_json::json!({ "body": &body, "respondAsync": prefers_async(&headers) });
+    let hash = tracon_core::approvals::arguments_hash(&asked);
+    let operation = format!("run:{name}");
+    let owner = tenant.clone();
+    let key_ref = idempotency::KeyRef { tenant: &owner, operation: &operation, key };
+    let store = state.runtime.stores.idempotency.clone();
+    let now = state.runtime.platform.clock.now();
+    let expires_at = now + chrono::Duration::hours(IDEMPOTENCY_HOURS);
+    match store.claim(key_ref, &hash, now, expires_at).await? {
+        idempotency::Claim::Claimed => {}
+        idempotency::Claim::InProgress { request_hash } if request_hash == hash => {
+            return Err(ApiError::new(
+                axum::http::StatusCode::CONFLICT,
+                "idempotency_in_progress",
+                "A request with this Idempotency-Key is still running; retry to get its response.",
+            )
+            .with_retry_after(1));
+        }
+        idempotency::Claim::Completed { request_hash, status, body } if request_hash == hash => {
+            return Ok(json_answer(status, &body, true));
+        }
+        idempotency::Claim::InProgress { .. } | idempotency::Claim::Completed { .. } => {
+            return Err(ApiError::new(
+                axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                "This Idempotency-Key was used for a different request.",
+            ));
+        }
+    }
+    match start(&state, tenant, caller, name, &headers, body, true).await {
+        Ok(Started::Json { status, body }) => {
+            let at = state.runtime.platform.clock.now();
+            if let Err(e) = store.complete(key_ref, status.as_u16(), &body, at).await {
+                tracing::warn!(error = ?e, "could not store the idempotent response; a retry will run again");
+                let _ = store.release(key_ref).await;
+            }
+            Ok(json_answer(status.as_u16(), &body, false))
+        }
+        Ok(streamed) => Ok(streamed.into_response()),
+        Err(e) => {
+            // Nothing happened: the key is free for the retry.
+            if let Err(release) = store.release(key_ref).await {
+                tracing::warn!(error = ?release, "could not release an idempotency claim");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// How long a stored idempotent response is kept.
+const IDEMPOTENCY_HOURS: i64 = 24;
+
+/// What [`start`] produced.
+enum Started {
+    /// The live stream.
+    Stream(Response),
+    /// A JSON answer (a queued run, or any run under an `Idempotency-Key`).
+    Json { status: axum::http::StatusCode, body: serde_json::Value },
+}
+
+impl Started {
+    fn into_response(self) -> Response {
+        match self {
+            Started::Stream(r) => r,
+            Started::Json { status, body } => json_answer(status.as_u16(), &body, false),
+        }
+    }
+}
+
+/// A JSON answer, with `Location` and `Preference-Applied` when it names a queued run, and
+/// `Idempotent-Replayed: true` when it is a stored one.
+fn json_answer(status: u16, body: &serde_json::Value, replayed: bool) -> Response {
+    use axum::response::IntoResponse;
+    let status = axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::OK);
+    let mut response = (status, axum::Json(body)).into_response();
+    let headers = response.headers_mut();
+    if status == axum::http::StatusCode::ACCEPTED
+        && let Some(location) = body["location"].as_str().and_then(|l| axum::http::HeaderValue::from_str(l).ok())
+    {
+        headers.insert(axum::http::header::LOCATION, location);
+        headers.insert("preference-applied", axum::http::HeaderValue::from_static("respond-async"));
+    }
+    if replayed {
+        headers.insert("idempotent-replayed", axum::http::HeaderValue::from_static("true"));
+    }
+    response
+}
+
+/// Starts a run: streamed live, or — `json` — queued when asked and possible, otherwise run
+/// to its end and answered as one JSON document (a replay cannot be rebuilt from a stream).
+async fn start(
+    state: &AppState,
+    tenant: TenantId,
+    caller: Caller,
+    name: tracon_core::names::AgentName,
+    headers: &HeaderMap,
+    body: RunBody,
+    json: bool,
+) -> ApiResult<Started> {
+    let state = state.clone();
+
     if state.drain.is_draining() {
         return Err(ApiError::new(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -126,7 +241,7 @@ pub async fn run(
         return Err(ApiError::forbidden("run_denied", "The authorization policy does not allow this run."));
     }
     // One attribution for the whole run: the owner checked is the user recorded.
-    let attribution = attribute(&state, &tenant, &caller, &headers)?;
+    let attribution = attribute(&state, &tenant, &caller, headers)?;
     let ownership = state.http.session_ownership;
     if ownership.enabled
         && let Some(id) = &session_id
@@ -164,7 +279,7 @@ pub async fn run(
     };
     if let Some(jobs) = &state.jobs
         && !deciding
-        && prefers_async(&headers)
+        && prefers_async(headers)
     {
         let accepted =
             runs::enqueue(&runtime, request, jobs.max_attempts).await.map_err(|e| start_error(name.as_str(), e))?;
@@ -172,13 +287,31 @@ pub async fn run(
             // The row is the truth: the consumer's poll finds the job anyway.
             tracing::warn!(job = %accepted.job_id, error = %e, "could not wake the job consumer");
         }
-        return Ok(accepted_response(accepted));
+        return Ok(Started::Json { status: axum::http::StatusCode::ACCEPTED, body: accepted_body(accepted) });
     }
     let prepared = runs::prepare(&runtime, request).await.map_err(|e| start_error(name.as_str(), e))?;
 
     let run_id = prepared.run_id;
     tracing::Span::current().record("run_id", tracing::field::display(run_id));
     let (guard, cancel) = state.drain.enter(run_id);
+    if json {
+        let session = prepared.request.session_id.as_ref().map(|s| s.as_str().to_owned());
+        let outcome = runs::execute(&runtime, prepared, cancel, None).await;
+        drop(guard);
+        let body = serde_json::json!({
+            "runId": outcome.run_id,
+            "status": outcome.status,
+            "sessionId": session,
+            "text": outcome.text,
+            "usage": outcome.usage,
+            "cost": outcome.cost,
+            "finishReason": outcome.finish_reason,
+            "error": outcome.failure,
+            "approvals": outcome.approvals,
+        });
+        return Ok(Started::Json { status: axum::http::StatusCode::OK, body });
+    }
+
     let (tx, rx) = mpsc::channel(EVENT_BUFFER);
     let span = tracing::info_span!("runs.execute", agent = %name, run_id = %run_id);
     let task_runtime = runtime.clone();
@@ -194,7 +327,7 @@ pub async fn run(
     // Dropping the body (the caller went away) cancels the run.
     let keep_alive = sse::KeepAlive::new(state.http.sse_keep_alive, runtime.platform.clock.clone());
     let frames = sse::LiveFrames::new(rx, run_id, keep_alive, cancel.drop_guard());
-    Ok(sse::response(Body::from_stream(frames)))
+    Ok(Started::Stream(sse::response(Body::from_stream(frames))))
 }
 
 fn start_error(agent: &str, e: StartError) -> ApiError {
@@ -233,25 +366,16 @@ pub struct QueuedRunAccepted {
     pub events_location: String,
 }
 
-fn accepted_response(accepted: runs::Accepted) -> Response {
-    use axum::response::IntoResponse;
+fn accepted_body(accepted: runs::Accepted) -> serde_json::Value {
     let location = format!("/api/runs/{}", accepted.run_id);
     let body = QueuedRunAccepted {
         run_id: accepted.run_id,
         job_id: accepted.job_id,
         status: "Queued",
         events_location: format!("{location}/events"),
-        location: location.clone(),
+        location,
     };
-    (
-        axum::http::StatusCode::ACCEPTED,
-        [
-            (axum::http::header::LOCATION, location),
-            (axum::http::HeaderName::from_static("preference-applied"), "respond-async".to_owned()),
-        ],
-        axum::Json(body),
-    )
-        .into_response()
+    serde_json::to_value(body).unwrap_or_default()
 }
 
 /// Resolves the run's user and labels through the attribution port. A failing port leaves

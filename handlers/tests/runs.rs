@@ -906,6 +906,7 @@ async fn a_store_that_fails_every_write_still_lets_the_run_complete() {
         tenants: Stores::in_memory().tenants,
         quota_notices: Stores::in_memory().quota_notices,
         jobs: Stores::in_memory().jobs,
+        idempotency: Stores::in_memory().idempotency,
         persistent: true,
     };
     let app = app(&Options { stores, ..Options::default() });

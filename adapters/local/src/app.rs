@@ -47,6 +47,7 @@ fn memory_stores(config: &Config) -> Result<Stores, String> {
         tenants: Arc::new(memory::MemoryTenantStore::default()),
         quota_notices: Arc::new(memory::MemoryQuotaNoticeStore::default()),
         jobs: Arc::new(memory::MemoryJobStore::default()),
+        idempotency: Arc::new(memory::MemoryIdempotencyStore::default()),
         persistent: false,
     })
 }

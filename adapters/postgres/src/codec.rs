@@ -1,7 +1,8 @@
 //! Column values ⇄ domain types, shared by both Postgres drivers (sqlx natively,
 //! tokio-postgres on Workers) so they agree on every stored representation: enum texts,
 //! JSON columns, protected values and where they are bound, the statistics rows, API key rows,
-//! audit rows and the link an audit append chains from, job rows and the leases they make.
+//! audit rows and the link an audit append chains from, job rows and the leases they make,
+//! idempotency records.
 
 use std::collections::BTreeSet;
 
@@ -11,6 +12,7 @@ use serde::de::DeserializeOwned;
 use tracon_core::approvals::{ApprovalDecision, ApprovalRecord, ApprovalRule, ApprovalStatus, Condition};
 use tracon_core::audit::AuditEntry;
 use tracon_core::events::{RecordedEvent, RunEvent};
+use tracon_core::idempotency::{Claim, KeyRef};
 use tracon_core::jobs::{JobError, JobRecord, JobStatus, Lease};
 use tracon_core::keys::{ApiKeyRecord, Scope};
 use tracon_core::model::Message;
@@ -720,6 +722,66 @@ pub fn job_limit(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+// ---- idempotency keys ----------------------------------------------------------------------
+
+/// How often a claim runs [`crate::sql::IDEMPOTENCY_CLAIM`] while it returns no row (the
+/// conflicting row was committed after the statement's snapshot; a new run sees it).
+pub const IDEMPOTENCY_CLAIM_ATTEMPTS: usize = 8;
+
+/// What a claim answers when every attempt found the key changing under it.
+pub const IDEMPOTENCY_CONTENDED: &str = "The idempotency key is being claimed concurrently; try again.";
+
+/// Where a stored response body (a protected value) is bound: the record's tenant,
+/// operation and key (the operation's length first, so no two pairs share a row text).
+pub fn idempotency_place<'a>(tenant: &'a TenantId, row: &'a str) -> Place<'a> {
+    Place { tenant: tenant.as_str(), table: "idempotency_keys", column: "response_body", row }
+}
+
+pub fn idempotency_row(key: KeyRef<'_>) -> String {
+    format!("{}:{}/{}", key.operation.len(), key.operation, key.key)
+}
+
+/// A response as `sql::IDEMPOTENCY_COMPLETE` binds it: the status and the sealed body.
+pub fn idempotency_response(
+    protection: &Protection,
+    key: KeyRef<'_>,
+    status: u16,
+    body: &serde_json::Value,
+) -> Result<(i32, Vec<u8>), StoreError> {
+    let json = serde_json::to_string(body).map_err(|e| corrupt("idempotent response", e))?;
+    let row = idempotency_row(key);
+    Ok((i32::from(status), protection.seal(&idempotency_place(key.tenant, &row), &json)))
+}
+
+/// The row `sql::IDEMPOTENCY_CLAIM` returned, as either driver reads it.
+pub struct ClaimColumns {
+    pub claimed: bool,
+    pub request_hash: String,
+    pub response_status: Option<i32>,
+    pub response_body: Option<Vec<u8>>,
+}
+
+impl ClaimColumns {
+    pub fn claim(self, protection: &Protection, key: KeyRef<'_>) -> Result<Claim, StoreError> {
+        if self.claimed {
+            return Ok(Claim::Claimed);
+        }
+        match (self.response_status, self.response_body) {
+            (None, None) => Ok(Claim::InProgress { request_hash: self.request_hash }),
+            (Some(status), Some(body)) => {
+                let status = u16::try_from(status).map_err(|_| corrupt("idempotent response status", status))?;
+                let row = idempotency_row(key);
+                let json = protection.open(&idempotency_place(key.tenant, &row), &body).map_err(unreadable)?;
+                let body = serde_json::from_str(&json).map_err(|e| corrupt("idempotent response", e))?;
+                Ok(Claim::Completed { request_hash: self.request_hash, status, body })
+            }
+            (status, _) => {
+                Err(corrupt("idempotent response", format!("status {status:?} without its body or vice versa")))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -942,5 +1004,28 @@ mod tests {
         assert_eq!((leases.len(), closed), (0, 1), "a row that is not running was closed, not leased");
         let running = JobRecord { status: JobStatus::Running, ..job };
         assert!(job_lease_of(running).is_err(), "a running row without a token does not decode as a lease");
+    }
+
+    #[test]
+    fn idempotent_responses_are_sealed_to_their_record_and_fail_closed() {
+        let p = Protection::with_key(1, &[9; 32]);
+        let tenant = TenantId::parse("tenant-a").unwrap();
+        let k = KeyRef { tenant: &tenant, operation: "run:a", key: "b/c" };
+        let body = serde_json::json!({"output": "grüße"});
+        let (status, sealed) = idempotency_response(&p, k, 201, &body).unwrap();
+        let row = |status, sealed| ClaimColumns {
+            claimed: false,
+            request_hash: "h".into(),
+            response_status: status,
+            response_body: sealed,
+        };
+        let back = row(Some(status), Some(sealed.clone())).claim(&p, k).unwrap();
+        assert_eq!(back, Claim::Completed { request_hash: "h".into(), status: 201, body });
+        // Another record (same text once joined naively) cannot open it.
+        let other = KeyRef { tenant: &tenant, operation: "run:a/b", key: "c" };
+        assert!(matches!(row(Some(201), Some(sealed)).claim(&p, other), Err(StoreError::Internal { .. })));
+        assert!(matches!(row(Some(201), None).claim(&p, k), Err(StoreError::Internal { .. })));
+        assert!(matches!(row(Some(70_000), Some(vec![0])).claim(&p, k), Err(StoreError::Internal { .. })));
+        assert_eq!(row(None, None).claim(&p, k).unwrap(), Claim::InProgress { request_hash: "h".into() });
     }
 }

@@ -541,6 +541,49 @@ pub const JOB_CANCEL: &str = concat!(
     ") SELECT EXISTS (SELECT 1 FROM target) AS found, upd.* FROM (VALUES (1)) AS one (x) LEFT JOIN upd ON true"
 );
 
+// ---- idempotency keys --------------------------------------------------------------------------
+
+/// Claims key `$1`/`$2`/`$3` (tenant, operation, key) for request hash `$4` at `$5` until
+/// `$6`. Returns `claimed, request_hash, response_status, response_body`:
+///
+/// - `claimed` true: the INSERT wrote the row — the key was free, or its row had expired
+///   (`expires_at <= $5`) and the `ON CONFLICT … DO UPDATE … WHERE` replaced it;
+/// - `claimed` false: the live row (`expires_at > $5`) as this statement's snapshot has it,
+///   in progress (no response) or completed.
+///
+/// Race-safety: the primary key decides. Of concurrent claimers one inserts; every other
+/// `ON CONFLICT` waits for that transaction, then locks the committed row and re-tests the
+/// `WHERE` on it — false, so it changes nothing. At most one claimer therefore gets
+/// `claimed`, and an expired row is replaced by exactly one.
+///
+/// No row at all means the conflicting row was committed after this statement's snapshot
+/// (every part of one statement reads the same snapshot, so the fallback SELECT cannot see
+/// it even though `ON CONFLICT` waited for it), or it was replaced meanwhile. The caller
+/// runs the statement again: its new snapshot sees the row, or the row is gone and it
+/// claims it — see [`IDEMPOTENCY_CLAIM_ATTEMPTS`](crate::codec::IDEMPOTENCY_CLAIM_ATTEMPTS).
+pub const IDEMPOTENCY_CLAIM: &str = "WITH claimed AS (INSERT INTO idempotency_keys \
+     (tenant_id, operation, key, request_hash, response_status, response_body, created_at, completed_at, expires_at) \
+     VALUES ($1, $2, $3, $4, NULL, NULL, $5, NULL, $6) \
+     ON CONFLICT (tenant_id, operation, key) DO UPDATE SET request_hash = EXCLUDED.request_hash, \
+     response_status = NULL, response_body = NULL, created_at = EXCLUDED.created_at, completed_at = NULL, \
+     expires_at = EXCLUDED.expires_at \
+     WHERE idempotency_keys.expires_at <= $5 \
+     RETURNING request_hash) \
+     SELECT true AS claimed, request_hash, NULL::integer AS response_status, NULL::bytea AS response_body FROM claimed \
+     UNION ALL \
+     SELECT false, request_hash, response_status, response_body FROM idempotency_keys \
+     WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND expires_at > $5 AND NOT EXISTS (SELECT 1 FROM claimed)";
+
+/// Stores response `$4` (status) / `$5` (protected body) at `$6`; no row affected when the
+/// key has no record.
+pub const IDEMPOTENCY_COMPLETE: &str = "UPDATE idempotency_keys \
+     SET response_status = $4, response_body = $5, completed_at = $6 \
+     WHERE tenant_id = $1 AND operation = $2 AND key = $3";
+
+/// Deletes the record only while it has no response.
+pub const IDEMPOTENCY_RELEASE: &str = "DELETE FROM idempotency_keys \
+     WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND completed_at IS NULL";
+
 // ---- schema ------------------------------------------------------------------------------------
 
 /// Whether a schema name is safe to splice into `CREATE SCHEMA` / `SET search_path`
@@ -610,6 +653,9 @@ mod tests {
             JOB_GET,
             JOB_LIST,
             JOB_CANCEL,
+            IDEMPOTENCY_CLAIM,
+            IDEMPOTENCY_COMPLETE,
+            IDEMPOTENCY_RELEASE,
         ] {
             assert!(s.contains("tenant_id = $1"), "{s}");
         }
@@ -645,5 +691,18 @@ mod tests {
             assert!(s.contains("WHERE id = $1 AND lease_token = $2 AND status = 'Running'"), "{s}");
         }
         assert_eq!(JOB_INSERT.matches('$').count(), 20, "one parameter per column");
+    }
+
+    #[test]
+    fn idempotency_claims_are_settled_inside_one_statement() {
+        // Insert, or replace only an expired row; the live row otherwise.
+        assert!(IDEMPOTENCY_CLAIM.starts_with("WITH claimed AS (INSERT INTO idempotency_keys"), "{IDEMPOTENCY_CLAIM}");
+        assert!(
+            IDEMPOTENCY_CLAIM.contains("ON CONFLICT (tenant_id, operation, key) DO UPDATE SET"),
+            "{IDEMPOTENCY_CLAIM}"
+        );
+        assert!(IDEMPOTENCY_CLAIM.contains("WHERE idempotency_keys.expires_at <= $5"), "{IDEMPOTENCY_CLAIM}");
+        assert!(IDEMPOTENCY_CLAIM.contains("expires_at > $5 AND NOT EXISTS (SELECT 1 FROM claimed)"));
+        assert!(IDEMPOTENCY_RELEASE.ends_with("AND completed_at IS NULL"), "{IDEMPOTENCY_RELEASE}");
     }
 }

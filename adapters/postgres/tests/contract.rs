@@ -6,9 +6,10 @@
 
 use std::sync::Arc;
 
+use tracon_core::idempotency::IdempotencyStore;
 use tracon_core::jobs::JobStore;
 use tracon_core::store::Stores;
-use tracon_postgres::pg::{PgJobStore, PgSettings, stores};
+use tracon_postgres::pg::{PgIdempotencyStore, PgJobStore, PgSettings, stores};
 use tracon_postgres::protect::Protection;
 
 pub fn database_url() -> String {
@@ -34,9 +35,18 @@ async fn fresh_jobs(protection: Protection) -> Arc<dyn JobStore> {
     Arc::new(PgJobStore::new(pool, Arc::new(protection)))
 }
 
+/// An idempotency store on a fresh, migrated schema.
+async fn fresh_idempotency(protection: Protection) -> Arc<dyn IdempotencyStore> {
+    let pool = stores(&settings(), protection.clone()).await.unwrap().1;
+    Arc::new(PgIdempotencyStore::new(pool, Arc::new(protection)))
+}
+
 mod plain {
     tracon_core::store_contract_tests!(super::fresh(tracon_postgres::protect::Protection::off()));
     tracon_core::job_store_contract_tests!(super::fresh_jobs(tracon_postgres::protect::Protection::off()));
+    tracon_core::idempotency_store_contract_tests!(super::fresh_idempotency(
+        tracon_postgres::protect::Protection::off()
+    ));
 }
 
 mod protected {
@@ -44,4 +54,7 @@ mod protected {
     tracon_core::job_store_contract_tests!(super::fresh_jobs(tracon_postgres::protect::Protection::with_key(
         7, &[42; 32]
     )));
+    tracon_core::idempotency_store_contract_tests!(super::fresh_idempotency(
+        tracon_postgres::protect::Protection::with_key(7, &[42; 32])
+    ));
 }

@@ -106,7 +106,8 @@ fn build(env: &Env) -> Result<Router, String> {
         approvals: pg.clone(),
         tenants: pg.clone(),
         quota_notices: pg.clone(),
-        jobs: pg,
+        jobs: pg.clone(),
+        idempotency: pg,
         persistent: true,
     };
     let client = reqwest::Client::new();

@@ -20,6 +20,7 @@ use tracon_core::approvals::{ApprovalDecision, ApprovalRecord, ApprovalRule, App
 use tracon_core::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
 use tracon_core::definition::AgentDefinition;
 use tracon_core::events::RecordedEvent;
+use tracon_core::idempotency::{Claim, IdempotencyStore, KeyRef};
 use tracon_core::jobs::{JobFilter, JobRecord, JobStore, Lease, LeaseRequest, Outcome};
 use tracon_core::keys::{ApiKeyRecord, ApiKeyStore};
 use tracon_core::names::{AgentName, RunId, TenantId};
@@ -30,12 +31,13 @@ use tracon_core::store::{
 use tracon_core::tenants::{TenantRecord, TenantStore};
 use tracon_core::tools::pipeline::LateCompletion;
 use tracon_postgres::codec::{
-    APPROVAL_NOT_DECIDABLE, ApprovalColumns, AuditColumns, JOB_ENDED, JobColumns, KeyColumns,
-    REVOKED_KEY_NOT_ROTATABLE, RuleColumns, TenantColumns, add_stats_row, approval_arrays, conditions_json, corrupt,
-    decision_status, duplicate_approval, duplicate_audit_sequence, duplicate_event, duplicate_job, duplicate_key,
-    duplicate_rule, duplicate_tenant, enum_parse, enum_text, event_arrays, from_json, input_place,
-    is_retryable_sqlstate, item_arrays, job_lease_of, job_leases, job_limit, job_values, next_audit_link, open_event,
-    open_item, scope_texts, status_parse, to_i64, to_json, to_u64, tool_place, unreadable,
+    APPROVAL_NOT_DECIDABLE, ApprovalColumns, AuditColumns, ClaimColumns, IDEMPOTENCY_CLAIM_ATTEMPTS,
+    IDEMPOTENCY_CONTENDED, JOB_ENDED, JobColumns, KeyColumns, REVOKED_KEY_NOT_ROTATABLE, RuleColumns, TenantColumns,
+    add_stats_row, approval_arrays, conditions_json, corrupt, decision_status, duplicate_approval,
+    duplicate_audit_sequence, duplicate_event, duplicate_job, duplicate_key, duplicate_rule, duplicate_tenant,
+    enum_parse, enum_text, event_arrays, from_json, idempotency_response, input_place, is_retryable_sqlstate,
+    item_arrays, job_lease_of, job_leases, job_limit, job_values, next_audit_link, open_event, open_item, scope_texts,
+    status_parse, to_i64, to_json, to_u64, tool_place, unreadable,
 };
 use tracon_postgres::protect::Protection;
 use tracon_postgres::sql;
@@ -1528,6 +1530,65 @@ impl JobStore for WorkerStores {
                 (true, None) => Err(StoreError::Conflict(JOB_ENDED.into())),
                 (true, Some(_)) => self.job(&row),
             }
+        }))
+        .await
+    }
+}
+
+/// A claim is one statement (see `sql::IDEMPOTENCY_CLAIM`), the same text the sqlx store
+/// runs, run again while it returns no row.
+#[async_trait::async_trait]
+impl IdempotencyStore for WorkerStores {
+    async fn claim(
+        &self,
+        key: KeyRef<'_>,
+        request_hash: &str,
+        now: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> Result<Claim, StoreError> {
+        send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 6] =
+                [&key.tenant.as_str(), &key.operation, &key.key, &request_hash, &now, &expires_at];
+            for _ in 0..IDEMPOTENCY_CLAIM_ATTEMPTS {
+                let rows = query_retrying(c, sql::IDEMPOTENCY_CLAIM, &params).await?;
+                if let Some(row) = rows.first() {
+                    return ClaimColumns {
+                        claimed: get(row, "claimed")?,
+                        request_hash: get(row, "request_hash")?,
+                        response_status: get(row, "response_status")?,
+                        response_body: get(row, "response_body")?,
+                    }
+                    .claim(&self.protection, key);
+                }
+            }
+            Err(StoreError::Conflict(IDEMPOTENCY_CONTENDED.into()))
+        }))
+        .await
+    }
+
+    async fn complete(
+        &self,
+        key: KeyRef<'_>,
+        status: u16,
+        body: &serde_json::Value,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let (status, body) = idempotency_response(&self.protection, key, status, body)?;
+        send(self.target.with(async |c| {
+            let params: [&(dyn ToSql + Sync); 6] =
+                [&key.tenant.as_str(), &key.operation, &key.key, &status, &body, &now];
+            let n = c.execute(sql::IDEMPOTENCY_COMPLETE, &params).await.map_err(map_err)?;
+            if n == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+        }))
+        .await
+    }
+
+    async fn release(&self, key: KeyRef<'_>) -> Result<(), StoreError> {
+        send(self.target.with(async |c| {
+            c.execute(sql::IDEMPOTENCY_RELEASE, &[&key.tenant.as_str(), &key.operation, &key.key])
+                .await
+                .map_err(map_err)
+                .map(|_| ())
         }))
         .await
     }

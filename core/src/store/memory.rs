@@ -15,6 +15,7 @@ use crate::approvals::{ApprovalDecision, ApprovalRecord, ApprovalRule, ApprovalS
 use crate::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
 use crate::definition::AgentDefinition;
 use crate::events::RecordedEvent;
+use crate::idempotency::{Claim, IdempotencyStore, KeyRef};
 use crate::jobs::{JobError, JobFilter, JobRecord, JobStatus, JobStore, Lease, LeaseRequest, Outcome};
 use crate::keys::{ApiKeyRecord, ApiKeyStore};
 use crate::names::{AgentName, RunId, TenantId};
@@ -948,5 +949,71 @@ impl JobStore for MemoryJobStore {
         }
         job.updated_at = now;
         Ok(job.clone())
+    }
+}
+
+// ---- idempotency ------------------------------------------------------------------------------
+
+/// One key's state: the request hash, the response once done, the expiry.
+#[derive(Debug, Clone)]
+struct IdempotencyRow {
+    request_hash: String,
+    response: Option<(u16, serde_json::Value)>,
+    expires_at: DateTime<Utc>,
+}
+
+/// Idempotency records per tenant, operation and key.
+#[derive(Default)]
+pub struct MemoryIdempotencyStore {
+    rows: Mutex<HashMap<(TenantId, String, String), IdempotencyRow>>,
+}
+
+fn idempotency_key(k: KeyRef<'_>) -> (TenantId, String, String) {
+    (k.tenant.clone(), k.operation.to_owned(), k.key.to_owned())
+}
+
+#[async_trait::async_trait]
+impl IdempotencyStore for MemoryIdempotencyStore {
+    async fn claim(
+        &self,
+        key: KeyRef<'_>,
+        request_hash: &str,
+        now: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> Result<Claim, StoreError> {
+        let mut rows = lock(&self.rows);
+        let id = idempotency_key(key);
+        if let Some(row) = rows.get(&id).filter(|r| r.expires_at > now) {
+            return Ok(match &row.response {
+                None => Claim::InProgress { request_hash: row.request_hash.clone() },
+                Some((status, body)) => {
+                    Claim::Completed { request_hash: row.request_hash.clone(), status: *status, body: body.clone() }
+                }
+            });
+        }
+        rows.insert(id, IdempotencyRow { request_hash: request_hash.to_owned(), response: None, expires_at });
+        Ok(Claim::Claimed)
+    }
+
+    async fn complete(
+        &self,
+        key: KeyRef<'_>,
+        status: u16,
+        body: &serde_json::Value,
+        _now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let mut rows = lock(&self.rows);
+        let row = rows.get_mut(&idempotency_key(key)).ok_or(StoreError::NotFound)?;
+        row.response = Some((status, body.clone()));
+        Ok(())
+    }
+
+    async fn release(&self, key: KeyRef<'_>) -> Result<(), StoreError> {
+        let mut rows = lock(&self.rows);
+        let id = idempotency_key(key);
+        if rows.get(&id).is_some_and(|r| r.response.is_none()) {
+            rows.remove(&id);
+        }
+        Ok(())
     }
 }

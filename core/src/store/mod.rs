@@ -13,6 +13,8 @@
 #[cfg(feature = "contract-tests")]
 pub mod contract;
 #[cfg(feature = "contract-tests")]
+pub mod idempotency_contract;
+#[cfg(feature = "contract-tests")]
 pub mod job_contract;
 pub mod memory;
 
@@ -476,6 +478,8 @@ pub struct Stores {
     pub quota_notices: Arc<dyn crate::quota::QuotaNoticeStore>,
     /// The durable job queue.
     pub jobs: Arc<dyn crate::jobs::JobStore>,
+    /// `Idempotency-Key` records.
+    pub idempotency: Arc<dyn crate::idempotency::IdempotencyStore>,
     /// Whether the stores survive a restart.
     pub persistent: bool,
 }
@@ -492,6 +496,7 @@ impl Stores {
             tenants: Arc::new(memory::MemoryTenantStore::default()),
             quota_notices: Arc::new(memory::MemoryQuotaNoticeStore::default()),
             jobs: Arc::new(memory::MemoryJobStore::default()),
+            idempotency: Arc::new(memory::MemoryIdempotencyStore::default()),
             persistent: false,
         }
     }

@@ -9,6 +9,7 @@
 mod approvals;
 mod audit;
 mod definitions;
+mod idempotency;
 mod jobs;
 mod keys;
 mod runs;
@@ -30,6 +31,7 @@ use crate::sql::is_schema_name;
 pub use approvals::PgApprovalStore;
 pub use audit::PgAuditStore;
 pub use definitions::PgDefinitionStore;
+pub use idempotency::PgIdempotencyStore;
 pub use jobs::PgJobStore;
 pub use keys::PgApiKeyStore;
 pub use runs::PgRunStore;
@@ -258,7 +260,8 @@ pub fn stores_on(pool: PgPool, protection: Protection) -> Stores {
         approvals: Arc::new(PgApprovalStore::new(pool.clone(), protection.clone())),
         tenants: Arc::new(PgTenantStore::new(pool.clone())),
         quota_notices: Arc::new(PgQuotaNoticeStore::new(pool.clone())),
-        jobs: Arc::new(PgJobStore::new(pool, protection)),
+        jobs: Arc::new(PgJobStore::new(pool.clone(), protection.clone())),
+        idempotency: Arc::new(PgIdempotencyStore::new(pool, protection)),
         persistent: true,
     }
 }
@@ -323,5 +326,6 @@ mod tests {
         assert!(MIGRATOR.iter().any(|m| m.version == 4 && m.description == "session owner index"), "{versions:?}");
         assert!(MIGRATOR.iter().any(|m| m.version == 5 && m.description == "approvals tenants"), "{versions:?}");
         assert!(MIGRATOR.iter().any(|m| m.version == 6 && m.description == "jobs"), "{versions:?}");
+        assert!(MIGRATOR.iter().any(|m| m.version == 7 && m.description == "idempotency"), "{versions:?}");
     }
 }
