@@ -10,6 +10,7 @@ WORKER_BUILD_VERSION=0.8.7
 WASM_BINDGEN_VERSION=0.2.130
 CARGO_LAMBDA_VERSION=1.9.2
 CFN_LINT_VERSION=1.58.0
+MOTO_VERSION=5.2.1
 TOOLS_DIR="$PWD/target/tools"
 
 ensure_cargo_tool() { # binary crate version [cargo install flags…]
@@ -33,10 +34,12 @@ install_serverless_tools() {
     (cd adapters/worker && npm ci --no-audit --no-fund --loglevel=error) || return 1
   fi
 
-  if [ ! -x "$TOOLS_DIR/venv/bin/cargo-lambda" ] || [ ! -x "$TOOLS_DIR/venv/bin/cfn-lint" ]; then
-    echo "==> installing cargo-lambda $CARGO_LAMBDA_VERSION and cfn-lint $CFN_LINT_VERSION (PyPI)"
+  # moto's server is the SQS emulator of the Lambda queue test (tests/tests/serverless_e2e.rs).
+  if [ ! -x "$TOOLS_DIR/venv/bin/cargo-lambda" ] || [ ! -x "$TOOLS_DIR/venv/bin/cfn-lint" ] || [ ! -x "$TOOLS_DIR/venv/bin/moto_server" ]; then
+    echo "==> installing cargo-lambda $CARGO_LAMBDA_VERSION, cfn-lint $CFN_LINT_VERSION and moto[server] $MOTO_VERSION (PyPI)"
     { [ -x "$TOOLS_DIR/venv/bin/pip" ] || python3 -m venv "$TOOLS_DIR/venv"; } &&
-      "$TOOLS_DIR/venv/bin/pip" install --quiet "cargo-lambda==$CARGO_LAMBDA_VERSION" "cfn-lint==$CFN_LINT_VERSION" || return 1
+      "$TOOLS_DIR/venv/bin/pip" install --quiet "cargo-lambda==$CARGO_LAMBDA_VERSION" "cfn-lint==$CFN_LINT_VERSION" \
+        "moto[server]==$MOTO_VERSION" || return 1
   fi
   export PATH="$TOOLS_DIR/venv/bin:$PWD/adapters/worker/node_modules/.bin:$PATH"
   export WASM_BINDGEN_BIN

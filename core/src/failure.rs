@@ -36,6 +36,9 @@ pub enum ErrorClass {
     SessionConflict,
     /// The agent could not be compiled.
     Configuration,
+    /// The process executing the run went away: its heartbeat expired and reconciliation
+    /// closed it.
+    Orphaned,
     Internal,
 }
 
@@ -56,6 +59,7 @@ impl ErrorClass {
             Self::Canceled => "canceled",
             Self::SessionConflict => "session_conflict",
             Self::Configuration => "configuration_error",
+            Self::Orphaned => "orphaned",
             Self::Internal => "internal_error",
         }
     }

@@ -211,6 +211,11 @@ pub trait JobStore: Send + Sync {
     /// consumer sees it at its next heartbeat). `NotFound` for another tenant's or an
     /// unknown job; `Conflict` when it already ended.
     async fn cancel(&self, tenant: &TenantId, id: Uuid, now: DateTime<Utc>) -> Result<JobRecord, StoreError>;
+    /// Ids of jobs of any tenant a consumer could lease at `now` but may not have been told
+    /// about: queued retries whose backoff passed, queued jobs older than `quiet_since` (their
+    /// wake-up may be lost), and running jobs whose lease expired — oldest first, at most
+    /// `limit`. The tick wakes them through the host's transport.
+    async fn due(&self, now: DateTime<Utc>, quiet_since: DateTime<Utc>, limit: usize) -> Result<Vec<Uuid>, StoreError>;
 }
 
 /// Wakes a consumer for a job just enqueued: in process on the local server, a queue
@@ -230,6 +235,14 @@ pub trait JobHandler: Send + Sync {
     /// the lease is lost. An `Err` is retried with backoff while attempts remain; its text is
     /// logged, never stored.
     async fn handle(&self, job: &JobRecord, cancel: CancellationToken) -> Result<Option<Value>, JobFailure>;
+}
+
+/// Told when a job settles for good (`Succeeded` or `Failed`, its result recorded): what
+/// publishes `job.completed` / `job.failed`. Runs after the store write; it must not fail
+/// the job, so it returns nothing.
+#[async_trait::async_trait]
+pub trait JobObserver: Send + Sync {
+    async fn settled(&self, job: &JobRecord, outcome: &Outcome);
 }
 
 /// Why an attempt failed.
@@ -305,6 +318,8 @@ pub struct JobRunner {
     settings: JobSettings,
     /// This consumer's name in the lease rows.
     owner: String,
+    /// Told of every job that settles for good ([`JobObserver`]).
+    observers: Vec<Arc<dyn JobObserver>>,
 }
 
 impl JobRunner {
@@ -316,7 +331,13 @@ impl JobRunner {
         owner: impl Into<String>,
     ) -> Self {
         let handlers = handlers.into_iter().map(|h| (h.key(), h)).collect();
-        Self { store, handlers, clock, settings, owner: owner.into() }
+        Self { store, handlers, clock, settings, owner: owner.into(), observers: Vec::new() }
+    }
+
+    /// Adds an observer of settled jobs (see [`crate::background::job_observers`]).
+    pub fn with_observer(mut self, observer: Arc<dyn JobObserver>) -> Self {
+        self.observers.push(observer);
+        self
     }
 
     /// Whether a handler serves `key` (enqueue refuses a key nobody serves).
@@ -375,6 +396,8 @@ impl JobRunner {
         let mut beat = self.clock.sleep(every);
         let mut deadline = self.clock.sleep(self.settings.timeout);
         let mut cancel_asked = false;
+        // Until when the lease is known to be this attempt's.
+        let mut held_until = job.lease_expires_at.unwrap_or_else(|| self.clock.now());
         let outcome = loop {
             tokio::select! {
                 biased;
@@ -400,8 +423,21 @@ impl JobRunner {
                             tracing::warn!(job = %job.id, "lost the job's lease; stopping this attempt");
                             return;
                         }
-                        Err(e) => tracing::warn!(job = %job.id, error = ?e, "job heartbeat failed"),
+                        Err(e) => {
+                            tracing::warn!(job = %job.id, error = ?e, "job heartbeat failed");
+                            // The lease runs out before the next heartbeat could renew it:
+                            // stop now, so the attempt never outlives its lease and never runs
+                            // beside the consumer that leases the job next.
+                            if held_until - now <= chrono::Duration::from_std(every).unwrap_or_default() {
+                                cancel.cancel();
+                                tracing::warn!(job = %job.id, "the job's lease is about to run out unrenewed; stopping this attempt");
+                                return;
+                            }
+                            beat = self.clock.sleep(every);
+                            continue;
+                        }
                     }
+                    held_until = until;
                     beat = self.clock.sleep(every);
                 }
             }
@@ -432,6 +468,11 @@ impl JobRunner {
 
     async fn finish(&self, job: &JobRecord, token: Uuid, outcome: Outcome) {
         match self.store.finish(job.id, token, &outcome, self.clock.now()).await {
+            Ok(true) if matches!(outcome, Outcome::Succeeded(_) | Outcome::Failed(_)) => {
+                for observer in &self.observers {
+                    observer.settled(job, &outcome).await;
+                }
+            }
             Ok(true) => {}
             Ok(false) => tracing::warn!(job = %job.id, "the job's lease moved on before its result was recorded"),
             Err(e) => {

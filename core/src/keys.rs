@@ -50,10 +50,16 @@ pub enum Scope {
     ApprovalsDecide,
     /// Manage approval rules (standing pre-approvals).
     ApprovalsAdmin,
+    /// Manage inbound triggers (the signed accept endpoint itself needs no credential).
+    TriggersAdmin,
+    /// Manage outbound webhook subscriptions, send test deliveries, read delivery history.
+    WebhooksAdmin,
+    /// Manage schedules (one-time and cron runs).
+    SchedulesAdmin,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 13] = [
+    pub const ALL: [Scope; 16] = [
         Scope::AgentsRead,
         Scope::AgentsAdmin,
         Scope::RunsWrite,
@@ -67,6 +73,9 @@ impl Scope {
         Scope::ExternalInvoke,
         Scope::ApprovalsDecide,
         Scope::ApprovalsAdmin,
+        Scope::TriggersAdmin,
+        Scope::WebhooksAdmin,
+        Scope::SchedulesAdmin,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -84,6 +93,9 @@ impl Scope {
             Scope::ExternalInvoke => "ExternalInvoke",
             Scope::ApprovalsDecide => "ApprovalsDecide",
             Scope::ApprovalsAdmin => "ApprovalsAdmin",
+            Scope::TriggersAdmin => "TriggersAdmin",
+            Scope::WebhooksAdmin => "WebhooksAdmin",
+            Scope::SchedulesAdmin => "SchedulesAdmin",
         }
     }
 }

@@ -116,6 +116,10 @@ pub struct PreparedRun {
     pub request: RunRequest,
     pub session: Option<LoadedSession>,
     pub started_at: chrono::DateTime<chrono::Utc>,
+    /// Earlier turns the caller sent along (an OpenAI-compatible chat request carries its
+    /// whole conversation): the model sees them before the new message; nothing saves them.
+    /// Used only without a session.
+    pub supplied_history: Vec<Message>,
 }
 
 /// How a run ended.
@@ -178,7 +182,7 @@ pub async fn prepare(runtime: &Runtime, request: RunRequest) -> Result<PreparedR
     if request.queued.is_none() {
         open_record(runtime, run_id, &agent, &request, session.as_ref(), started_at).await?;
     }
-    Ok(PreparedRun { run_id, agent, request, session, started_at })
+    Ok(PreparedRun { run_id, agent, request, session, started_at, supplied_history: Vec::new() })
 }
 
 /// Writes the run row (with its input) before anything streams. A store that cannot be
@@ -276,7 +280,7 @@ pub async fn execute(
     cancel: CancellationToken,
     events: Option<mpsc::Sender<RunEvent>>,
 ) -> RunOutcome {
-    let PreparedRun { run_id, agent, request, session, started_at } = prepared;
+    let PreparedRun { run_id, agent, request, session, started_at, supplied_history } = prepared;
     let clock = runtime.platform.clock.clone();
     let tenant = request.tenant.clone();
     let store = runtime.stores.runs.clone();
@@ -335,7 +339,7 @@ pub async fn execute(
     };
     let (history, session) = match session {
         Some(mut s) => (std::mem::take(&mut s.history), Some(s)),
-        None => (Vec::new(), None),
+        None => (supplied_history, None),
     };
     let start = match &request.resume {
         Some(resume) => {
@@ -350,7 +354,9 @@ pub async fn execute(
             message: user_message(&request.message, &request.documents),
         },
     };
-    let turn = engine::run_turn(runtime, &agent, &env, history, start, &mut emitter).await;
+    let turn =
+        with_heartbeat(engine::run_turn(runtime, &agent, &env, history, start, &mut emitter), runtime, &tenant, run_id)
+            .await;
 
     // Save the turn to its session; a lost race fails the run rather than overwrite. A run
     // without a session that stops for approval gets one (named after the run): the
@@ -489,6 +495,9 @@ pub async fn execute(
     }
     emitter.send_live(terminal).await;
     outcome.event_writes = recorder.store_writes();
+    // run.completed / run.failed / approval.pending: every run ends here (live, queued,
+    // resumed). A failing publish is logged; it never changes the run.
+    crate::webhooks::publish_run_end(runtime, &tenant, &agent.name, &outcome).await;
     if row_open {
         // The store went away during the run. Keep trying in the background so the record
         // ends complete once it is back, instead of holding the caller.
@@ -683,6 +692,77 @@ pub async fn enqueue(runtime: &Runtime, request: RunRequest, max_attempts: u32) 
     Ok(Accepted { run_id, job_id })
 }
 
+/// Drives `work` while moving the run's heartbeat every `HeartbeatSeconds`, so reconciliation
+/// can tell a long model call from a dead process. A failed heartbeat is logged; the run goes on.
+async fn with_heartbeat<T>(
+    work: impl std::future::Future<Output = T>,
+    runtime: &Runtime,
+    tenant: &TenantId,
+    run_id: RunId,
+) -> T {
+    let clock = runtime.platform.clock.as_ref();
+    let every = runtime.settings.reconciliation.heartbeat;
+    let mut work = std::pin::pin!(work);
+    loop {
+        tokio::select! {
+            biased;
+            out = &mut work => return out,
+            () = clock.sleep(every) => {
+                if let Err(e) = runtime.stores.runs.heartbeat(tenant, run_id, clock.now()).await {
+                    tracing::warn!(run_id = %run_id, error = ?e, "could not move the run's heartbeat");
+                }
+            }
+        }
+    }
+}
+
+/// Closes running runs whose executor stopped heartbeating: `Failed`, error class
+/// `Orphaned`, with a closing `RunFailed` event after the last stored one. A run whose
+/// executor came back in the meantime is left alone. Returns how many were closed.
+pub async fn reconcile_orphans(runtime: &Runtime, limit: usize) -> Result<usize, StoreError> {
+    let settings = &runtime.settings.reconciliation;
+    if !settings.enabled {
+        return Ok(0);
+    }
+    let now = runtime.platform.clock.now();
+    let orphan_after = chrono::Duration::from_std(settings.orphan_after).unwrap_or(chrono::Duration::minutes(5));
+    let stale_before = now - orphan_after;
+    let store = &runtime.stores.runs;
+    let mut closed = 0;
+    for stale in store.stale_runs(stale_before, limit).await? {
+        let failure = RunFailure::new(
+            ErrorClass::Orphaned,
+            "The process executing this run stopped before it finished; reconciliation closed it.",
+        );
+        let end = RunEnd {
+            status: RunStatus::Failed,
+            ended_at: now,
+            duration_ms: u64::try_from((now - stale.started_at).num_milliseconds()).unwrap_or(0),
+            usage: None,
+            cost: None,
+            model_provider: None,
+            model: None,
+            error: Some(failure.clone()),
+        };
+        let event = crate::events::RecordedEvent {
+            sequence: stale.last_sequence + 1,
+            timestamp: now,
+            event: RunEvent::RunFailed { error: failure.clone() },
+        };
+        match store.close_stale(&stale.tenant, stale.id, stale_before, &end, &[event]).await {
+            Ok(true) => {
+                tracing::warn!(run_id = %stale.id, tenant = %stale.tenant, "closed an orphaned run");
+                closed += 1;
+                crate::webhooks::publish_run_failed(runtime, &stale.tenant, stale.id, None, &failure).await;
+            }
+            Ok(false) => {}
+            // One run's failure (a racing writer took the sequence) does not stop the others.
+            Err(e) => tracing::warn!(run_id = %stale.id, error = ?e, "could not close an orphaned run"),
+        }
+    }
+    Ok(closed)
+}
+
 /// Ends a run that never started: its row closes with `failure` and a `RunFailed` event.
 async fn close_unstarted(
     runtime: &Runtime,
@@ -701,11 +781,15 @@ async fn close_unstarted(
         model: None,
         error: Some(failure.clone()),
     };
-    let event =
-        crate::events::RecordedEvent { sequence: 1, timestamp: now, event: RunEvent::RunFailed { error: failure } };
+    let event = crate::events::RecordedEvent {
+        sequence: 1,
+        timestamp: now,
+        event: RunEvent::RunFailed { error: failure.clone() },
+    };
     if let Err(e) = runtime.stores.runs.finish_run(tenant, run_id, &end, &[event]).await {
         tracing::warn!(run_id = %run_id, error = ?e, "could not close a run that never started");
     }
+    crate::webhooks::publish_run_failed(runtime, tenant, run_id, None, &failure).await;
 }
 
 /// Executes queued runs (`run.execute` jobs). Jobs are delivered at least once, runs start
@@ -742,11 +826,12 @@ impl crate::jobs::JobHandler for QueuedRuns {
             message: "The store could not be reached.".into(),
             detail: format!("{e:?}"),
         };
-        if !runtime.stores.runs.start_queued(&tenant, run_id, now).await.map_err(transient)? {
+        let Some(cancel_asked) = runtime.stores.runs.start_queued(&tenant, run_id, now).await.map_err(transient)?
+        else {
             let status = runtime.stores.runs.get_run(&tenant, run_id).await.map_err(transient)?.map(|r| r.status);
             tracing::info!(run_id = %run_id, status = ?status, "the queued run was started before; not running it again");
             return Ok(Some(serde_json::json!({ "runId": run_id, "status": status })));
-        }
+        };
         let permanent =
             |message: &str| JobFailure::Permanent { code: "tracon.run.cannot-start".into(), message: message.into() };
         let (Ok(agent), Ok(session_id)) =
@@ -789,7 +874,7 @@ impl crate::jobs::JobHandler for QueuedRuns {
             }
         };
         // A cancel asked while the run waited in the queue stops it before its first call.
-        if runtime.stores.runs.is_cancel_requested(&tenant, run_id).await.unwrap_or(false) {
+        if cancel_asked {
             cancel.cancel();
         }
         let outcome = execute(runtime, prepared, cancel, None).await;

@@ -39,6 +39,43 @@ pub struct RuntimeSettings {
     /// How long a pending approval request can be decided (`Tracon:Approvals:ExpirySeconds`,
     /// 24 hours).
     pub approval_expiry: Duration,
+    /// Heartbeats of executing runs and the reconciliation of orphaned ones.
+    pub reconciliation: ReconciliationSettings,
+}
+
+/// `Tracon:RunReconciliation:*`: an executing run moves its heartbeat every `heartbeat`
+/// (`HeartbeatSeconds`, 30); the tick closes a running run not heard from for `orphan_after`
+/// (`OrphanAfterSeconds`, 300) as `Failed` with error class `Orphaned`. `Enabled` (true) turns
+/// the closing off; heartbeats are written either way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReconciliationSettings {
+    pub enabled: bool,
+    pub heartbeat: Duration,
+    pub orphan_after: Duration,
+}
+
+impl Default for ReconciliationSettings {
+    fn default() -> Self {
+        Self { enabled: true, heartbeat: Duration::from_secs(30), orphan_after: Duration::from_secs(300) }
+    }
+}
+
+impl ReconciliationSettings {
+    pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
+        let d = Self::default();
+        let s = Self {
+            enabled: config.bool("Tracon:RunReconciliation:Enabled")?.unwrap_or(d.enabled),
+            heartbeat: config.seconds("Tracon:RunReconciliation:HeartbeatSeconds")?.unwrap_or(d.heartbeat),
+            orphan_after: config.seconds("Tracon:RunReconciliation:OrphanAfterSeconds")?.unwrap_or(d.orphan_after),
+        };
+        if s.heartbeat.is_zero() || s.orphan_after < s.heartbeat * 2 {
+            return Err(ConfigError::Message(
+                "Tracon__RunReconciliation__HeartbeatSeconds must be positive and OrphanAfterSeconds at least twice it."
+                    .into(),
+            ));
+        }
+        Ok(s)
+    }
 }
 
 impl Default for RuntimeSettings {
@@ -50,6 +87,7 @@ impl Default for RuntimeSettings {
             cancel_check_interval: Duration::from_millis(250),
             recording: RecordingSettings::default(),
             approval_expiry: Duration::from_secs(24 * 3600),
+            reconciliation: ReconciliationSettings::default(),
         }
     }
 }
@@ -74,6 +112,7 @@ impl RuntimeSettings {
                 Some(d) => d,
                 None => d.approval_expiry,
             },
+            reconciliation: ReconciliationSettings::from_config(config)?,
         })
     }
 }
@@ -97,6 +136,11 @@ pub struct Runtime {
     pub gatekeeper: Arc<Gatekeeper>,
     /// Where quota threshold notices go (besides the log and, when on, the run's stream).
     pub quota_sinks: Vec<Arc<dyn QuotaNoticeSink>>,
+    /// Outbound webhooks: delivery settings, the egress policy, where secrets are read.
+    pub webhooks: Arc<crate::webhooks::WebhookSettings>,
+    /// The host's own job handlers ([`RuntimeBuilder::add_job_handler`]), served next to the
+    /// built-in ones by every consumer.
+    pub custom_job_handlers: Vec<Arc<dyn crate::jobs::JobHandler>>,
 }
 
 /// Start-up registrations. Problems are collected and reported together by [`build`](Self::build).
@@ -116,6 +160,8 @@ pub struct RuntimeBuilder {
     quotas: Quotas,
     approval_policies: HashMap<String, Arc<dyn ApprovalPolicy>>,
     quota_sinks: Vec<Arc<dyn QuotaNoticeSink>>,
+    webhooks: crate::webhooks::WebhookSettings,
+    custom_job_handlers: Vec<Arc<dyn crate::jobs::JobHandler>>,
     errors: Vec<String>,
 }
 
@@ -142,8 +188,26 @@ impl RuntimeBuilder {
             event_sinks: Vec::new(),
             approval_policies: HashMap::new(),
             quota_sinks: Vec::new(),
+            webhooks: crate::webhooks::WebhookSettings::default(),
+            custom_job_handlers: Vec::new(),
             errors: Vec::new(),
         }
+    }
+
+    /// Adds a job type of the host's own: jobs with its handler key ([`crate::background::enqueue`])
+    /// run through it on every host's consumer, at least once. A key the runtime serves
+    /// already (`run.execute`, `webhook.deliver`, or another added handler's) is a start-up
+    /// error: dispatch is an exact key match, never an order.
+    pub fn add_job_handler(mut self, handler: Arc<dyn crate::jobs::JobHandler>) -> Self {
+        let key = handler.key();
+        if crate::background::BUILT_IN_JOB_KEYS.contains(&key)
+            || self.custom_job_handlers.iter().any(|h| h.key() == key)
+        {
+            self.errors.push(format!("Two job handlers serve the key '{key}'."));
+        } else {
+            self.custom_job_handlers.push(handler);
+        }
+        self
     }
 
     /// Registers a code-defined approval policy for one tool (the spec's
@@ -165,6 +229,13 @@ impl RuntimeBuilder {
     /// The quota rules checked before a run starts.
     pub fn quotas(mut self, quotas: Quotas) -> Self {
         self.quotas = quotas;
+        self
+    }
+
+    /// Outbound webhook settings (`Tracon:Webhooks:*`, `Tracon:Egress:*`, and the
+    /// configuration signing secrets are read from).
+    pub fn webhooks(mut self, settings: crate::webhooks::WebhookSettings) -> Self {
+        self.webhooks = settings;
         self
     }
 
@@ -264,9 +335,20 @@ impl RuntimeBuilder {
         }
         let gatekeeper =
             Arc::new(Gatekeeper { policies: self.approval_policies, store: Some(stores.approvals.clone()) });
+        // `quota.threshold` webhooks go through the quota notice seam like any other sink.
+        let mut quota_sinks = self.quota_sinks;
+        quota_sinks.push(Arc::new(crate::webhooks::QuotaEvents(crate::webhooks::Publisher {
+            webhooks: stores.webhooks.clone(),
+            jobs: stores.jobs.clone(),
+            clock: self.platform.clock.clone(),
+            max_attempts: self.webhooks.max_attempts,
+            quiet: self.webhooks.quiet.clone(),
+        })));
         Ok(Runtime {
             gatekeeper,
-            quota_sinks: self.quota_sinks,
+            quota_sinks,
+            webhooks: Arc::new(self.webhooks),
+            custom_job_handlers: self.custom_job_handlers,
             catalog,
             stores,
             platform: self.platform,

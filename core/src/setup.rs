@@ -42,7 +42,13 @@ pub fn builder_from_config(
     let settings = RuntimeSettings::from_config(config).map_err(|e| e.to_string())?;
     let pricing = Pricing::from_config(config).map_err(|e| e.to_string())?;
     let quotas = crate::quota::Quotas::from_config(config).map_err(|e| e.to_string())?;
-    let mut builder = RuntimeBuilder::new(platform).settings(settings).pricing(pricing).stores(stores).quotas(quotas);
+    let webhooks = crate::webhooks::WebhookSettings::from_config(config).map_err(|e| e.to_string())?;
+    let mut builder = RuntimeBuilder::new(platform)
+        .settings(settings)
+        .pricing(pricing)
+        .stores(stores)
+        .quotas(quotas)
+        .webhooks(webhooks);
     if let Some(prefix) = config.get("Tracon:Attribution:LabelHeaderPrefix") {
         builder = builder.attribution(Arc::new(HeaderLabels::new(prefix)));
     }

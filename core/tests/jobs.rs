@@ -178,3 +178,175 @@ async fn an_attempt_past_the_timeout_is_stopped_and_retried() {
     let retried = job(&s, id).await;
     assert_eq!((retried.status, retried.error.unwrap().code.as_str()), (JobStatus::Queued, "tracon.job.timeout"));
 }
+
+/// A job store whose heartbeats fail (the database went away mid-attempt).
+struct NoHeartbeat(MemoryJobStore);
+
+#[async_trait::async_trait]
+impl JobStore for NoHeartbeat {
+    async fn enqueue(&self, job: &JobRecord) -> Result<(), tracon_core::store::StoreError> {
+        self.0.enqueue(job).await
+    }
+    async fn get(&self, t: &TenantId, id: uuid::Uuid) -> Result<Option<JobRecord>, tracon_core::store::StoreError> {
+        self.0.get(t, id).await
+    }
+    async fn list(
+        &self,
+        t: &TenantId,
+        f: &tracon_core::jobs::JobFilter,
+        skip: usize,
+        take: usize,
+    ) -> Result<Vec<JobRecord>, tracon_core::store::StoreError> {
+        self.0.list(t, f, skip, take).await
+    }
+    async fn lease(
+        &self,
+        r: &tracon_core::jobs::LeaseRequest,
+        limit: usize,
+    ) -> Result<Vec<tracon_core::jobs::Lease>, tracon_core::store::StoreError> {
+        self.0.lease(r, limit).await
+    }
+    async fn lease_one(
+        &self,
+        id: uuid::Uuid,
+        r: &tracon_core::jobs::LeaseRequest,
+    ) -> Result<Option<tracon_core::jobs::Lease>, tracon_core::store::StoreError> {
+        self.0.lease_one(id, r).await
+    }
+    async fn heartbeat(
+        &self,
+        _: uuid::Uuid,
+        _: uuid::Uuid,
+        _: DateTime<Utc>,
+        _: DateTime<Utc>,
+    ) -> Result<Option<bool>, tracon_core::store::StoreError> {
+        Err(tracon_core::store::StoreError::Unavailable { detail: "connection refused".into() })
+    }
+    async fn finish(
+        &self,
+        id: uuid::Uuid,
+        token: uuid::Uuid,
+        o: &tracon_core::jobs::Outcome,
+        now: DateTime<Utc>,
+    ) -> Result<bool, tracon_core::store::StoreError> {
+        self.0.finish(id, token, o, now).await
+    }
+    async fn cancel(
+        &self,
+        t: &TenantId,
+        id: uuid::Uuid,
+        now: DateTime<Utc>,
+    ) -> Result<JobRecord, tracon_core::store::StoreError> {
+        self.0.cancel(t, id, now).await
+    }
+    async fn due(
+        &self,
+        now: DateTime<Utc>,
+        quiet: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<uuid::Uuid>, tracon_core::store::StoreError> {
+        self.0.due(now, quiet, limit).await
+    }
+}
+
+/// Wall-clock time (the lease must run out for real here).
+struct WallClock;
+
+impl Clock for WallClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(duration))
+    }
+}
+
+#[tokio::test]
+async fn an_attempt_whose_lease_cannot_be_renewed_stops_before_the_lease_runs_out() {
+    let store = Arc::new(NoHeartbeat(MemoryJobStore::default()));
+    let echo = Arc::new(Echo { fail: 0, calls: AtomicUsize::new(0) });
+    let settings = JobSettings { lease_for: Duration::from_millis(600), ..JobSettings::default() };
+    let runner =
+        JobRunner::new(store.clone(), vec![echo.clone() as Arc<dyn JobHandler>], Arc::new(WallClock), settings, "a");
+    let job = JobRecord::queued(uuid::Uuid::now_v7(), tenant(), "echo", json!({"wait": true}), 3, Utc::now());
+    store.enqueue(&job).await.unwrap();
+    // The handler only ends when cancelled: the runner must cancel it itself, within the
+    // lease it holds, and leave the job to the next lease rather than record anything.
+    let ran = runner.drain(1).await.unwrap();
+    assert_eq!(ran, 1);
+    let stopped_at = Utc::now();
+    let read = store.get(&tenant(), job.id).await.unwrap().unwrap();
+    assert_eq!(read.status, JobStatus::Running, "nothing recorded: the lease returns the job");
+    assert!(stopped_at <= read.lease_expires_at.unwrap(), "stopped before its lease ran out");
+    assert_eq!(echo.calls.load(Ordering::SeqCst), 1);
+}
+
+/// A job type of the host's own, added at start-up.
+struct Thumbnails(AtomicUsize);
+
+#[async_trait::async_trait]
+impl JobHandler for Thumbnails {
+    fn key(&self) -> &'static str {
+        "acme.thumbnails"
+    }
+    async fn handle(&self, job: &JobRecord, _: CancellationToken) -> Result<Option<Value>, JobFailure> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(Some(json!({"made": job.payload["images"]})))
+    }
+}
+
+struct Nobody;
+
+#[async_trait::async_trait]
+impl tracon_core::jobs::JobTransport for Nobody {
+    async fn wake(&self, _: uuid::Uuid) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_host_job_type_runs_on_the_consumer_and_a_key_nobody_serves_is_refused() {
+    use tracon_core::background::{EnqueueError, enqueue, job_runner};
+    let thumbnails = Arc::new(Thumbnails(AtomicUsize::new(0)));
+    let runtime = Arc::new(
+        tracon_core::runtime::RuntimeBuilder::new(tracon_core::ports::tokio_rt::platform())
+            .add_job_handler(thumbnails.clone())
+            .build()
+            .unwrap(),
+    );
+    let id = enqueue(&runtime, &Nobody, &tenant(), "acme.thumbnails", json!({"images": 3}), 3).await.unwrap();
+    let runner = job_runner(&runtime, JobSettings::default(), "test");
+    assert_eq!(runner.drain(10).await.unwrap(), 1);
+    let done = runtime.stores.jobs.get(&tenant(), id).await.unwrap().unwrap();
+    assert_eq!((done.status, done.result), (JobStatus::Succeeded, Some(json!({"made": 3}))));
+    assert_eq!(thumbnails.0.load(Ordering::SeqCst), 1);
+
+    let refused = enqueue(&runtime, &Nobody, &tenant(), "acme.nobody", json!({}), 3).await;
+    assert!(matches!(refused, Err(EnqueueError::UnknownHandlerKey)), "{refused:?}");
+    let all = runtime.stores.jobs.list(&tenant(), &Default::default(), 0, 10).await.unwrap();
+    assert_eq!(all.len(), 1, "nothing was queued for the unknown key");
+
+    // Two handlers for one key, or a handler for a built-in key, stop the start.
+    let twice = tracon_core::runtime::RuntimeBuilder::new(tracon_core::ports::tokio_rt::platform())
+        .add_job_handler(thumbnails.clone())
+        .add_job_handler(Arc::new(Thumbnails(AtomicUsize::new(0))))
+        .build();
+    assert!(twice.is_err_and(|e| e.to_string().contains("acme.thumbnails")));
+    let built_in = tracon_core::runtime::RuntimeBuilder::new(tracon_core::ports::tokio_rt::platform())
+        .add_job_handler(Arc::new(Named("run.execute")))
+        .build();
+    assert!(built_in.is_err_and(|e| e.to_string().contains("run.execute")));
+}
+
+/// A handler under any key.
+struct Named(&'static str);
+
+#[async_trait::async_trait]
+impl JobHandler for Named {
+    fn key(&self) -> &'static str {
+        self.0
+    }
+    async fn handle(&self, _: &JobRecord, _: CancellationToken) -> Result<Option<Value>, JobFailure> {
+        Ok(None)
+    }
+}

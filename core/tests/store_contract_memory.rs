@@ -21,3 +21,24 @@ mod idempotency {
         Arc::new(MemoryIdempotencyStore::default()) as Arc<dyn IdempotencyStore>
     });
 }
+
+mod triggers {
+    use std::sync::Arc;
+
+    use tracon_core::triggers::{MemoryTriggerStore, TriggerStore};
+
+    tracon_core::trigger_store_contract_tests!(async {
+        Arc::new(MemoryTriggerStore::default()) as Arc<dyn TriggerStore>
+    });
+}
+
+mod webhooks {
+    use std::sync::Arc;
+
+    use tracon_core::webhooks::WebhookStore;
+    use tracon_core::webhooks::memory::MemoryWebhookStore;
+
+    tracon_core::webhook_store_contract_tests!(async {
+        Arc::new(MemoryWebhookStore::default()) as Arc<dyn WebhookStore>
+    });
+}

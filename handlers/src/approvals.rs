@@ -23,7 +23,6 @@ use tracon_core::approvals::{
     self, ApprovalDecision, ApprovalRecord, ApprovalRule, ApprovalStatus, Condition, MAX_CONDITIONS, MAX_DESCRIPTION,
 };
 use tracon_core::attribution::Attribution;
-use tracon_core::audit::NewAuditEntry;
 use tracon_core::identity::Caller;
 use tracon_core::names::{AgentName, RunId, SessionId, TenantId};
 use tracon_core::ports::new_id;
@@ -231,16 +230,7 @@ pub(crate) async fn apply(
     let after = json!({ "status": if body.approved { "Approved" } else { "Denied" }, "reason": reason,
         "dontAskAgain": body.dont_ask_again });
     // Audit before apply: no entry, no decision.
-    let entry = NewAuditEntry::new(now, actor.clone(), action, ("approval", &id), Some(&before), Some(&after));
-    if let Err(e) = state.runtime.stores.audit.append(tenant, entry).await {
-        tracing::error!(approval = %id, error = %e, "the decision's audit entry could not be written; the decision is refused");
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "audit_unavailable",
-            "The decision was not applied: its audit entry could not be written. Try again.",
-        )
-        .with_retry_after(5));
-    }
+    audit::record_before_apply(state, tenant, caller, action, ("approval", &id), Some(&before), Some(&after)).await?;
     let decision = ApprovalDecision { approved: body.approved, decided_by: actor, reason: reason.map(str::to_owned) };
     let decided = match state.runtime.stores.approvals.decide(tenant, record.id, &decision, now).await {
         Ok(d) => d,

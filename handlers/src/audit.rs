@@ -48,6 +48,33 @@ pub async fn record(
     }
 }
 
+/// Audit before apply: appends the entry of a change **about to be made**. When the entry
+/// cannot be written the change must not happen: the caller gets `503 audit_unavailable`
+/// and applies nothing. For the writes the spec names (approval decisions, triggers,
+/// webhooks); other changes are recorded after the fact with [`record`].
+pub async fn record_before_apply(
+    state: &AppState,
+    tenant: &TenantId,
+    caller: &Caller,
+    action: &str,
+    entity: (&str, &str),
+    before: Option<&Value>,
+    after: Option<&Value>,
+) -> Result<(), ApiError> {
+    let now = state.runtime.platform.clock.now();
+    let entry = NewAuditEntry::new(now, actor(caller), action, entity, before, after);
+    if let Err(e) = state.runtime.stores.audit.append(tenant, entry).await {
+        tracing::error!(action, entity_type = entity.0, entity_id = entity.1, error = %e, "the audit entry could not be written; the change is refused");
+        return Err(ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "audit_unavailable",
+            "The change was not applied: its audit entry could not be written. Try again.",
+        )
+        .with_retry_after(5));
+    }
+    Ok(())
+}
+
 /// Filters of the trail.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -1,6 +1,8 @@
 //! The access layers, in the spec's order:
 //!
-//! 1. `/api/meta` is open;
+//! 1. routes the table marks [`Requirement::Open`] skip every layer below: `/api/meta`, and
+//!    `POST /api/triggers/{tenantId}/{name}`, whose HMAC signature authenticates it
+//!    (`crate::triggers`) and whose tenant is the URL's;
 //! 2. a non-loopback caller gets `403` unless remote access is on (it is on only with a
 //!    token behind it);
 //! 3. `Authorization: Bearer <credential>`: the static token (SHA-256 digests compared in
@@ -45,17 +47,20 @@ use tracon_core::keys::{self, ApiKeyRecord, Scope};
 use crate::error::ApiError;
 use crate::state::{AppState, PeerAddr, digest};
 
-/// Paths that answer without authentication.
-const OPEN_PATHS: &[&str] = &["/api/meta"];
-
 /// How often a key's `lastUsedAt` is written at most.
 const TOUCH_EVERY: Duration = Duration::seconds(60);
 
 pub async fn access(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    // An open route carries no credentials by design (`/api/meta`; the trigger accept
+    // endpoint, whose signature is its authentication and whose tenant is its URL's): no
+    // bearer token, no tenancy header, no caller rate limit.
+    if is_open(&request) {
+        request.extensions_mut().insert(Caller::anonymous());
+        return next.run(request).await;
+    }
     let peer = request.extensions().get::<PeerAddr>().copied();
     let authorization = request.headers().get(header::AUTHORIZATION).cloned();
-    let result = match authenticate(&state, request.uri().path(), authorization.as_ref(), peer).await {
-        Ok(caller) if OPEN_PATHS.contains(&request.uri().path()) => Ok(caller),
+    let result = match authenticate(&state, authorization.as_ref(), peer).await {
         Ok(mut caller) => state
             .http
             .tenancy
@@ -69,13 +74,21 @@ pub async fn access(State(state): State<AppState>, mut request: Request, next: N
         Err(e) => return e.into_response(),
     };
     if let Some(limiter) = &state.limiter
-        && !OPEN_PATHS.contains(&request.uri().path())
         && let Err(refused) = limiter.check(&caller, peer, state.runtime.platform.clock.now())
     {
         return refused.into_response();
     }
     request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+/// Whether the matched route is [`Requirement::Open`]. An unmatched path (a `404` to come)
+/// is not: it is authenticated like any other.
+fn is_open(request: &Request) -> bool {
+    request
+        .extensions()
+        .get::<MatchedPath>()
+        .is_some_and(|route| requirement(request.method(), route.as_str()) == Requirement::Open)
 }
 
 /// What an endpoint needs from a caller.
@@ -121,6 +134,14 @@ pub fn requirement(method: &Method, route: &str) -> Requirement {
         "/api/approvals/pending" | "/api/approvals/{id}" | "/api/approvals/{id}/decision" => S(Scope::ApprovalsDecide),
         "/api/approvals/rules" | "/api/approvals/rules/{id}" => S(Scope::ApprovalsAdmin),
         "/api/tenants" | "/api/tenants/{id}" => S(Scope::PlatformAdmin),
+        // Signed by the external system instead (`crate::triggers`).
+        "/api/triggers/{tenantId}/{name}" => Open,
+        "/api/triggers" | "/api/triggers/{name}" => S(Scope::TriggersAdmin),
+        "/api/webhooks" | "/api/webhooks/{id}" | "/api/webhooks/{id}/test" | "/api/webhooks/{id}/deliveries" => {
+            S(Scope::WebhooksAdmin)
+        }
+        "/api/schedules" | "/api/schedules/{id}" => S(Scope::SchedulesAdmin),
+        "/v1/chat/completions" | "/v1/models" => S(Scope::RunsWrite),
         _ => Unlisted,
     }
 }
@@ -152,13 +173,9 @@ fn authorize(caller: &Caller, request: &Request) -> Result<(), ApiError> {
 
 async fn authenticate(
     state: &AppState,
-    path: &str,
     authorization: Option<&HeaderValue>,
     peer: Option<PeerAddr>,
 ) -> Result<Caller, ApiError> {
-    if OPEN_PATHS.contains(&path) {
-        return Ok(Caller::anonymous());
-    }
     let http = &state.http;
     let presented = authorization.map(HeaderValue::as_bytes);
     let credential = match presented {
@@ -326,6 +343,14 @@ fn bearer(value: &[u8]) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_meta_and_the_trigger_accept_route_are_open() {
+        assert_eq!(requirement(&Method::GET, "/api/meta"), Requirement::Open);
+        assert_eq!(requirement(&Method::POST, "/api/triggers/{tenantId}/{name}"), Requirement::Open);
+        assert_eq!(requirement(&Method::PUT, "/api/triggers/{name}"), Requirement::Scope(Scope::TriggersAdmin));
+        assert_eq!(requirement(&Method::GET, "/api/triggers"), Requirement::Scope(Scope::TriggersAdmin));
+    }
 
     #[test]
     fn bearer_scheme_is_case_insensitive_and_requires_a_value() {

@@ -17,6 +17,12 @@ use crate::state::AppState;
 /// Default largest accepted request body (`Tracon:Http:MaxRequestBodyBytes`).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 
+/// `#[serde(default = "crate::extract::default_true")]`: a flag that is on unless a body
+/// says otherwise (`enabled`).
+pub(crate) fn default_true() -> bool {
+    true
+}
+
 /// A JSON request body.
 pub struct ApiJson<T>(pub T);
 

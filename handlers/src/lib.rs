@@ -19,16 +19,20 @@ pub mod jobs;
 pub mod jwt;
 pub mod keys;
 pub mod meta;
+pub mod openai;
 pub mod openapi;
 pub mod ownership;
 pub mod ratelimit;
 pub mod run;
 pub mod runs;
+pub mod schedules;
 pub mod sessions;
 pub mod sse;
 pub mod state;
 pub mod tenancy;
 pub mod tenants;
+pub mod triggers;
+pub mod webhooks;
 
 use axum::Router;
 use axum::http::{Method, StatusCode, Uri};
@@ -69,6 +73,17 @@ pub fn runs_router() -> Router<AppState> {
         .route("/api/jobs", get(jobs::list))
         .route("/api/jobs/{id}", get(jobs::get))
         .route("/api/jobs/{id}/cancel", post(jobs::cancel))
+        .route("/api/webhooks", get(webhooks::list).post(webhooks::create))
+        .route("/api/webhooks/{id}", get(webhooks::get).put(webhooks::update).delete(webhooks::delete))
+        .route("/api/webhooks/{id}/test", post(webhooks::test))
+        .route("/api/webhooks/{id}/deliveries", get(webhooks::deliveries))
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/models", get(openai::models))
+        .route("/api/schedules", get(schedules::list).post(schedules::create))
+        .route("/api/schedules/{id}", get(schedules::get).put(schedules::update).delete(schedules::delete))
+        .route("/api/triggers", get(triggers::list))
+        .route("/api/triggers/{name}", get(triggers::get).put(triggers::put).delete(triggers::delete))
+        .route("/api/triggers/{tenantId}/{name}", post(triggers::accept))
 }
 
 /// The sessions endpoint group.
@@ -119,6 +134,7 @@ pub fn app(state: AppState, routes: Router<AppState>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), auth::access))
+        .layer(middleware::from_fn(openai::envelope))
         .with_state(state);
     // Outside authentication: a browser's preflight carries no credentials.
     match cors {

@@ -204,14 +204,6 @@ async fn start(
     json: bool,
 ) -> ApiResult<Started> {
     let state = state.clone();
-
-    if state.drain.is_draining() {
-        return Err(ApiError::new(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            "The server is shutting down and accepts no new runs; retry on another instance.",
-        ));
-    }
     let deciding = !body.approvals.is_empty();
     if deciding && (!body.message.trim().is_empty() || !body.documents.is_empty() || body.session_id.is_none()) {
         return Err(ApiError::bad_request(
@@ -236,25 +228,7 @@ async fn start(
         .transpose()
         .map_err(|e| ApiError::bad_request("validation_failed", e.0).with("field", "sessionId"))?;
     let parameters = parameter_values(body.parameters)?;
-    let start = RunAction::StartRun { agent: name.as_str(), session: session_id.as_ref().map(SessionId::as_str) };
-    if !is_allowed(state.runtime.run_authorizer.as_ref(), &caller, &tenant, start).await {
-        return Err(ApiError::forbidden("run_denied", "The authorization policy does not allow this run."));
-    }
-    // One attribution for the whole run: the owner checked is the user recorded.
-    let attribution = attribute(&state, &tenant, &caller, headers)?;
-    let ownership = state.http.session_ownership;
-    if ownership.enabled
-        && let Some(id) = &session_id
-    {
-        let existing = state.runtime.stores.sessions.get(&tenant, id.as_str()).await?;
-        ownership.may_run(attribution.user_id.as_deref(), existing.as_ref())?;
-    }
-    let now = state.runtime.platform.clock.now();
-    if let Some(over) =
-        state.runtime.quotas.check(state.runtime.stores.runs.as_ref(), &tenant, name.as_str(), now).await?
-    {
-        return Err(quota_exceeded(&over, now));
-    }
+    let attribution = admit(&state, &tenant, &caller, &name, session_id.as_ref(), headers).await?;
 
     let runtime = state.runtime.clone();
     let request = match &session_id {
@@ -330,7 +304,48 @@ async fn start(
     Ok(Started::Stream(sse::response(Body::from_stream(frames))))
 }
 
-fn start_error(agent: &str, e: StartError) -> ApiError {
+/// The checks every run-starting endpoint makes, in this order, before anything runs: the
+/// server is not draining (`503`), the run policy allows it (`403`), the caller's attribution
+/// (labels within their limits, `400`), session ownership (`403`), the quotas (`429`).
+/// Returns the run's attribution — one for the whole run, so the owner checked is the user
+/// recorded.
+pub(crate) async fn admit(
+    state: &AppState,
+    tenant: &TenantId,
+    caller: &Caller,
+    agent: &tracon_core::names::AgentName,
+    session_id: Option<&SessionId>,
+    headers: &HeaderMap,
+) -> ApiResult<Attribution> {
+    if state.drain.is_draining() {
+        return Err(ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "The server is shutting down and accepts no new runs; retry on another instance.",
+        ));
+    }
+    let start = RunAction::StartRun { agent: agent.as_str(), session: session_id.map(SessionId::as_str) };
+    if !is_allowed(state.runtime.run_authorizer.as_ref(), caller, tenant, start).await {
+        return Err(ApiError::forbidden("run_denied", "The authorization policy does not allow this run."));
+    }
+    let attribution = attribute(state, tenant, caller, headers)?;
+    let ownership = state.http.session_ownership;
+    if ownership.enabled
+        && let Some(id) = session_id
+    {
+        let existing = state.runtime.stores.sessions.get(tenant, id.as_str()).await?;
+        ownership.may_run(attribution.user_id.as_deref(), existing.as_ref())?;
+    }
+    let now = state.runtime.platform.clock.now();
+    if let Some(over) =
+        state.runtime.quotas.check(state.runtime.stores.runs.as_ref(), tenant, agent.as_str(), now).await?
+    {
+        return Err(quota_exceeded(&over, now));
+    }
+    Ok(attribution)
+}
+
+pub(crate) fn start_error(agent: &str, e: StartError) -> ApiError {
     match e {
         StartError::Agent(CatalogError::NotFound) => ApiError::agent_not_found(agent),
         StartError::Agent(other) => other.into(),
@@ -432,7 +447,7 @@ fn parameter_values(raw: BTreeMap<String, Value>) -> ApiResult<BTreeMap<String, 
 }
 
 /// `429 quota_exceeded`: which quota, its limit and use, when it resets (also `Retry-After`).
-fn quota_exceeded(over: &tracon_core::quota::QuotaExceeded, now: chrono::DateTime<chrono::Utc>) -> ApiError {
+pub(crate) fn quota_exceeded(over: &tracon_core::quota::QuotaExceeded, now: chrono::DateTime<chrono::Utc>) -> ApiError {
     let retry = (over.resets_at - now).num_seconds().max(1).unsigned_abs();
     ApiError::new(
         axum::http::StatusCode::TOO_MANY_REQUESTS,

@@ -59,6 +59,8 @@ pub struct HttpSettings {
     /// between invocations: there a decision that resumes a run waits for that run before
     /// it answers.
     pub background_outlives_response: bool,
+    /// Inbound triggers (`Tracon:InboundTriggers:*`) and where their secrets are read from.
+    pub triggers: crate::triggers::TriggerSettings,
 }
 
 impl std::fmt::Debug for HttpSettings {
@@ -114,6 +116,7 @@ impl HttpSettings {
             session_ownership: crate::ownership::SessionOwnership::from_config(config)?,
             jwt,
             background_outlives_response: true,
+            triggers: crate::triggers::TriggerSettings::from_config(config)?,
         })
     }
 
@@ -152,6 +155,7 @@ impl Default for HttpSettings {
             session_ownership: crate::ownership::SessionOwnership::default(),
             jwt: None,
             background_outlives_response: true,
+            triggers: crate::triggers::TriggerSettings::default(),
         }
     }
 }
@@ -276,6 +280,8 @@ pub struct AppState {
     /// Present when this host runs a job consumer: then `Prefer: respond-async` queues a
     /// run (without one the preference is ignored and the run streams).
     pub jobs: Option<QueuedRunSettings>,
+    /// The per-trigger rate limit of the accept endpoint (per process).
+    pub trigger_limiter: Arc<crate::triggers::TriggerLimiter>,
 }
 
 /// How this host queues runs.
@@ -291,7 +297,16 @@ impl AppState {
         let keys = Arc::new(crate::auth::KeyCache::new(http.key_cache_ttl));
         let limiter = http.rate_limit.map(|s| Arc::new(crate::ratelimit::RateLimiter::new(s)));
         let jwt = http.jwt.clone().map(|s| Arc::new(crate::jwt::JwtVerifier::new(s)));
-        Self { runtime, http: Arc::new(http), drain: Arc::new(Drain::default()), keys, limiter, jwt, jobs: None }
+        Self {
+            runtime,
+            http: Arc::new(http),
+            drain: Arc::new(Drain::default()),
+            keys,
+            limiter,
+            jwt,
+            jobs: None,
+            trigger_limiter: Arc::default(),
+        }
     }
 
     /// Turns queued runs on, with the transport that wakes this host's consumer.

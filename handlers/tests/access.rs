@@ -232,6 +232,9 @@ struct Theirs {
     rule: String,
     tenant: &'static str,
     job: String,
+    trigger: &'static str,
+    webhook: String,
+    schedule: String,
 }
 
 async fn tenant_b(app: &Router, state: &AppState, b: &str) -> Theirs {
@@ -244,6 +247,20 @@ async fn tenant_b(app: &Router, state: &AppState, b: &str) -> Theirs {
     assert_eq!(status, StatusCode::OK);
     let (_, runs) = call(app, Method::GET, "/api/runs", b, None).await;
     let run = runs[0]["id"].as_str().unwrap().to_owned();
+    let trigger = json!({"targetKind": "agent", "targetName": "b-agent",
+        "signingSecretConfigurationName": "Tracon:TriggerSecrets:BSecretName"});
+    let (status, doc) = call(app, Method::PUT, "/api/triggers/b-trigger", b, Some(trigger)).await;
+    assert_eq!(status, StatusCode::CREATED, "{doc}");
+    let webhook = json!({"url": "https://hooks.example.com/b-hook-path", "events": ["run.completed"],
+        "secretConfigurationName": "Tracon:WebhookSecrets:BHookSecretName", "description": "secret instructions"});
+    let (status, doc) = call(app, Method::POST, "/api/webhooks", b, Some(webhook)).await;
+    assert_eq!(status, StatusCode::CREATED, "{doc}");
+    let webhook = doc["id"].as_str().unwrap().to_owned();
+    let schedule = json!({"name": "b-schedule", "agentName": "b-agent", "message": "secret instructions",
+        "cron": "0 9 * * *", "timeZone": "Europe/Istanbul"});
+    let (status, doc) = call(app, Method::POST, "/api/schedules", b, Some(schedule)).await;
+    assert_eq!(status, StatusCode::CREATED, "{doc}");
+    let schedule = doc["id"].as_str().unwrap().to_owned();
     let tenant = TenantId::parse("tenant-b").unwrap();
     let now = Utc::now();
     let stores = &state.runtime.stores;
@@ -304,6 +321,9 @@ async fn tenant_b(app: &Router, state: &AppState, b: &str) -> Theirs {
         rule: rule.id.to_string(),
         tenant: "tenant-b",
         job: job.id.to_string(),
+        trigger: "b-trigger",
+        webhook,
+        schedule,
     }
 }
 
@@ -334,6 +354,17 @@ fn body_for(method: &Method, template: &str, agent: &str, scope: Scope) -> Optio
         ("POST", "/api/approvals/rules") => Some(json!({"toolName": "a-tool"})),
         ("POST", "/api/tenants") => Some(json!({"id": "a-new", "displayName": "A's"})),
         ("PUT", "/api/tenants/{id}") => Some(json!({"displayName": "renamed"})),
+        ("PUT", "/api/triggers/{name}") => Some(json!({"targetKind": "agent", "targetName": "a-own-agent",
+            "signingSecretConfigurationName": "Tracon:TriggerSecrets:Own"})),
+        ("POST", "/api/triggers/{tenantId}/{name}") => Some(json!({"event": "unsigned"})),
+        ("POST", "/api/schedules") | ("PUT", "/api/schedules/{id}") => Some(json!({
+            "name": "a-own", "agentName": agent, "message": "m", "runAt": "2030-01-01T00:00:00Z"})),
+        ("POST", "/v1/chat/completions") => {
+            Some(json!({"model": agent, "messages": [{"role": "user", "content": "hi"}]}))
+        }
+        ("POST", "/api/webhooks") | ("PUT", "/api/webhooks/{id}") => Some(json!({
+            "url": "https://hooks.example.com/a-own", "events": ["run.failed"],
+            "secretConfigurationName": "Tracon:WebhookSecrets:Own"})),
         _ => None,
     }
 }
@@ -345,6 +376,9 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
     let a = key_in(&state, "tenant-a", &all, None).await;
     let b = key_in(&state, "tenant-b", &all, None).await;
     let theirs = tenant_b(&app, &state, &b).await;
+    // Tenant A's own agent, which A's trigger definitions below aim at.
+    let own = serde_json::to_value(AgentDefinition::new("a-own-agent", "script", "m")).unwrap();
+    assert_eq!(call(&app, Method::POST, "/api/agents", &a, Some(own)).await.0, StatusCode::CREATED);
     let markers = [
         theirs.agent,
         theirs.run.as_str(),
@@ -357,12 +391,23 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
         "b-tool",
         theirs.job.as_str(),
         "b-handler",
+        theirs.trigger,
+        "BSecretName",
+        theirs.webhook.as_str(),
+        "b-hook-path",
+        "BHookSecretName",
+        theirs.schedule.as_str(),
+        "b-schedule",
+        "Europe/Istanbul",
     ];
 
     let mut walked = BTreeSet::new();
     for (method, template) in routes() {
-        let fill = |run: &str, session: &str, key: &str, agent: &str, others: [&str; 4]| {
-            let [approval, rule, tenant, job] = others;
+        let fill = |run: &str, session: &str, key: &str, agent: &str, others: [&str; 7]| {
+            let [approval, rule, tenant, job, trigger, webhook, schedule] = others;
+            // A trigger route's `{name}` is a trigger, and `{tenantId}` the tenant it is under.
+            let agent = if template.starts_with("/api/triggers") { trigger } else { agent };
+            let template = template.replace("{tenantId}", tenant);
             let id = if template.starts_with("/api/runs") {
                 run
             } else if template.starts_with("/api/sessions") {
@@ -375,6 +420,10 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
                 tenant
             } else if template.starts_with("/api/jobs") {
                 job
+            } else if template.starts_with("/api/webhooks") {
+                webhook
+            } else if template.starts_with("/api/schedules") {
+                schedule
             } else {
                 key
             };
@@ -386,7 +435,15 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
             theirs.session,
             &theirs.key_id,
             theirs.agent,
-            [&theirs.approval, &theirs.rule, theirs.tenant, &theirs.job],
+            [
+                &theirs.approval,
+                &theirs.rule,
+                theirs.tenant,
+                &theirs.job,
+                theirs.trigger,
+                &theirs.webhook,
+                &theirs.schedule,
+            ],
         );
         let theirs_path = if diff {
             template.replace("{name}", theirs.agent).replace("{a}", "1").replace("{b}", "1")
@@ -395,6 +452,7 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
         };
         let has_param = template.contains('{');
         let body = body_for(&method, &template, theirs.agent, Scope::RunsRead);
+        let asked = body.as_ref().map(Value::to_string).unwrap_or_default();
         let (status, doc) = call(&app, method.clone(), &theirs_path, &a, body).await;
         let text = doc.to_string();
         if has_param {
@@ -405,7 +463,15 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
                 "no-such-session",
                 "000000000000",
                 "no-such-agent",
-                [&missing_run, &missing_run, "no-such-tenant", &missing_run],
+                [
+                    &missing_run,
+                    &missing_run,
+                    "no-such-tenant",
+                    &missing_run,
+                    "no-such-trigger",
+                    &missing_run,
+                    &missing_run,
+                ],
             );
             let missing = if diff {
                 template.replace("{name}", "no-such-agent").replace("{a}", "1").replace("{b}", "1")
@@ -419,11 +485,27 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
                 (m_status, m_doc["errorType"].as_str()),
                 "{method} {template}: tenant B's resource answered {doc} where a missing one answers {m_doc}"
             );
-            assert_eq!(status, StatusCode::NOT_FOUND, "{method} {template}: {doc}");
+            // Two routes answer alike but not 404: defining a trigger creates the caller's own
+            // (under its own tenant), and the accept endpoint takes no key at all — unsigned,
+            // it is the same 401 for B's trigger and for none.
+            let expected = match (method.as_str(), template.as_str()) {
+                ("PUT", "/api/triggers/{name}") => StatusCode::CREATED,
+                ("POST", "/api/triggers/{tenantId}/{name}") => StatusCode::UNAUTHORIZED,
+                _ => StatusCode::NOT_FOUND,
+            };
+            assert_eq!(status, expected, "{method} {template}: {doc}");
+            if template == "/api/triggers/{name}" && method == Method::PUT {
+                // Tenant A's own new triggers; out of the way of the routes walked next.
+                let a_tenant = TenantId::parse("tenant-a").unwrap();
+                for name in [theirs.trigger, "no-such-trigger"] {
+                    let name = tracon_core::triggers::TriggerName::parse(name).unwrap();
+                    assert!(state.runtime.stores.triggers.delete(&a_tenant, &name).await.unwrap());
+                }
+            }
         }
         // What the request itself named may be echoed ("No agent named 'b-agent'"); nothing
         // else of B's may appear.
-        for marker in markers.iter().filter(|m| !theirs_path.contains(*m)) {
+        for marker in markers.iter().filter(|m| !theirs_path.contains(*m) && !asked.contains(*m)) {
             assert!(!text.contains(marker), "{method} {template} leaked '{marker}': {text}");
         }
         walked.insert(format!("{method} {template}"));
@@ -453,6 +535,29 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
     assert_eq!(job["status"], "Queued", "tenant A did not cancel B's job");
     let (_, record) = call(&app, Method::GET, "/api/tenants/tenant-b", &b, None).await;
     assert_eq!(record["displayName"], "secret instructions", "tenant A did not rename B");
+    let (status, schedule) = call(&app, Method::GET, &format!("/api/schedules/{}", theirs.schedule), &b, None).await;
+    assert_eq!(status, StatusCode::OK, "tenant A did not delete B's schedule: {schedule}");
+    assert_eq!(
+        (schedule["name"].as_str(), schedule["cron"].as_str()),
+        (Some("b-schedule"), Some("0 9 * * *")),
+        "tenant A did not replace B's schedule"
+    );
+    let (status, trigger) = call(&app, Method::GET, &format!("/api/triggers/{}", theirs.trigger), &b, None).await;
+    assert_eq!(status, StatusCode::OK, "tenant A did not delete B's trigger: {trigger}");
+    assert_eq!(
+        (trigger["targetName"].as_str(), trigger["signingSecretConfigurationName"].as_str()),
+        (Some("b-agent"), Some("Tracon:TriggerSecrets:BSecretName")),
+        "tenant A did not replace B's trigger"
+    );
+    let (status, hook) = call(&app, Method::GET, &format!("/api/webhooks/{}", theirs.webhook), &b, None).await;
+    assert_eq!(status, StatusCode::OK, "tenant A did not delete B's webhook: {hook}");
+    assert_eq!(
+        (hook["url"].as_str(), hook["events"][0].as_str()),
+        (Some("https://hooks.example.com/b-hook-path"), Some("run.completed")),
+        "tenant A did not replace B's webhook"
+    );
+    let (_, history) = call(&app, Method::GET, &format!("/api/webhooks/{}/deliveries", theirs.webhook), &b, None).await;
+    assert_eq!(history, json!([]), "tenant A's test call queued nothing for B's webhook");
 }
 
 #[tokio::test]
@@ -467,12 +572,16 @@ async fn each_scope_opens_exactly_the_routes_that_need_it() {
         for (method, template) in &routes {
             let path = template
                 .replace("{name}", "some-agent")
+                .replace("{tenantId}", "matrix")
                 .replace("{id}", "000000000000")
                 .replace("{a}", "1")
                 .replace("{b}", "1");
             let body = body_for(method, template, "some-agent", scope);
             let (status, doc) = call(&app, method.clone(), &path, &key, body).await;
-            let refused = status == StatusCode::FORBIDDEN && doc["errorType"] == "insufficient_scope";
+            // The OpenAI-compatible routes answer in OpenAI's envelope.
+            let openai = template.starts_with("/v1/");
+            let error_type = if openai { &doc["error"]["type"] } else { &doc["errorType"] };
+            let refused = status == StatusCode::FORBIDDEN && error_type == "insufficient_scope";
             let needs = requirement(method, template);
             let allowed = match needs {
                 Requirement::Open | Requirement::Authenticated => true,
@@ -480,7 +589,7 @@ async fn each_scope_opens_exactly_the_routes_that_need_it() {
                 Requirement::Unlisted => false,
             };
             assert_eq!(!refused, allowed, "{scope:?} on {method} {template} answered {status} {doc}");
-            if refused {
+            if refused && !openai {
                 assert_eq!(doc["requiredScope"], json!(needs_scope(needs)));
             }
         }

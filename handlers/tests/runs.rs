@@ -12,6 +12,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
+use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -28,7 +29,7 @@ use tracon_core::recorder::{RecordingSettings, RunEventSink};
 use tracon_core::runtime::{RuntimeBuilder, RuntimeSettings};
 use tracon_core::store::{
     CancelOutcome, DefinitionStore, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStore, SessionItem,
-    SessionRecord, SessionStore, SessionWrite, StoreError, StoredDefinition, Stores, ToolCallRecord,
+    SessionRecord, SessionStore, SessionWrite, StaleRun, StoreError, StoredDefinition, Stores, ToolCallRecord,
 };
 use tracon_core::tools::pipeline::LateCompletion;
 use tracon_core::tools::{ToolError, ToolOutput, ToolRegistration, tool_fn};
@@ -741,13 +742,34 @@ impl RunStore for Broken {
     async fn get_input(&self, _: &TenantId, _: RunId) -> Result<Option<RunInputRecord>, StoreError> {
         Ok(None)
     }
-    async fn start_queued(&self, _: &TenantId, _: RunId, _: chrono::DateTime<chrono::Utc>) -> Result<bool, StoreError> {
+    async fn start_queued(
+        &self,
+        _: &TenantId,
+        _: RunId,
+        _: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<bool>, StoreError> {
         down()
     }
     async fn request_cancel(&self, _: &TenantId, _: RunId) -> Result<CancelOutcome, StoreError> {
         down()
     }
     async fn is_cancel_requested(&self, _: &TenantId, _: RunId) -> Result<bool, StoreError> {
+        down()
+    }
+    async fn heartbeat(&self, _: &TenantId, _: RunId, _: DateTime<Utc>) -> Result<(), StoreError> {
+        down()
+    }
+    async fn stale_runs(&self, _: DateTime<Utc>, _: usize) -> Result<Vec<StaleRun>, StoreError> {
+        down()
+    }
+    async fn close_stale(
+        &self,
+        _: &TenantId,
+        _: RunId,
+        _: DateTime<Utc>,
+        _: &RunEnd,
+        _: &[RecordedEvent],
+    ) -> Result<bool, StoreError> {
         down()
     }
 }
@@ -872,7 +894,7 @@ impl RunStore for Unreachable {
         t: &TenantId,
         r: RunId,
         now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<bool>, StoreError> {
         Broken.start_queued(t, r, now).await
     }
     async fn request_cancel(&self, t: &TenantId, r: RunId) -> Result<CancelOutcome, StoreError> {
@@ -880,6 +902,22 @@ impl RunStore for Unreachable {
     }
     async fn is_cancel_requested(&self, t: &TenantId, r: RunId) -> Result<bool, StoreError> {
         Broken.is_cancel_requested(t, r).await
+    }
+    async fn heartbeat(&self, t: &TenantId, r: RunId, now: DateTime<Utc>) -> Result<(), StoreError> {
+        Broken.heartbeat(t, r, now).await
+    }
+    async fn stale_runs(&self, before: DateTime<Utc>, n: usize) -> Result<Vec<StaleRun>, StoreError> {
+        Broken.stale_runs(before, n).await
+    }
+    async fn close_stale(
+        &self,
+        t: &TenantId,
+        r: RunId,
+        before: DateTime<Utc>,
+        e: &RunEnd,
+        ev: &[RecordedEvent],
+    ) -> Result<bool, StoreError> {
+        Broken.close_stale(t, r, before, e, ev).await
     }
 }
 
@@ -907,6 +945,9 @@ async fn a_store_that_fails_every_write_still_lets_the_run_complete() {
         quota_notices: Stores::in_memory().quota_notices,
         jobs: Stores::in_memory().jobs,
         idempotency: Stores::in_memory().idempotency,
+        schedules: Stores::in_memory().schedules,
+        triggers: Stores::in_memory().triggers,
+        webhooks: Stores::in_memory().webhooks,
         persistent: true,
     };
     let app = app(&Options { stores, ..Options::default() });

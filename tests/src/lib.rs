@@ -6,5 +6,6 @@
 //! stand-alone. [`chaos`] is a TCP proxy that cuts connections on demand, to take a database
 //! away and give it back.
 
+pub mod bench;
 pub mod chaos;
 pub mod mock;

@@ -315,6 +315,8 @@ async fn no_configured_secret_reaches_a_response_a_stored_row_or_a_log_line() {
     const OPENAI_KEY: &str = "sk-leak-openai-0f9e8d7c6b5a";
     const ANTHROPIC_KEY: &str = "sk-ant-leak-1a2b3c4d5e6f";
     const JWT_SECRET: &str = "leak-jwt-secret-7d3c9e1f0a2b4c6d8e0f1a2b";
+    const TRIGGER_SECRET: &str = "leak-trigger-secret-4e5f6a7b8c9d0e1f";
+    const WEBHOOK_SECRET: &str = "leak-webhook-secret-9a8b7c6d5e4f3a2b";
     let mock = MockServer::start(MockConfig::default()).await.unwrap();
     mock.script(
         "leak-ok",
@@ -352,6 +354,11 @@ async fn no_configured_secret_reaches_a_response_a_stored_row_or_a_log_line() {
             ("Tracon__Jwt__Algorithms", "HS256"),
             ("Tracon__Jwt__SigningKeyConfigurationName", "Leak:JwtSecret"),
             ("Leak__JwtSecret", JWT_SECRET),
+            ("Tracon__TriggerSecrets__leak", TRIGGER_SECRET),
+            ("Tracon__WebhookSecrets__leak", WEBHOOK_SECRET),
+            // Deliveries go to the mock on loopback, so nothing leaves the machine.
+            ("Tracon__Egress__AllowHttp", "true"),
+            ("Tracon__Egress__AllowedNetworks__0", "127.0.0.0/8"),
         ],
     )
     .await;
@@ -479,6 +486,52 @@ async fn no_configured_secret_reaches_a_response_a_stored_row_or_a_log_line() {
     assert_eq!(call(Method::GET, "/api/runs".into(), None, Some(&expired)).await.0, 401);
     let jwt_signature = jwt.rsplit('.').next().unwrap().to_owned();
 
+    // An inbound trigger: defined by key name, fired signed (accepted) and mis-signed (401).
+    let trigger = json!({"targetKind": "agent", "targetName": "support",
+        "signingSecretConfigurationName": "Tracon:TriggerSecrets:leak"});
+    assert_eq!(call(Method::PUT, "/api/triggers/leak".into(), Some(trigger), Some(TOKEN)).await.0, 201);
+    let sign = |secret: &str, timestamp: &str, body: &str| {
+        use hmac::{Hmac, Mac};
+        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(format!("{timestamp}.{body}").as_bytes());
+        let bytes = mac.finalize().into_bytes();
+        format!("sha256={}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
+    };
+    let event = json!({"event": {"text": "Where is order 77?"}}).to_string();
+    let mut trigger_answers = String::new();
+    for (secret, expected) in [(TRIGGER_SECRET, 202), ("not-the-trigger-secret", 401)] {
+        let timestamp = chrono::Utc::now().timestamp().to_string();
+        let response = client
+            .post(server.url("/api/triggers/default/leak"))
+            .header("Content-Type", "application/json")
+            .header("X-Tracon-Timestamp", &timestamp)
+            .header("X-Tracon-Signature", sign(secret, &timestamp, &event))
+            .body(event.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), expected);
+        trigger_answers.push_str(&response.text().await.unwrap());
+    }
+    // An outbound webhook: subscribed by key name, pinged, delivered signed to the mock.
+    let hook = json!({"url": format!("{}/hooks/leak", mock.base_url()), "events": ["run.completed"],
+        "secretConfigurationName": "Tracon:WebhookSecrets:leak"});
+    let (status, created) = call(Method::POST, "/api/webhooks".into(), Some(hook), Some(TOKEN)).await;
+    assert_eq!(status, 201, "{created}");
+    let hook_id = serde_json::from_str::<Value>(&created).unwrap()["id"].as_str().unwrap().to_owned();
+    assert_eq!(call(Method::POST, format!("/api/webhooks/{hook_id}/test"), None, Some(TOKEN)).await.0, 202);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, history) = call(Method::GET, format!("/api/webhooks/{hook_id}/deliveries"), None, Some(TOKEN)).await;
+        let history: Value = serde_json::from_str(&history).unwrap();
+        if history.as_array().is_some_and(|h| h.iter().any(|d| d["attempts"].as_u64().unwrap_or(0) >= 1)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the test delivery was never attempted: {history}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    seen.push_str(&trigger_answers);
+
     // Every row of every table of the schema, as JSON (bytea as hex).
     let pool = db().await;
     let tables: Vec<String> =
@@ -512,6 +565,8 @@ async fn no_configured_secret_reaches_a_response_a_stored_row_or_a_log_line() {
         OPENAI_KEY,
         ANTHROPIC_KEY,
         JWT_SECRET,
+        TRIGGER_SECRET,
+        WEBHOOK_SECRET,
         &api_key,
         &rotated_key,
         &key_half,
@@ -650,4 +705,118 @@ async fn an_approval_survives_a_restart_and_its_decision_resumes_the_session() {
     // The model saw the call's result on the resumed run.
     let last = mock.requests("approve-model").last().unwrap()["body"]["messages"].to_string();
     assert!(last.contains("cancelled") && last.contains("Cancel 4182"), "{last}");
+}
+
+/// The crash test of the job queue: `kill -9` while 50 queued runs are in flight, then a
+/// restart on the same database. Every job ends exactly once in a terminal state, none is
+/// lost, no run's model call is made twice (the mock server counts the calls per run, each
+/// run's message being unique), and the runs the killed process was executing are closed
+/// `Orphaned` by reconciliation, not run again.
+#[tokio::test]
+async fn killed_mid_queue_every_job_ends_once_and_the_orphaned_runs_are_reconciled() {
+    const RUNS: usize = 50;
+    const SLOTS: usize = 8;
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    // Until the kill, every model call is held open: the first process's slots all hang.
+    mock.script("crash-model", vec![MockTurn::hang()]);
+    let endpoint = format!("{}/v1", mock.base_url());
+    let slots = SLOTS.to_string();
+    let settings = [
+        ("OPENAI_API_KEY", "k"),
+        ("Tracon__Providers__OpenAI__Endpoint", endpoint.as_str()),
+        ("Tracon__Jobs__Concurrency", slots.as_str()),
+        ("Tracon__Jobs__LeaseSeconds", "3"),
+        ("Tracon__RunReconciliation__HeartbeatSeconds", "1"),
+        ("Tracon__RunReconciliation__OrphanAfterSeconds", "3"),
+        ("Tracon__Scheduling__TickSeconds", "1"),
+    ];
+    let (schema, url) = (fresh_schema(), database_url());
+    let mut first = start_on_pg(&schema, &url, &settings).await;
+    let client = reqwest::Client::new();
+    let agent =
+        json!({"name": "crasher", "instructions": "Answer.", "model": {"provider": "openai", "model": "crash-model"}});
+    let created = client.post(first.url("/api/agents")).json(&agent).send().await.unwrap();
+    assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
+
+    let mut runs = Vec::new();
+    for i in 0..RUNS {
+        let accepted = client
+            .post(first.url("/api/agents/crasher/run"))
+            .header("Prefer", "respond-async")
+            .json(&json!({"message": format!("job-{i}")}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(accepted.status(), 202);
+        let body: Value = accepted.json().await.unwrap();
+        runs.push((i, body["runId"].as_str().unwrap().to_owned()));
+    }
+    // Wait until every slot of the first process is inside a model call.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while mock.requests("crash-model").len() < SLOTS {
+        assert!(Instant::now() < deadline, "the consumer never filled its slots:\n{}", first.log_text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    first.child.kill().unwrap(); // SIGKILL: leases, heartbeats and runs stop mid-flight
+    first.child.wait().unwrap();
+    let in_flight: Vec<String> =
+        mock.requests("crash-model").iter().map(|r| r["body"]["messages"].to_string()).collect();
+    assert_eq!(in_flight.len(), SLOTS, "no call after the kill");
+
+    mock.clear_script("crash-model");
+    mock.script("crash-model", vec![MockTurn::text("Done.").with_usage(3, 1)]);
+    let second = start_on_pg(&schema, &url, &settings).await;
+    let pool = db().await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let open: i64 = sqlx::query_scalar(&format!(
+            "SELECT (SELECT count(*) FROM {schema}.jobs WHERE status NOT IN ('Succeeded', 'Failed', 'Canceled')) \
+             + (SELECT count(*) FROM {schema}.runs WHERE status IN ('Queued', 'Running'))"
+        ))
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if open == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{open} jobs or runs never ended:\n{}", second.log_text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Every job ended once, and succeeded: none lost, none failed for good.
+    let jobs: Vec<(String, i32)> =
+        sqlx::query_as(&format!("SELECT status, attempts FROM {schema}.jobs WHERE handler_key = 'run.execute'"))
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(jobs.len(), RUNS);
+    assert!(jobs.iter().all(|(status, _)| status == "Succeeded"), "{jobs:?}");
+    // No run's model call was made twice, in either process.
+    let calls = mock.requests("crash-model");
+    for (i, run_id) in &runs {
+        let marker = format!("\"job-{i}\"");
+        let made = calls.iter().filter(|r| r["body"]["messages"].to_string().contains(&marker)).count();
+        let run: Value =
+            client.get(second.url(&format!("/api/runs/{run_id}"))).send().await.unwrap().json().await.unwrap();
+        let was_in_flight = in_flight.iter().any(|m| m.contains(&marker));
+        assert_eq!(made, 1, "run {i} ({run}) made {made} model calls");
+        if was_in_flight {
+            // The killed process was executing it: reconciliation closes it, nobody re-runs it.
+            assert_eq!(run["status"], "Failed", "{run}");
+            assert_eq!(run["error"]["errorClass"], "Orphaned", "{run}");
+            let log = client.get(second.url(&format!("/api/runs/{run_id}/events"))).send().await.unwrap();
+            let log = support::parse_frames(&log.text().await.unwrap());
+            assert_eq!(log.last().unwrap().event, "run.failed", "the closing event follows the run's own");
+        } else {
+            assert_eq!(run["status"], "Completed", "{run}");
+        }
+    }
+    assert_eq!(calls.len(), RUNS, "one model call per run across both processes");
+    let orphaned: i64 =
+        sqlx::query_scalar(&format!("SELECT count(*) FROM {schema}.runs WHERE error->>'errorClass' = 'Orphaned'"))
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(orphaned, SLOTS as i64);
+    assert!(second.log_text().contains("closed an orphaned run"), "{}", second.log_text());
 }

@@ -8,7 +8,10 @@
 //!
 //! Needs what `./scripts/test` provides: `TRACON_TEST_DATABASE_URL`, the Worker bundles in
 //! `adapters/worker/dist/` (built by `adapters/worker/build.sh`), wrangler in
-//! `adapters/worker/node_modules` and `cargo-lambda` on `PATH` (or in `target/tools/venv`).
+//! `adapters/worker/node_modules` and `cargo-lambda` and moto's `moto_server` (the SQS emulator
+//! of the Lambda queue test) on `PATH` (or in `target/tools/venv`). Background work runs on
+//! both: Cloudflare Queues and the cron trigger under `wrangler dev`, SQS through moto's server
+//! with the test playing the event source mapping for the Lambda consumer.
 //! A missing piece fails the test with what to run; nothing is skipped.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -238,6 +241,11 @@ fn cargo_lambda() -> PathBuf {
 /// Every function under `cargo lambda watch`, reached through the function-URL paths
 /// `/lambda-url/<function>/…`: each group goes to its own function.
 async fn start_lambda(schema: &str, mock: &MockServer) -> Host {
+    start_lambda_with(schema, mock, &[]).await
+}
+
+/// [`start_lambda`] with `extra` environment variables on top of the common configuration.
+async fn start_lambda_with(schema: &str, mock: &MockServer, extra: &[(String, String)]) -> Host {
     tokio::task::spawn_blocking(build_lambda_functions).await.unwrap();
     let port = free_port();
     let mut cmd = Command::new(cargo_lambda());
@@ -247,6 +255,7 @@ async fn start_lambda(schema: &str, mock: &MockServer) -> Host {
         .env("CARGO", env!("CARGO"));
     let mut vars = common_config(schema, mock);
     vars.push(("DATABASE_URL".into(), database_url()));
+    vars.extend(extra.iter().cloned());
     for (k, v) in vars {
         cmd.arg("--env-var").arg(format!("{k}={v}"));
     }
@@ -940,4 +949,351 @@ async fn approvals_on_the_worker_resume_through_the_mailbox_in_the_background_an
         "{decided}"
     );
     assert_no_fatal_log(&worker);
+}
+
+// ---- background work: queued runs, the job queue consumers, the tick -------------------------
+
+/// Answers `POST /api/agents/{agent}/run` with `Prefer: respond-async`: `202` and the run's id.
+async fn queue_run(host: &Host, agent: &str, message: &str) -> String {
+    let res = authed(client().post(host.url(Group::Agents, &format!("/api/agents/{agent}/run"))))
+        .header("Prefer", "respond-async")
+        .json(&json!({"message": message}))
+        .send()
+        .await
+        .unwrap();
+    let status = res.status();
+    let applied = res.headers().get("preference-applied").map(|v| v.to_str().unwrap().to_owned());
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(status, 202, "{body}\n{}", host.log_text());
+    assert_eq!(applied.as_deref(), Some("respond-async"));
+    assert_eq!(body["status"], "Queued", "{body}");
+    body["runId"].as_str().unwrap().to_owned()
+}
+
+/// Polls the run until it is no longer queued or running (no timing is asserted: the deadline
+/// only bounds a test that would otherwise hang).
+async fn run_settles(host: &Host, run_id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let run = get_json(host.url(Group::Runs, &format!("/api/runs/{run_id}"))).await;
+        if !matches!(run["status"].as_str(), Some("Queued" | "Running")) {
+            return run;
+        }
+        assert!(Instant::now() < deadline, "the run did not end: {run}\n{}", host.log_text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A run row as a process that died mid-run leaves it: `Running`, not heard from for an hour.
+async fn plant_orphan(db: &sqlx::PgPool, schema: &str, like_run: &str, agent: &str) -> String {
+    let tenant: String = sqlx::query_scalar(&format!("SELECT tenant_id FROM \"{schema}\".runs WHERE id = $1::uuid"))
+        .bind(like_run)
+        .fetch_one(db)
+        .await
+        .unwrap();
+    let id = uuid::Uuid::now_v7().to_string();
+    sqlx::query(&format!(
+        "INSERT INTO \"{schema}\".runs (tenant_id, id, agent_name, status, started_at, heartbeat_at) \
+         VALUES ($1, $2::uuid, $3, 'Running', now() - interval '1 hour', now() - interval '1 hour')"
+    ))
+    .bind(&tenant)
+    .bind(&id)
+    .bind(agent)
+    .execute(db)
+    .await
+    .unwrap();
+    id
+}
+
+/// On the Worker under `wrangler dev` (Miniflare's local Cloudflare Queues and cron): a run
+/// queued with `Prefer: respond-async` answers 202, travels through the `TRACON_JOBS` queue
+/// and is run by the `queue` handler to `Completed`; so does a run queued by a signed inbound
+/// trigger request; the cron trigger fired through the local
+/// scheduled endpoint runs the tick, which closes a run whose heartbeat expired as `Failed`
+/// (`Orphaned`).
+#[tokio::test]
+async fn the_worker_queues_runs_through_cloudflare_queues_and_ticks_from_its_cron_trigger() {
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    let schema = unique("q");
+    migrate(&schema);
+    let hook_secret = "an-inbound-trigger-secret-0123456789";
+    let worker =
+        start_worker(&schema, &mock, &unique("tracon_queue"), &[("Tracon__TriggerSecrets__Hook", hook_secret)]).await;
+    // (A script's turn is chosen by the conversation's length: every one-message run gets the first.)
+    mock.script("queued-model", vec![MockTurn::text("Queued and done.")]);
+    mock.script("trigger-model", vec![MockTurn::text("Triggered and done.")]);
+    create_agent(&worker, &agent("queued", "queued-model")).await;
+    create_agent(&worker, &agent("hooked", "trigger-model")).await;
+
+    let run_id = queue_run(&worker, "queued", "Run later.").await;
+    let run = run_settles(&worker, &run_id).await;
+    assert_eq!(run["status"], "Completed", "{run}\n{}", worker.log_text());
+    let log = get_text(worker.url(Group::Runs, &format!("/api/runs/{run_id}/events"))).await;
+    let frames = parse_frames(&log);
+    assert_eq!(frames.last().unwrap().event, "run.completed", "{log}");
+    assert!(log.contains("Queued and done."), "{log}");
+    // Two more at once: each message's job runs once.
+    let (a, b) = tokio::join!(queue_run(&worker, "queued", "One."), queue_run(&worker, "queued", "Two."));
+    for id in [a, b] {
+        assert_eq!(run_settles(&worker, &id).await["status"], "Completed", "{}", worker.log_text());
+    }
+    assert_eq!(mock.requests("queued-model").len(), 3, "each queued run called the model once");
+
+    // An inbound trigger: a signed request (no bearer token) queues a run the same way.
+    let res = authed(client().put(worker.url(Group::Runs, "/api/triggers/hook")))
+        .json(&json!({"targetKind": "agent", "targetName": "hooked",
+            "signingSecretConfigurationName": "Tracon__TriggerSecrets__Hook"}))
+        .send()
+        .await
+        .unwrap();
+    let status = res.status();
+    let trigger: Value = res.json().await.unwrap();
+    assert!(status.is_success(), "{status} {trigger}\n{}", worker.log_text());
+    let accept_path = trigger["acceptPath"].as_str().unwrap().to_owned();
+    let body = "Deploy finished; say so.";
+    let timestamp = chrono::Utc::now().timestamp().to_string();
+    let signature = tracon_core::triggers::sign(hook_secret.as_bytes(), &timestamp, body.as_bytes());
+    let res = client()
+        .post(worker.url(Group::Runs, &accept_path))
+        .header("X-Tracon-Timestamp", &timestamp)
+        .header("X-Tracon-Signature", &signature)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = res.status();
+    let accepted: Value = res.json().await.unwrap();
+    assert_eq!(status, 202, "{accepted}\n{}", worker.log_text());
+    let triggered = accepted["runId"].as_str().unwrap_or_else(|| panic!("{accepted}")).to_owned();
+    let run = run_settles(&worker, &triggered).await;
+    assert_eq!(run["status"], "Completed", "{run}\n{}", worker.log_text());
+    let log = get_text(worker.url(Group::Runs, &format!("/api/runs/{triggered}/events"))).await;
+    assert!(log.contains("Triggered and done."), "{log}");
+    let sent = mock.requests("trigger-model").last().unwrap()["body"]["messages"].to_string();
+    assert!(sent.contains(body), "the trigger's body is the run's message: {sent}");
+
+    // The cron trigger, fired locally: the tick reconciles the orphan.
+    let db = pool().await;
+    let orphan = plant_orphan(&db, &schema, &run_id, "queued").await;
+    let base = worker.url(Group::Runs, "");
+    let res = client().get(format!("{base}/cdn-cgi/handler/scheduled?cron=*+*+*+*+*")).send().await.unwrap();
+    let status = res.status();
+    let text = res.text().await.unwrap();
+    assert_eq!(status, 200, "the scheduled endpoint: {text}\n{}", worker.log_text());
+    let run = run_settles(&worker, &orphan).await;
+    assert_eq!(run["status"], "Failed", "{run}\n{}", worker.log_text());
+    assert!(run.to_string().contains("Orphaned"), "{run}");
+    assert_no_fatal_log(&worker);
+}
+
+// -- Lambda: SQS through moto_server, the consumer through cargo lambda's Runtime API emulator.
+
+fn moto_server() -> PathBuf {
+    let venv = root().join("target/tools/venv/bin/moto_server");
+    if venv.exists() {
+        return venv;
+    }
+    let on_path = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|p| p.join("moto_server")).find(|p| p.exists()));
+    on_path.unwrap_or_else(|| {
+        panic!("moto_server is not installed: pip install 'moto[server]==5.2.1' (./scripts/test installs it)")
+    })
+}
+
+/// An SQS emulator (moto's server) on loopback; killed on drop.
+struct Sqs {
+    child: Child,
+    endpoint: String,
+    log: PathBuf,
+}
+
+impl Drop for Sqs {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-s", "KILL", "--", &format!("-{}", self.child.id())]).status();
+        let _ = self.child.wait();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.log);
+        }
+    }
+}
+
+impl Sqs {
+    async fn start() -> Sqs {
+        let port = free_port();
+        let mut cmd = Command::new(moto_server());
+        cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
+        let (child, log) = spawn_logged(cmd, "moto");
+        let sqs = Sqs { child, endpoint: format!("http://127.0.0.1:{port}"), log };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while client().get(format!("{}/moto-api/", sqs.endpoint)).send().await.is_err() {
+            let log = std::fs::read_to_string(&sqs.log).unwrap_or_default();
+            assert!(Instant::now() < deadline, "moto_server did not start:\n{log}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        sqs
+    }
+
+    /// One call of SQS's JSON protocol (moto does not check signatures).
+    async fn call(&self, action: &str, body: Value) -> Value {
+        let res = client()
+            .post(format!("{}/", self.endpoint))
+            .header("content-type", "application/x-amz-json-1.0")
+            .header("x-amz-target", format!("AmazonSQS.{action}"))
+            .header(
+                "authorization",
+                "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/sqs/aws4_request, SignedHeaders=host, Signature=0",
+            )
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let status = res.status();
+        let text = res.text().await.unwrap();
+        assert!(status.is_success(), "SQS {action}: {status} {text}");
+        serde_json::from_str(&text).unwrap_or(Value::Null)
+    }
+
+    async fn create_queue(&self, name: &str) -> String {
+        self.call("CreateQueue", json!({"QueueName": name})).await["QueueUrl"].as_str().unwrap().to_owned()
+    }
+
+    /// What the event source mapping would hand the consumer: the waiting messages as an
+    /// `SqsEvent`'s records.
+    async fn receive(&self, queue_url: &str) -> Vec<Value> {
+        let answer = self
+            .call(
+                "ReceiveMessage",
+                json!({"QueueUrl": queue_url, "MaxNumberOfMessages": 10, "WaitTimeSeconds": 1, "AttributeNames": ["All"]}),
+            )
+            .await;
+        let messages = answer["Messages"].as_array().cloned().unwrap_or_default();
+        messages
+            .into_iter()
+            .map(|m| {
+                json!({
+                    "messageId": m["MessageId"], "receiptHandle": m["ReceiptHandle"], "body": m["Body"],
+                    "md5OfBody": m["MD5OfBody"], "attributes": m["Attributes"], "messageAttributes": {},
+                    "eventSource": "aws:sqs", "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:tracon-jobs",
+                    "awsRegion": "us-east-1",
+                })
+            })
+            .collect()
+    }
+}
+
+/// Invokes a function under `cargo lambda watch` the way an event source does.
+async fn invoke(host: &Host, function: &str, event: &Value) -> Value {
+    let (origin, _) =
+        host.url(Group::Agents, "").split_once("/lambda-url/").map(|(o, r)| (o.to_owned(), r.to_owned())).unwrap();
+    let res = client()
+        .post(format!("{origin}/2015-03-31/functions/{function}/invocations"))
+        .json(event)
+        .send()
+        .await
+        .unwrap();
+    let status = res.status();
+    let text = res.text().await.unwrap();
+    assert_eq!(status, 200, "invoking {function}: {text}\n{}", host.log_text());
+    serde_json::from_str(&text).unwrap_or_else(|_| panic!("{function} answered {text}"))
+}
+
+/// On the Lambda build: the agents function queues a run (`Prefer: respond-async`) with a
+/// signed `SendMessage` to the SQS emulator (moto's server); the test plays the event source
+/// mapping — it receives the messages and invokes the `tracon-jobs` consumer with them as an
+/// `SqsEvent` through cargo lambda's Runtime API emulator — and the run completes. A batch
+/// with a record that is not a job id reports exactly that record in `batchItemFailures`; a
+/// job delivered again is acknowledged, not run twice. The `tracon-tick` function, invoked with
+/// an EventBridge scheduled event, reconciles an orphaned run and wakes a job whose message was
+/// lost, through the queue again, and the consumer runs it.
+#[tokio::test]
+async fn the_lambda_functions_queue_runs_through_sqs_and_the_consumer_reports_failed_records() {
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    let schema = unique("s");
+    migrate(&schema);
+    let sqs = Sqs::start().await;
+    let queue_url = sqs.create_queue(&unique("tracon-jobs")).await;
+    let extra: Vec<(String, String)> = [
+        ("Tracon__Queue__SqsQueueUrl", queue_url.as_str()),
+        ("Tracon__Queue__SqsEndpoint", sqs.endpoint.as_str()),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "test-access-key"),
+        ("AWS_SECRET_ACCESS_KEY", "test-secret-key"),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    let lambda = start_lambda_with(&schema, &mock, &extra).await;
+    mock.script("sqs-model", vec![MockTurn::text("Done through SQS.")]);
+    create_agent(&lambda, &agent("queued", "sqs-model")).await;
+
+    let run_id = queue_run(&lambda, "queued", "Run later.").await;
+    let run = get_json(lambda.url(Group::Runs, &format!("/api/runs/{run_id}"))).await;
+    assert_eq!(run["status"], "Queued", "nothing runs it until the consumer is invoked: {run}");
+    let mut records = sqs.receive(&queue_url).await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    let good = records[0].clone();
+    let job_id = good["body"].as_str().unwrap().to_owned();
+    assert!(uuid::Uuid::parse_str(&job_id).is_ok(), "the message carries only the job id: {job_id}");
+    let mut bad = good.clone();
+    bad["messageId"] = json!("not-a-job-message");
+    bad["body"] = json!("{\"runId\": \"not a job id\"}");
+    records.push(bad);
+
+    let answer = invoke(&lambda, "tracon-jobs", &json!({"Records": records})).await;
+    assert_eq!(
+        answer,
+        json!({"batchItemFailures": [{"itemIdentifier": "not-a-job-message"}]}),
+        "{}",
+        lambda.log_text()
+    );
+    let run = get_json(lambda.url(Group::Runs, &format!("/api/runs/{run_id}"))).await;
+    assert_eq!(run["status"], "Completed", "{run}\n{}", lambda.log_text());
+    let log = get_text(lambda.url(Group::Runs, &format!("/api/runs/{run_id}/events"))).await;
+    assert!(log.contains("Done through SQS."), "{log}");
+
+    // The same message again (at-least-once delivery): acknowledged, the run not repeated.
+    let answer = invoke(&lambda, "tracon-jobs", &json!({"Records": [good]})).await;
+    assert_eq!(answer, json!({"batchItemFailures": []}));
+    assert_eq!(mock.requests("sqs-model").len(), 1, "the model was called once");
+
+    // A wake-up that got lost: the message is dropped, and once the job is older than the
+    // grace a fresh enqueue gets (aged here rather than waited for), the tick wakes it again.
+    let db = pool().await;
+    let lost_run = queue_run(&lambda, "queued", "Lost, then found.").await;
+    let lost = sqs.receive(&queue_url).await;
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    let lost_job = lost[0]["body"].as_str().unwrap().to_owned();
+    sqs.call("DeleteMessage", json!({"QueueUrl": queue_url, "ReceiptHandle": lost[0]["receiptHandle"]})).await;
+    sqlx::query(&format!(
+        "UPDATE \"{schema}\".jobs SET created_at = created_at - interval '1 hour' WHERE id = $1::uuid"
+    ))
+    .bind(&lost_job)
+    .execute(&db)
+    .await
+    .unwrap();
+
+    // The tick on its schedule wakes the job and closes a run whose heartbeat expired.
+    let orphan = plant_orphan(&db, &schema, &run_id, "queued").await;
+    let scheduled = json!({
+        "version": "0", "id": "5f1b6b1e-0000-0000-0000-000000000000", "detail-type": "Scheduled Event",
+        "source": "aws.events", "account": "123456789012", "time": "2026-01-01T00:00:00Z", "region": "us-east-1",
+        "resources": ["arn:aws:events:us-east-1:123456789012:rule/tracon-tick"], "detail": {}
+    });
+    let report = invoke(&lambda, "tracon-tick", &scheduled).await;
+    assert_eq!(
+        (&report["runsReconciled"], &report["jobsWoken"]),
+        (&json!(1), &json!(1)),
+        "{report}\n{}",
+        lambda.log_text()
+    );
+    let run = get_json(lambda.url(Group::Runs, &format!("/api/runs/{orphan}"))).await;
+    assert_eq!(run["status"], "Failed", "{run}");
+    assert!(run.to_string().contains("Orphaned"), "{run}");
+    let woken = sqs.receive(&queue_url).await;
+    assert_eq!(woken.len(), 1, "{woken:?}");
+    assert_eq!(woken[0]["body"], lost_job.as_str());
+    let answer = invoke(&lambda, "tracon-jobs", &json!({"Records": woken})).await;
+    assert_eq!(answer, json!({"batchItemFailures": []}), "{}", lambda.log_text());
+    let run = get_json(lambda.url(Group::Runs, &format!("/api/runs/{lost_run}"))).await;
+    assert_eq!(run["status"], "Completed", "{run}\n{}", lambda.log_text());
 }

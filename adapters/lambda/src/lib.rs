@@ -17,6 +17,14 @@
 //! domain's base path (`Tracon__Http__BasePath`) are taken off it ([`without_stage`]). An
 //! invocation is run at most once: one the Runtime API hands out again after its response
 //! failed to post is answered `502 invocation_replayed` ([`Function`]).
+//!
+//! Background work: with `Tracon:Queue:SqsQueueUrl` set, `Prefer: respond-async` queues a run
+//! and wakes the consumer with an SQS message ([`queue`]); `tracon-jobs` is that consumer (an
+//! SQS event source reporting partial batch failures) and `tracon-tick` the periodic tick on
+//! an EventBridge schedule ([`consumer`]).
+
+pub mod consumer;
+pub mod queue;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -46,28 +54,39 @@ pub const DEFAULT_POOL_SIZE: u32 = 2;
 
 /// Builds the app state from the environment, with stores over a lazily connecting pool.
 pub fn state_from_env(config: &Config) -> Result<AppState, String> {
+    state_with_stores(config, stores_from_env(config, DEFAULT_POOL_SIZE)?)
+}
+
+/// The stores over a lazily connecting pool of `pool_size` connections (unless
+/// `Tracon:PostgreSql:MaxConnections` says otherwise).
+pub fn stores_from_env(config: &Config, pool_size: u32) -> Result<Stores, String> {
     let url = config.first(&["DATABASE_URL", "Tracon:PostgreSql:ConnectionString"]).ok_or(
         "DATABASE_URL is not set: Tracon on Lambda keeps every run and session in Postgres; \
          pass the connection string from Secrets Manager or SSM as the DATABASE_URL environment variable",
     )?;
     let mut settings = PgSettings::from_config(url, config).map_err(|e| e.to_string())?;
     if config.get("Tracon:PostgreSql:MaxConnections").is_none() {
-        settings.max_connections = DEFAULT_POOL_SIZE;
+        settings.max_connections = pool_size;
     }
     let protection = Protection::from_config(config).map_err(|e| e.to_string())?;
     let pool = pg::connect_lazy(&settings).map_err(|e| e.to_string())?;
-    state_with_stores(config, pg::stores_on(pool, protection))
+    Ok(pg::stores_on(pool, protection))
 }
 
-/// The app state over given stores (tests use in-memory ones).
-pub fn state_with_stores(config: &Config, stores: Stores) -> Result<AppState, String> {
+/// The runtime over given stores: what the HTTP functions, the job consumer and the tick share.
+pub fn runtime_with_stores(config: &Config, stores: Stores) -> Result<tracon_core::runtime::Runtime, String> {
     let client = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .tcp_nodelay(true)
         .build()
         .map_err(|e| format!("could not build the HTTP client: {e}"))?;
-    let runtime =
-        setup::runtime_from_config(config, tokio_rt::platform(), stores, client, &HostDefaults { demo_agent: false })?;
+    setup::runtime_from_config(config, tokio_rt::platform(), stores, client, &HostDefaults { demo_agent: false })
+}
+
+/// The app state over given stores (tests use in-memory ones). With a queue configured
+/// (`Tracon:Queue:SqsQueueUrl`), `Prefer: respond-async` queues runs ([`queue`]).
+pub fn state_with_stores(config: &Config, stores: Stores) -> Result<AppState, String> {
+    let runtime = runtime_with_stores(config, stores)?;
     let mut http = HttpSettings::serverless_from_config(config).map_err(|e| e.to_string())?;
     // The environment freezes once a response is sent: nothing may be left running.
     http.background_outlives_response = false;
@@ -76,7 +95,7 @@ pub fn state_with_stores(config: &Config, stores: Stores) -> Result<AppState, St
             "TRACON_AUTH_TOKEN is not set: every route but /api/meta answers 503 until it is (set it as an encrypted environment variable)"
         );
     }
-    Ok(AppState::new(Arc::new(runtime), http))
+    queue::with_queue(AppState::new(Arc::new(runtime), http), config)
 }
 
 /// JSON logs to stdout, which Lambda ships to CloudWatch.
@@ -305,7 +324,7 @@ pub async fn serve(routes: Router<AppState>, streaming: bool) -> Result<(), lamb
 /// `Runtime.ConfigError` and the reason (what to set) instead of a bare exit status. Best
 /// effort: outside Lambda (no `AWS_LAMBDA_RUNTIME_API`) or when the post fails, the log line
 /// written before is all there is.
-async fn report_init_error(message: &str) {
+pub async fn report_init_error(message: &str) {
     let Ok(api) = std::env::var("AWS_LAMBDA_RUNTIME_API") else { return };
     let body = serde_json::json!({"errorMessage": message, "errorType": "Runtime.ConfigError", "stackTrace": []});
     let post = reqwest::Client::new()

@@ -330,3 +330,61 @@ fn a_missing_database_url_is_a_start_up_error_that_says_what_to_set() {
     let err = tracon_lambda::state_from_env(&Config::default()).err().unwrap();
     assert!(err.contains("DATABASE_URL"), "{err}");
 }
+
+/// Every route of the OpenAPI document is routed by the split template's API Gateway to a
+/// function whose group serves it: the template is read as text (the paths and the
+/// function each integration names), and each route is sent to that function.
+#[tokio::test]
+async fn the_split_template_routes_every_endpoint_to_a_function_that_serves_it() {
+    let template =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../infra/aws/template.yaml")).unwrap();
+    let mut gateway: Vec<(String, String)> = Vec::new();
+    let mut current: Option<String> = None;
+    for line in template.lines() {
+        let trimmed = line.trim();
+        if line.starts_with("          /") && trimmed.ends_with(':') {
+            current = Some(trimmed.trim_end_matches(':').to_owned());
+        } else if let (Some(path), Some(at)) = (&current, trimmed.find("functions/${")) {
+            let function = trimmed[at + "functions/${".len()..].split("Function.Arn").next().unwrap().to_owned();
+            gateway.push((path.clone(), function));
+            current = None;
+        }
+    }
+    assert!(gateway.len() > 10, "{gateway:?}");
+    let route_of = |path: &str| {
+        gateway
+            .iter()
+            .filter(|(p, _)| match p.strip_suffix("{proxy+}") {
+                Some(prefix) => path.starts_with(prefix),
+                None => p == path,
+            })
+            .max_by_key(|(p, _)| p.len())
+            .map(|(_, f)| f.clone())
+    };
+    let doc: Value = serde_json::from_str(tracon_handlers::openapi::DOCUMENT).unwrap();
+    for (template_path, ops) in doc["paths"].as_object().unwrap() {
+        let path = template_path
+            .replace("{tenantId}", "default")
+            .replace("{name}", "some-agent")
+            .replace("{id}", "000000000000")
+            .replace("{a}", "1")
+            .replace("{b}", "1");
+        let function = route_of(&path).unwrap_or_else(|| panic!("API Gateway routes nothing to {template_path}"));
+        let routes = match function.as_str() {
+            "Agents" => agents_router(),
+            "Runs" => runs_router(),
+            "Sessions" => sessions_router(),
+            other => panic!("{template_path} goes to an unknown function {other}"),
+        };
+        let app = app(routes, Stores::in_memory(), true);
+        for method in ops.as_object().unwrap().keys() {
+            let method = method.to_uppercase();
+            let (status, _, body) = call(&app, event(&method, &path, Some(json!({})), false)).await;
+            let problem: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+            assert!(
+                status != 405 && problem["errorType"] != "route_not_found",
+                "{method} {template_path} is routed to the {function} function, which does not serve it: {status} {body}"
+            );
+        }
+    }
+}

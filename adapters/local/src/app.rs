@@ -48,6 +48,9 @@ fn memory_stores(config: &Config) -> Result<Stores, String> {
         quota_notices: Arc::new(memory::MemoryQuotaNoticeStore::default()),
         jobs: Arc::new(memory::MemoryJobStore::default()),
         idempotency: Arc::new(memory::MemoryIdempotencyStore::default()),
+        schedules: Arc::new(tracon_core::schedules::MemoryScheduleStore::default()),
+        triggers: Arc::new(tracon_core::triggers::MemoryTriggerStore::default()),
+        webhooks: Arc::new(tracon_core::webhooks::memory::MemoryWebhookStore::default()),
         persistent: false,
     })
 }

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore};
 use tracon_core::config::Config;
-use tracon_core::jobs::{JobHandler, JobRunner, JobSettings, JobTransport};
-use tracon_core::runs::QueuedRuns;
+use tracon_core::jobs::{JobRunner, JobSettings, JobTransport};
 use tracon_handlers::AppState;
 use tracon_handlers::state::QueuedRunSettings;
 
@@ -30,6 +29,9 @@ pub struct ConsumerSettings {
     pub concurrency: usize,
     /// How often the queue is read without a wake-up (`PollSeconds`, 1).
     pub poll: Duration,
+    /// How often the tick runs: due schedules, due jobs, orphaned runs
+    /// (`Tracon:Scheduling:TickSeconds`, 10).
+    pub tick: Duration,
 }
 
 impl ConsumerSettings {
@@ -38,10 +40,17 @@ impl ConsumerSettings {
         let concurrency = config.parse::<usize>("Tracon:Jobs:Concurrency").map_err(|e| e.to_string())?.unwrap_or(8);
         let poll =
             config.seconds("Tracon:Jobs:PollSeconds").map_err(|e| e.to_string())?.unwrap_or(Duration::from_secs(1));
-        if concurrency == 0 || poll.is_zero() {
-            return Err("Tracon__Jobs__Concurrency and Tracon__Jobs__PollSeconds must be positive.".into());
+        let tick = config
+            .seconds("Tracon:Scheduling:TickSeconds")
+            .map_err(|e| e.to_string())?
+            .unwrap_or(Duration::from_secs(10));
+        if concurrency == 0 || poll.is_zero() || tick.is_zero() {
+            return Err(
+                "Tracon__Jobs__Concurrency, Tracon__Jobs__PollSeconds and Tracon__Scheduling__TickSeconds must be positive."
+                    .into(),
+            );
         }
-        Ok(Self { jobs, concurrency, poll })
+        Ok(Self { jobs, concurrency, poll, tick })
     }
 }
 
@@ -49,17 +58,29 @@ impl ConsumerSettings {
 pub fn start(state: AppState, settings: ConsumerSettings) -> AppState {
     let notify = Arc::new(Notify::new());
     let runtime = state.runtime.clone();
-    let handlers: Vec<Arc<dyn JobHandler>> = vec![Arc::new(QueuedRuns { runtime: runtime.clone() })];
+    let handlers = tracon_core::background::job_handlers(&runtime);
     let owner = format!("local-{}", std::process::id());
     let max_attempts = settings.jobs.max_attempts;
-    let runner = Arc::new(JobRunner::new(
-        runtime.stores.jobs.clone(),
-        handlers,
-        runtime.platform.clock.clone(),
-        settings.jobs,
-        owner,
-    ));
+    let mut runner =
+        JobRunner::new(runtime.stores.jobs.clone(), handlers, runtime.platform.clock.clone(), settings.jobs, owner);
+    // job.completed / job.failed webhooks.
+    for observer in tracon_core::background::job_observers(&runtime) {
+        runner = runner.with_observer(observer);
+    }
+    let runner = Arc::new(runner);
     let slots = Arc::new(Semaphore::new(settings.concurrency));
+    {
+        let (runtime, transport, drain, every) =
+            (runtime.clone(), LocalTransport(notify.clone()), state.drain.clone(), settings.tick);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if !drain.is_draining() {
+                    tracon_core::background::tick(&runtime, &transport).await;
+                }
+            }
+        });
+    }
     let drain = state.drain.clone();
     let wake = notify.clone();
     tokio::spawn(async move {

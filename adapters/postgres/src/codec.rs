@@ -23,6 +23,9 @@ use uuid::Uuid;
 
 use crate::protect::{Place, Protection, ProtectionError};
 
+/// Inbound trigger rows.
+pub mod triggers;
+
 /// A stored value that does not decode: a bug or a foreign write.
 /// Whether a statement that failed with this SQLSTATE may succeed when run again: a
 /// serialization failure or a deadlock. Both drivers' stores retry these.
@@ -552,6 +555,97 @@ impl TenantColumns {
         Ok(TenantRecord {
             id: TenantId::parse(&self.id).map_err(|e| corrupt("tenant id", e))?,
             display_name: self.display_name,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
+// ---- schedules -------------------------------------------------------------------------------
+
+/// Where a schedule's message (a protected value) is bound.
+pub fn schedule_place<'a>(tenant: &'a str, row: &'a str) -> Place<'a> {
+    Place { tenant, table: "schedules", column: "message", row }
+}
+
+/// A unique violation: the name is taken in the tenant.
+pub fn duplicate_schedule(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Conflict(_) => StoreError::Conflict("A schedule with this name exists.".into()),
+        other => other,
+    }
+}
+
+/// The columns of one `schedules` row (`sql::SCHEDULE_*` select them in this order).
+pub struct ScheduleColumns {
+    pub tenant_id: String,
+    pub id: uuid::Uuid,
+    pub name: String,
+    pub agent_name: String,
+    pub message: Vec<u8>,
+    pub parameters: serde_json::Value,
+    pub run_at: Option<DateTime<Utc>>,
+    pub cron: Option<String>,
+    pub time_zone: Option<String>,
+    pub enabled: bool,
+    pub next_run_at: Option<DateTime<Utc>>,
+    pub last_run_at: Option<DateTime<Utc>>,
+    pub last_run_id: Option<uuid::Uuid>,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl ScheduleColumns {
+    pub fn of(s: &tracon_core::schedules::ScheduleRecord, protection: &Protection) -> Result<Self, StoreError> {
+        use tracon_core::schedules::Timing;
+        let row = s.id.to_string();
+        let (run_at, cron, time_zone) = match &s.timing {
+            Timing::Once(at) => (Some(*at), None, None),
+            Timing::Cron { expression, time_zone } => (None, Some(expression.clone()), Some(time_zone.clone())),
+        };
+        Ok(Self {
+            tenant_id: s.tenant.as_str().to_owned(),
+            id: s.id,
+            name: s.name.clone(),
+            agent_name: s.agent.as_str().to_owned(),
+            message: protection.seal(&schedule_place(s.tenant.as_str(), &row), &s.message),
+            parameters: to_json(&s.parameters)?,
+            run_at,
+            cron,
+            time_zone,
+            enabled: s.enabled,
+            next_run_at: s.next_run_at,
+            last_run_at: s.last_run_at,
+            last_run_id: s.last_run_id.map(|r| r.0),
+            last_error: s.last_error.clone(),
+            created_at: s.created_at,
+            updated_at: s.updated_at,
+        })
+    }
+
+    pub fn record(self, protection: &Protection) -> Result<tracon_core::schedules::ScheduleRecord, StoreError> {
+        use tracon_core::schedules::Timing;
+        let row = self.id.to_string();
+        let message = protection.open(&schedule_place(&self.tenant_id, &row), &self.message).map_err(unreadable)?;
+        let timing = match (self.run_at, self.cron, self.time_zone) {
+            (Some(at), None, None) => Timing::Once(at),
+            (None, Some(expression), Some(time_zone)) => Timing::Cron { expression, time_zone },
+            _ => return Err(corrupt("schedule timing", &row)),
+        };
+        Ok(tracon_core::schedules::ScheduleRecord {
+            id: self.id,
+            tenant: TenantId::parse(&self.tenant_id).map_err(|e| corrupt("tenant id", e))?,
+            name: self.name,
+            agent: tracon_core::names::AgentName::parse(&self.agent_name).map_err(|e| corrupt("agent name", e))?,
+            message,
+            parameters: from_json(Some(self.parameters), "schedule parameters")?.unwrap_or_default(),
+            timing,
+            enabled: self.enabled,
+            next_run_at: self.next_run_at,
+            last_run_at: self.last_run_at,
+            last_run_id: self.last_run_id.map(RunId),
+            last_error: self.last_error,
             created_at: self.created_at,
             updated_at: self.updated_at,
         })

@@ -9,6 +9,7 @@
 pub mod codec;
 pub mod protect;
 pub mod sql;
+pub mod webhooks;
 
 #[cfg(feature = "sqlx")]
 pub mod pg;

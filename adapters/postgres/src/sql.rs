@@ -99,9 +99,20 @@ pub const RUN_CANCEL: &str = "WITH target AS (SELECT status FROM runs WHERE tena
 
 /// One row affected: the queued run is now running.
 pub const RUN_START_QUEUED: &str = "UPDATE runs SET status = 'Running', started_at = $3, heartbeat_at = $3 \
-     WHERE tenant_id = $1 AND id = $2 AND status = 'Queued'";
+     WHERE tenant_id = $1 AND id = $2 AND status = 'Queued' RETURNING cancel_requested";
 
 pub const RUN_CANCEL_FLAG: &str = "SELECT cancel_requested FROM runs WHERE tenant_id = $1 AND id = $2";
+
+pub const RUN_HEARTBEAT: &str =
+    "UPDATE runs SET heartbeat_at = $3 WHERE tenant_id = $1 AND id = $2 AND status = 'Running'";
+
+/// Reconciliation's candidates, across tenants (a system scan, served by the partial index
+/// `runs_running_heartbeat`): running runs not heard from since `$1`, oldest first, at most `$2`.
+pub const RUN_STALE: &str = "SELECT r.tenant_id, r.id, r.started_at,      COALESCE((SELECT max(e.sequence) FROM run_events e WHERE e.tenant_id = r.tenant_id AND e.run_id = r.id), 0)      AS last_sequence FROM runs r WHERE r.status = 'Running' AND COALESCE(r.heartbeat_at, r.started_at) < $1      ORDER BY COALESCE(r.heartbeat_at, r.started_at), r.id LIMIT $2";
+
+/// [`RUN_FINISH`] for a stale run: the row closes, and the events are written, only while it
+/// is still running and not heard from since `$15`; no row affected otherwise.
+pub const RUN_CLOSE_STALE: &str = "WITH upd AS (UPDATE runs SET status = $3, ended_at = $4, duration_ms = $5,      usage = $6, cost = $7, model_provider = $8, model = $9, error = $10, heartbeat_at = $4      WHERE tenant_id = $1 AND id = $2 AND status = 'Running' AND COALESCE(heartbeat_at, started_at) < $15 RETURNING 1)      INSERT INTO run_events (tenant_id, run_id, sequence, event_type, occurred_at, payload)      SELECT $1, $2, u.seq, u.kind, u.at, u.payload      FROM unnest($11::bigint[], $12::text[], $13::timestamptz[], $14::bytea[]) AS u(seq, kind, at, payload)      WHERE EXISTS (SELECT 1 FROM upd)";
 
 // ---- run events ----------------------------------------------------------------------------
 
@@ -424,7 +435,7 @@ macro_rules! job_lease_set {
          attempts = CASE WHEN cancel_requested OR attempts >= max_attempts THEN attempts ELSE attempts + 1 END, \
          lease_owner = CASE WHEN cancel_requested OR attempts >= max_attempts THEN NULL ELSE $4 END, \
          lease_token = CASE WHEN cancel_requested OR attempts >= max_attempts THEN NULL ELSE gen_random_uuid() END, \
-         lease_expires_at = CASE WHEN cancel_requested OR attempts >= max_attempts THEN NULL ELSE $5 END, \
+         lease_expires_at = CASE WHEN cancel_requested OR attempts >= max_attempts THEN NULL ELSE $5::timestamptz END, \
          heartbeat_at = CASE WHEN cancel_requested OR attempts >= max_attempts THEN heartbeat_at ELSE $2 END, \
          error_code = CASE WHEN NOT cancel_requested AND attempts >= max_attempts AND error_code IS NULL \
          THEN 'tracon.job.attempts-exhausted' ELSE error_code END, \
@@ -541,6 +552,56 @@ pub const JOB_CANCEL: &str = concat!(
     ") SELECT EXISTS (SELECT 1 FROM target) AS found, upd.* FROM (VALUES (1)) AS one (x) LEFT JOIN upd ON true"
 );
 
+/// Jobs a consumer could lease at `$1` that may lack a wake-up: retries whose backoff passed,
+/// queued jobs created before `$2`, and expired leases; oldest first, at most `$3`.
+pub const JOB_DUE: &str = "SELECT id FROM jobs WHERE (status = 'Queued' AND available_at <= $1 \
+     AND (attempts > 0 OR created_at <= $2)) OR (status = 'Running' AND lease_expires_at <= $1) \
+     ORDER BY available_at, id LIMIT $3";
+
+// ---- schedules -----------------------------------------------------------------------------------
+
+macro_rules! schedule_columns {
+    () => {
+        "tenant_id, id, name, agent_name, message, parameters, run_at, cron, time_zone, enabled, next_run_at, \
+         last_run_at, last_run_id, last_error, created_at, updated_at"
+    };
+}
+
+/// `$1`…`$16` in [`schedule_columns!`] order.
+pub const SCHEDULE_INSERT: &str = concat!(
+    "INSERT INTO schedules (",
+    schedule_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+);
+
+pub const SCHEDULE_GET: &str =
+    concat!("SELECT ", schedule_columns!(), " FROM schedules WHERE tenant_id = $1 AND id = $2");
+
+pub const SCHEDULE_LIST: &str =
+    concat!("SELECT ", schedule_columns!(), " FROM schedules WHERE tenant_id = $1 ORDER BY name OFFSET $2 LIMIT $3");
+
+/// Replaces the definition (`$3`…`$10`), the next occurrence (`$11`) and `updated_at` (`$12`);
+/// the last-run fields stay.
+pub const SCHEDULE_UPDATE: &str = "UPDATE schedules SET name = $3, agent_name = $4, message = $5, parameters = $6, \
+     run_at = $7, cron = $8, time_zone = $9, enabled = $10, next_run_at = $11, updated_at = $12 \
+     WHERE tenant_id = $1 AND id = $2";
+
+pub const SCHEDULE_DELETE: &str = "DELETE FROM schedules WHERE tenant_id = $1 AND id = $2";
+
+/// Due schedules of every tenant (a system scan, served by `schedules_due`).
+pub const SCHEDULE_DUE: &str = concat!(
+    "SELECT ",
+    schedule_columns!(),
+    " FROM schedules WHERE enabled AND next_run_at <= $1 ORDER BY next_run_at, id LIMIT $2"
+);
+
+/// Takes the occurrence `$3`: one row affected only while it is still the stored one.
+pub const SCHEDULE_ADVANCE: &str = "UPDATE schedules SET next_run_at = $4, last_run_at = $5, last_run_id = NULL, \
+     last_error = NULL WHERE tenant_id = $1 AND id = $2 AND next_run_at = $3";
+
+pub const SCHEDULE_OUTCOME: &str =
+    "UPDATE schedules SET last_run_id = $3, last_error = $4 WHERE tenant_id = $1 AND id = $2";
+
 // ---- idempotency keys --------------------------------------------------------------------------
 
 /// Claims key `$1`/`$2`/`$3` (tenant, operation, key) for request hash `$4` at `$5` until
@@ -583,6 +644,106 @@ pub const IDEMPOTENCY_COMPLETE: &str = "UPDATE idempotency_keys \
 /// Deletes the record only while it has no response.
 pub const IDEMPOTENCY_RELEASE: &str = "DELETE FROM idempotency_keys \
      WHERE tenant_id = $1 AND operation = $2 AND key = $3 AND completed_at IS NULL";
+
+// ---- webhooks -----------------------------------------------------------------------------------
+
+pub const WEBHOOK_INSERT: &str = "INSERT INTO webhook_subscriptions (tenant_id, id, url, events, \
+     secret_configuration_name, headers, description, enabled, consecutive_failures, disabled_at, created_at, \
+     updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+
+pub const WEBHOOK_GET: &str = "SELECT tenant_id, id, url, events, secret_configuration_name, headers, description, \
+     enabled, consecutive_failures, disabled_at, created_at, updated_at FROM webhook_subscriptions \
+     WHERE tenant_id = $1 AND id = $2";
+
+pub const WEBHOOK_LIST: &str = "SELECT tenant_id, id, url, events, secret_configuration_name, headers, description, \
+     enabled, consecutive_failures, disabled_at, created_at, updated_at FROM webhook_subscriptions \
+     WHERE tenant_id = $1 ORDER BY created_at, id OFFSET $2 LIMIT $3";
+
+/// Replaces what the API owns; turning a disabled subscription on (`$8`) resets its failure
+/// count and `disabled_at` (the CASEs read the row's values before the update).
+pub const WEBHOOK_UPDATE: &str = "UPDATE webhook_subscriptions SET \
+     consecutive_failures = CASE WHEN $8 AND NOT enabled THEN 0 ELSE consecutive_failures END, \
+     disabled_at = CASE WHEN $8 AND NOT enabled THEN NULL ELSE disabled_at END, \
+     url = $3, events = $4, secret_configuration_name = $5, headers = $6, description = $7, enabled = $8, \
+     updated_at = $9 WHERE tenant_id = $1 AND id = $2 \
+     RETURNING tenant_id, id, url, events, secret_configuration_name, headers, description, \
+     enabled, consecutive_failures, disabled_at, created_at, updated_at";
+
+/// Deliveries go with it (`ON DELETE CASCADE`).
+pub const WEBHOOK_DELETE: &str = "DELETE FROM webhook_subscriptions WHERE tenant_id = $1 AND id = $2";
+
+/// The enabled subscriptions of tenant `$1` to event `$2` (partial index
+/// `webhook_subscriptions_enabled`).
+pub const WEBHOOK_SUBSCRIBED: &str = "SELECT tenant_id, id, url, events, secret_configuration_name, headers, \
+     description, enabled, consecutive_failures, disabled_at, created_at, updated_at FROM webhook_subscriptions \
+     WHERE tenant_id = $1 AND enabled AND $2 = ANY (events) ORDER BY created_at, id";
+
+/// A finished delivery (`$3`: succeeded) counted in one statement: a success resets the
+/// count, a failure adds one and disables at `$4` failures in a row (0: never), at `$5`.
+pub const WEBHOOK_SETTLE: &str = "UPDATE webhook_subscriptions SET \
+     consecutive_failures = CASE WHEN $3 THEN 0 ELSE consecutive_failures + 1 END, \
+     enabled = CASE WHEN NOT $3 AND enabled AND $4 > 0 AND consecutive_failures + 1 >= $4 THEN false ELSE enabled END, \
+     disabled_at = CASE WHEN NOT $3 AND enabled AND $4 > 0 AND consecutive_failures + 1 >= $4 THEN $5 ELSE disabled_at END, \
+     updated_at = $5 WHERE tenant_id = $1 AND id = $2 \
+     RETURNING tenant_id, id, url, events, secret_configuration_name, headers, description, \
+     enabled, consecutive_failures, disabled_at, created_at, updated_at";
+
+/// A delivery entry; its subscription must be the same tenant's (the foreign key names both).
+pub const WEBHOOK_DELIVERY_INSERT: &str = "INSERT INTO webhook_deliveries (tenant_id, id, subscription_id, \
+     event_id, event_type, status, attempts, last_status_code, last_error_code, last_error_message, job_id, \
+     created_at, updated_at, last_attempt_at, completed_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)";
+
+pub const WEBHOOK_DELIVERY_GET: &str = "SELECT tenant_id, id, subscription_id, event_id, event_type, status, \
+     attempts, last_status_code, last_error_code, last_error_message, job_id, created_at, updated_at, \
+     last_attempt_at, completed_at FROM webhook_deliveries WHERE tenant_id = $1 AND id = $2";
+
+/// An attempt written over the entry (one row per event, however many attempts).
+pub const WEBHOOK_DELIVERY_ATTEMPT: &str = "UPDATE webhook_deliveries SET status = $3, attempts = $4, \
+     last_status_code = $5, last_error_code = $6, last_error_message = $7, updated_at = $8, \
+     last_attempt_at = CASE WHEN $4 > 0 THEN $8 ELSE last_attempt_at END, \
+     completed_at = CASE WHEN $3 IN ('Succeeded', 'Failed') THEN $8 ELSE NULL END \
+     WHERE tenant_id = $1 AND id = $2";
+
+pub const WEBHOOK_DELIVERIES: &str = "SELECT tenant_id, id, subscription_id, event_id, event_type, status, \
+     attempts, last_status_code, last_error_code, last_error_message, job_id, created_at, updated_at, \
+     last_attempt_at, completed_at FROM webhook_deliveries WHERE tenant_id = $1 AND subscription_id = $2 \
+     ORDER BY created_at DESC, id DESC OFFSET $3 LIMIT $4";
+
+// ---- triggers ----------------------------------------------------------------------------------
+
+macro_rules! trigger_columns {
+    () => {
+        "name, target_kind, target_name, signing_secret_configuration_name, payload_mode, payload_path, enabled, \
+         created_at, updated_at"
+    };
+}
+
+/// The tenant's triggers in name (byte) order, `$2` skip, `$3` take.
+pub const TRIGGER_LIST: &str =
+    concat!("SELECT ", trigger_columns!(), " FROM triggers WHERE tenant_id = $1 ORDER BY name OFFSET $2 LIMIT $3");
+
+pub const TRIGGER_GET: &str =
+    concat!("SELECT ", trigger_columns!(), " FROM triggers WHERE tenant_id = $1 AND name = $2");
+
+/// The accept endpoint's lookup: no row for a missing or disabled trigger.
+pub const TRIGGER_FIND_ENABLED: &str =
+    concat!("SELECT ", trigger_columns!(), " FROM triggers WHERE tenant_id = $1 AND name = $2 AND enabled");
+
+/// Creates or replaces trigger `$2` of tenant `$1` (`$3`…`$8` its fields, `$9` created_at,
+/// `$10` updated_at): a replacement keeps the stored created_at. Returns the stored row.
+pub const TRIGGER_PUT: &str = concat!(
+    "INSERT INTO triggers (tenant_id, name, target_kind, target_name, signing_secret_configuration_name, \
+     payload_mode, payload_path, enabled, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+     ON CONFLICT (tenant_id, name) DO UPDATE SET target_kind = EXCLUDED.target_kind, \
+     target_name = EXCLUDED.target_name, signing_secret_configuration_name = EXCLUDED.signing_secret_configuration_name, \
+     payload_mode = EXCLUDED.payload_mode, payload_path = EXCLUDED.payload_path, enabled = EXCLUDED.enabled, \
+     updated_at = EXCLUDED.updated_at RETURNING ",
+    trigger_columns!()
+);
+
+/// One row affected when the trigger existed.
+pub const TRIGGER_DELETE: &str = "DELETE FROM triggers WHERE tenant_id = $1 AND name = $2";
 
 // ---- schema ------------------------------------------------------------------------------------
 
@@ -656,6 +817,17 @@ mod tests {
             IDEMPOTENCY_CLAIM,
             IDEMPOTENCY_COMPLETE,
             IDEMPOTENCY_RELEASE,
+            TRIGGER_LIST,
+            TRIGGER_GET,
+            TRIGGER_FIND_ENABLED,
+            TRIGGER_DELETE,
+            SCHEDULE_GET,
+            SCHEDULE_LIST,
+            SCHEDULE_UPDATE,
+            SCHEDULE_DELETE,
+            SCHEDULE_ADVANCE,
+            SCHEDULE_OUTCOME,
+            RUN_HEARTBEAT,
         ] {
             assert!(s.contains("tenant_id = $1"), "{s}");
         }

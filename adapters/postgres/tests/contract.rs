@@ -35,18 +35,37 @@ async fn fresh_jobs(protection: Protection) -> Arc<dyn JobStore> {
     Arc::new(PgJobStore::new(pool, Arc::new(protection)))
 }
 
+/// A webhook store on a fresh, migrated schema (it holds no protected content, so it runs
+/// once, with protection off).
+async fn fresh_webhooks() -> Arc<dyn tracon_core::webhooks::WebhookStore> {
+    let pool = stores(&settings(), Protection::off()).await.unwrap().1;
+    Arc::new(tracon_postgres::pg::PgWebhookStore::new(pool))
+}
+
 /// An idempotency store on a fresh, migrated schema.
 async fn fresh_idempotency(protection: Protection) -> Arc<dyn IdempotencyStore> {
     let pool = stores(&settings(), protection.clone()).await.unwrap().1;
     Arc::new(PgIdempotencyStore::new(pool, Arc::new(protection)))
 }
 
+/// A trigger store on a fresh, migrated schema (through `Stores`, so `stores_on` is what
+/// is tested). Nothing in it is protected; it runs under both settings all the same.
+async fn fresh_triggers(protection: Protection) -> Arc<dyn tracon_core::triggers::TriggerStore> {
+    fresh(protection).await.triggers
+}
+
 mod plain {
     tracon_core::store_contract_tests!(super::fresh(tracon_postgres::protect::Protection::off()));
+    tracon_core::webhook_store_contract_tests!(super::fresh_webhooks());
     tracon_core::job_store_contract_tests!(super::fresh_jobs(tracon_postgres::protect::Protection::off()));
     tracon_core::idempotency_store_contract_tests!(super::fresh_idempotency(
         tracon_postgres::protect::Protection::off()
     ));
+    mod triggers {
+        tracon_core::trigger_store_contract_tests!(super::super::fresh_triggers(
+            tracon_postgres::protect::Protection::off()
+        ));
+    }
 }
 
 mod protected {
@@ -57,4 +76,9 @@ mod protected {
     tracon_core::idempotency_store_contract_tests!(super::fresh_idempotency(
         tracon_postgres::protect::Protection::with_key(7, &[42; 32])
     ));
+    mod triggers {
+        tracon_core::trigger_store_contract_tests!(super::super::fresh_triggers(
+            tracon_postgres::protect::Protection::with_key(7, &[42; 32])
+        ));
+    }
 }

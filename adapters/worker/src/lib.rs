@@ -10,7 +10,12 @@
 //! The app state is built once per isolate and reused. Runs execute as tasks of the isolate
 //! registered with the request's `ctx.wait_until` (see [`platform`]), so a run and the
 //! recording of its tail finish even when the client disconnects mid-stream.
+//!
+//! Background work ([`jobs`]): with the `TRACON_JOBS` queue bound, `Prefer: respond-async`
+//! queues a run and answers 202; the `queue` handler runs queued jobs and the `scheduled`
+//! handler (a cron trigger) runs the periodic tick.
 
+mod jobs;
 mod log;
 mod platform;
 mod store;
@@ -24,11 +29,12 @@ use tower_service::Service;
 use tracon_core::config::Config;
 use tracon_core::setup::{self, HostDefaults};
 use tracon_core::store::Stores;
+use tracon_handlers::state::QueuedRunSettings;
 use tracon_handlers::{AppState, HttpSettings};
 use tracon_postgres::protect::Protection;
 use tracon_postgres::sql::is_schema_name;
 use wasm_bindgen::JsCast;
-use worker::{Context, Env, HttpRequest, event};
+use worker::{Context, Env, HttpRequest, MessageBatch, ScheduleContext, ScheduledEvent, event};
 
 #[cfg(any(
     all(feature = "group-agents", any(feature = "group-runs", feature = "group-sessions", feature = "group-all")),
@@ -51,8 +57,16 @@ fn routes() -> Router<AppState> {
     return tracon_handlers::all_routes();
 }
 
+/// What the isolate builds once: the router for `fetch`, the job consumer and tick for
+/// `queue` and `scheduled`.
+#[derive(Clone)]
+struct App {
+    router: Router,
+    background: Rc<jobs::Background>,
+}
+
 thread_local! {
-    static APP: RefCell<Option<Router>> = const { RefCell::new(None) };
+    static APP: RefCell<Option<App>> = const { RefCell::new(None) };
 }
 
 /// Every string var and secret of the Worker, as configuration.
@@ -69,7 +83,7 @@ fn config_from(env: &Env) -> Config {
     Config::from_pairs(pairs)
 }
 
-fn build(env: &Env) -> Result<Router, String> {
+fn build(env: &Env) -> Result<App, String> {
     let config = config_from(env);
     log::init(config.first(&["RUST_LOG", "Tracon:Logging:Level"]).unwrap_or("info"));
     let hyperdrive = env.hyperdrive("HYPERDRIVE").map_err(|_| {
@@ -107,6 +121,9 @@ fn build(env: &Env) -> Result<Router, String> {
         tenants: pg.clone(),
         quota_notices: pg.clone(),
         jobs: pg.clone(),
+        schedules: pg.clone(),
+        webhooks: pg.clone(),
+        triggers: pg.clone(),
         idempotency: pg,
         persistent: true,
     };
@@ -114,11 +131,27 @@ fn build(env: &Env) -> Result<Router, String> {
     let runtime =
         setup::runtime_from_config(&config, platform::platform(), stores, client, &HostDefaults { demo_agent: false })?;
     let http = HttpSettings::serverless_from_config(&config).map_err(|e| e.to_string())?;
-    let state = AppState::new(Arc::new(runtime), http);
+    let runtime = Arc::new(runtime);
+    let background = Rc::new(jobs::Background::new(runtime.clone(), &config, env)?);
+    let mut state = AppState::new(runtime, http);
+    // With the job queue bound, `Prefer: respond-async` queues runs for the `queue` handler.
+    if let Some(transport) = background.transport() {
+        state = state.with_jobs(QueuedRunSettings { transport, max_attempts: background.settings.max_attempts });
+    }
     // A cancel reaching this isolate reaches the run through the store, in the run's own
     // request context (see `Drain::isolate_requests`).
     state.drain.isolate_requests();
-    Ok(tracon_handlers::app(state, routes()))
+    Ok(App { router: tracon_handlers::app(state, routes()), background })
+}
+
+/// The isolate's app, built on first use.
+fn app(env: &Env) -> Result<App, String> {
+    if let Some(app) = APP.with(|a| a.borrow().clone()) {
+        return Ok(app);
+    }
+    let app = build(env)?;
+    APP.with(|a| *a.borrow_mut() = Some(app.clone()));
+    Ok(app)
 }
 
 fn startup_failure(message: &str) -> axum::http::Response<axum::body::Body> {
@@ -140,19 +173,39 @@ fn startup_failure(message: &str) -> axum::http::Response<axum::body::Body> {
 #[event(fetch)]
 async fn fetch(req: HttpRequest, env: Env, ctx: Context) -> worker::Result<axum::http::Response<axum::body::Body>> {
     console_error_panic_hook::set_once();
-    let app = match APP.with(|a| a.borrow().clone()) {
-        Some(app) => app,
-        None => match build(&env) {
-            Ok(app) => {
-                APP.with(|a| *a.borrow_mut() = Some(app.clone()));
-                app
-            }
-            Err(message) => {
-                tracing::error!(%message, "cannot start");
-                return Ok(startup_failure(&message));
-            }
-        },
+    let mut router = match app(&env) {
+        Ok(app) => app.router,
+        Err(message) => {
+            tracing::error!(%message, "cannot start");
+            return Ok(startup_failure(&message));
+        }
     };
-    let mut app = app;
-    Ok(platform::WithContext::new(Rc::new(ctx), app.call(req)).await?)
+    Ok(platform::WithContext::new(Rc::new(ctx), router.call(req)).await?)
+}
+
+/// The job queue's consumer: each message's job runs to its end in this invocation. Never
+/// an `Err` (the glue would panic): a batch that cannot be handled is retried whole.
+#[event(queue)]
+async fn queue(batch: MessageBatch<String>, env: Env, ctx: Context) -> worker::Result<()> {
+    console_error_panic_hook::set_once();
+    match app(&env) {
+        Ok(app) => app.background.consume(batch.raw_iter().collect(), Rc::new(ctx)).await,
+        Err(message) => {
+            tracing::error!(%message, "cannot start; the job batch is retried");
+            batch.retry_all();
+        }
+    }
+    Ok(())
+}
+
+/// The cron trigger: one tick.
+#[event(scheduled)]
+async fn scheduled(_event: ScheduledEvent, env: Env, ctx: ScheduleContext) {
+    console_error_panic_hook::set_once();
+    match app(&env) {
+        Ok(app) => {
+            app.background.tick(Rc::new(ctx)).await;
+        }
+        Err(message) => tracing::error!(%message, "cannot start; the tick did not run"),
+    }
 }

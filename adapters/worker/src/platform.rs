@@ -3,7 +3,8 @@
 //!
 //! A task spawned while a request is being handled — a run, and with it the recording of
 //! its tail — is handed to that request's `ctx.wait_until`, so the runtime keeps the
-//! request alive until the task finishes even when the client has gone. Which request is
+//! request alive until the task finishes even when the client has gone. The same holds for
+//! a queue batch and a cron trigger ([`WaitUntil`]). Which request is
 //! "current" is exact: [`WithContext`] sets it only for the duration of each poll of the
 //! request's future, and polls never interleave on the isolate's one thread.
 
@@ -32,8 +33,26 @@ impl Clock for WorkerClock {
     }
 }
 
+/// What keeps an invocation alive for a task: a request's `Context`, a queue batch's, a
+/// cron trigger's `ScheduleContext`.
+pub trait WaitUntil {
+    fn wait_until(&self, task: Pin<Box<dyn Future<Output = ()>>>);
+}
+
+impl WaitUntil for worker::Context {
+    fn wait_until(&self, task: Pin<Box<dyn Future<Output = ()>>>) {
+        worker::Context::wait_until(self, task);
+    }
+}
+
+impl WaitUntil for worker::ScheduleContext {
+    fn wait_until(&self, task: Pin<Box<dyn Future<Output = ()>>>) {
+        worker::ScheduleContext::wait_until(self, task);
+    }
+}
+
 thread_local! {
-    static CURRENT: RefCell<Option<Rc<worker::Context>>> = const { RefCell::new(None) };
+    static CURRENT: RefCell<Option<Rc<dyn WaitUntil>>> = const { RefCell::new(None) };
 }
 
 pub struct WorkerSpawner;
@@ -41,8 +60,8 @@ pub struct WorkerSpawner;
 impl Spawner for WorkerSpawner {
     fn spawn(&self, task: BoxFuture<'static, ()>) {
         match CURRENT.with(|c| c.borrow().clone()) {
-            // The task keeps the request as its context, so what it spawns is kept alive too.
-            Some(ctx) => ctx.clone().wait_until(WithContext::new(ctx, task)),
+            // The task keeps the invocation as its context, so what it spawns is kept alive too.
+            Some(ctx) => ctx.clone().wait_until(Box::pin(WithContext::new(ctx, task))),
             None => wasm_bindgen_futures::spawn_local(task),
         }
     }
@@ -52,14 +71,15 @@ pub fn platform() -> Platform {
     Platform { clock: Arc::new(WorkerClock), spawner: Arc::new(WorkerSpawner) }
 }
 
-/// A request's future, polled with its `Context` as the current one.
+/// An invocation's future (a request's, a queue batch's, a cron trigger's), polled with its
+/// context as the current one.
 pub struct WithContext<F> {
-    ctx: Rc<worker::Context>,
+    ctx: Rc<dyn WaitUntil>,
     inner: Pin<Box<F>>,
 }
 
 impl<F: Future> WithContext<F> {
-    pub fn new(ctx: Rc<worker::Context>, inner: F) -> Self {
+    pub fn new(ctx: Rc<dyn WaitUntil>, inner: F) -> Self {
         Self { ctx, inner: Box::pin(inner) }
     }
 }

@@ -26,7 +26,7 @@ use tracon_core::keys::{ApiKeyRecord, ApiKeyStore};
 use tracon_core::names::{AgentName, RunId, TenantId};
 use tracon_core::store::{
     CancelOutcome, DefinitionStore, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStore, SessionItem,
-    SessionParent, SessionRecord, SessionStore, SessionWrite, StoreError, StoredDefinition, ToolCallRecord,
+    SessionParent, SessionRecord, SessionStore, SessionWrite, StaleRun, StoreError, StoredDefinition, ToolCallRecord,
 };
 use tracon_core::tenants::{TenantRecord, TenantStore};
 use tracon_core::tools::pipeline::LateCompletion;
@@ -412,34 +412,8 @@ impl RunStore for WorkerStores {
         end: &RunEnd,
         events: &[RecordedEvent],
     ) -> Result<(), StoreError> {
-        let usage = end.usage.as_ref().map(to_json).transpose()?;
-        let cost = end.cost.as_ref().map(to_json).transpose()?;
-        let error = end.error.as_ref().map(to_json).transpose()?;
-        let status = enum_text(&end.status)?;
-        let duration = to_i64(end.duration_ms, "duration")?;
-        let batch = event_arrays(&self.protection, tenant, id, events)?;
-        let kinds: Vec<&str> = batch.kinds.clone();
-        let n = send(self.target.with(async |c| {
-            let params: [&(dyn ToSql + Sync); 14] = [
-                &tenant.as_str(),
-                &id.0,
-                &status,
-                &end.ended_at,
-                &duration,
-                &usage,
-                &cost,
-                &end.model_provider,
-                &end.model,
-                &error,
-                &batch.sequences,
-                &kinds,
-                &batch.times,
-                &batch.payloads,
-            ];
-            execute_retrying(c, sql::RUN_FINISH, &params).await.map_err(duplicate_event)
-        }))
-        .await?;
-        if n == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+        let closed = self.close_run(sql::RUN_FINISH, tenant, id, end, events, None).await?;
+        if closed == 0 { Err(StoreError::NotFound) } else { Ok(()) }
     }
 
     async fn get_run(&self, tenant: &TenantId, id: RunId) -> Result<Option<RunRecord>, StoreError> {
@@ -656,9 +630,15 @@ impl RunStore for WorkerStores {
         serde_json::from_str(&json).map(Some).map_err(|e| corrupt("input", e))
     }
 
-    async fn start_queued(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<bool, StoreError> {
+    async fn start_queued(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        now: DateTime<Utc>,
+    ) -> Result<Option<bool>, StoreError> {
         send(self.target.with(async |c| {
-            c.execute(sql::RUN_START_QUEUED, &[&tenant.as_str(), &run.0, &now]).await.map_err(map_err).map(|n| n == 1)
+            let row = c.query_opt(sql::RUN_START_QUEUED, &[&tenant.as_str(), &run.0, &now]).await.map_err(map_err)?;
+            row.map(|r| get::<bool>(&r, "cancel_requested")).transpose()
         }))
         .await
     }
@@ -684,6 +664,44 @@ impl RunStore for WorkerStores {
         }))
         .await
     }
+
+    async fn heartbeat(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<(), StoreError> {
+        send(self.target.with(async |c| {
+            c.execute(sql::RUN_HEARTBEAT, &[&tenant.as_str(), &run.0, &now]).await.map_err(map_err).map(|_| ())
+        }))
+        .await
+    }
+
+    async fn stale_runs(&self, stale_before: DateTime<Utc>, limit: usize) -> Result<Vec<StaleRun>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        send(self.target.with(async |c| {
+            let rows = c.query(sql::RUN_STALE, &[&stale_before, &limit]).await.map_err(map_err)?;
+            rows.iter()
+                .map(|row| {
+                    let tenant: String = get(row, "tenant_id")?;
+                    let last: i64 = get(row, "last_sequence")?;
+                    Ok(StaleRun {
+                        tenant: TenantId::parse(&tenant).map_err(|_| corrupt("tenant", &tenant))?,
+                        id: RunId(get(row, "id")?),
+                        started_at: get(row, "started_at")?,
+                        last_sequence: u64::try_from(last).unwrap_or(0),
+                    })
+                })
+                .collect()
+        }))
+        .await
+    }
+
+    async fn close_stale(
+        &self,
+        tenant: &TenantId,
+        id: RunId,
+        stale_before: DateTime<Utc>,
+        end: &RunEnd,
+        events: &[RecordedEvent],
+    ) -> Result<bool, StoreError> {
+        Ok(self.close_run(sql::RUN_CLOSE_STALE, tenant, id, end, events, Some(stale_before)).await? > 0)
+    }
 }
 
 // ---- sessions ----------------------------------------------------------------------------------
@@ -704,6 +722,52 @@ fn session_record(row: &Row) -> Result<SessionRecord, StoreError> {
             _ => None,
         },
     })
+}
+
+impl WorkerStores {
+    /// Closes a run with its last events in one statement: `RUN_FINISH`, or
+    /// `RUN_CLOSE_STALE` with its `stale_before` as `$15`. Rows affected.
+    async fn close_run(
+        &self,
+        statement: &'static str,
+        tenant: &TenantId,
+        id: RunId,
+        end: &RunEnd,
+        events: &[RecordedEvent],
+        stale_before: Option<DateTime<Utc>>,
+    ) -> Result<u64, StoreError> {
+        let usage = end.usage.as_ref().map(to_json).transpose()?;
+        let cost = end.cost.as_ref().map(to_json).transpose()?;
+        let error = end.error.as_ref().map(to_json).transpose()?;
+        let status = enum_text(&end.status)?;
+        let duration = to_i64(end.duration_ms, "duration")?;
+        let batch = event_arrays(&self.protection, tenant, id, events)?;
+        let kinds: Vec<&str> = batch.kinds.clone();
+        let tenant = tenant.as_str();
+        send(self.target.with(async |c| {
+            let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+                &tenant,
+                &id.0,
+                &status,
+                &end.ended_at,
+                &duration,
+                &usage,
+                &cost,
+                &end.model_provider,
+                &end.model,
+                &error,
+                &batch.sequences,
+                &kinds,
+                &batch.times,
+                &batch.payloads,
+            ];
+            if let Some(before) = &stale_before {
+                params.push(before);
+            }
+            execute_retrying(c, statement, &params).await.map_err(duplicate_event)
+        }))
+        .await
+    }
 }
 
 impl WorkerStores {
@@ -1520,6 +1584,20 @@ impl JobStore for WorkerStores {
         .await
     }
 
+    async fn due(
+        &self,
+        now: DateTime<Utc>,
+        quiet_since: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<uuid::Uuid>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        send(self.target.with(async |c| {
+            let rows = c.query(sql::JOB_DUE, &[&now, &quiet_since, &limit]).await.map_err(map_err)?;
+            rows.iter().map(|r| get(r, "id")).collect()
+        }))
+        .await
+    }
+
     async fn cancel(&self, tenant: &TenantId, id: uuid::Uuid, now: DateTime<Utc>) -> Result<JobRecord, StoreError> {
         send(self.target.with(async |c| {
             let row = c.query_one(sql::JOB_CANCEL, &[&tenant.as_str(), &id, &now]).await.map_err(map_err)?;
@@ -1593,3 +1671,7 @@ impl IdempotencyStore for WorkerStores {
         .await
     }
 }
+
+mod schedules;
+mod triggers;
+mod webhooks;

@@ -474,14 +474,164 @@ pub async fn a_queued_run_starts_once_and_can_be_cancelled_while_it_waits(s: Sto
     row.status = RunStatus::Queued;
     r.create_run(&a(), &row, None).await.unwrap();
     assert_eq!(r.request_cancel(&a(), row.id).await.unwrap(), CancelOutcome::Requested, "a queued run takes the flag");
-    assert!(!r.start_queued(&b(), row.id, t0()).await.unwrap(), "another tenant's run is not started");
+    assert_eq!(r.start_queued(&b(), row.id, t0()).await.unwrap(), None, "another tenant's run is not started");
     let later = t0() + Duration::seconds(5);
     let tenant = a();
     let started = futures::future::join_all((0..4).map(|_| r.start_queued(&tenant, row.id, later))).await;
-    assert_eq!(started.into_iter().map(Result::unwrap).filter(|s| *s).count(), 1, "one worker starts it");
+    let started: Vec<Option<bool>> = started.into_iter().map(Result::unwrap).collect();
+    assert_eq!(started.iter().flatten().collect::<Vec<_>>(), [&true], "one worker starts it, told of the cancel");
     let read = r.get_run(&a(), row.id).await.unwrap().unwrap();
     assert_eq!((read.status, read.started_at, read.cancel_requested), (RunStatus::Running, later, true));
-    assert!(!r.start_queued(&a(), RunId(uuid::Uuid::now_v7()), later).await.unwrap());
+    assert_eq!(r.start_queued(&a(), RunId(uuid::Uuid::now_v7()), later).await.unwrap(), None);
+}
+
+pub async fn stale_runs_are_found_across_tenants_and_closed_once(s: Stores) {
+    let r = &s.runs;
+    let fresh = run_row("agent", t0());
+    let mut quiet = run_row("agent", t0());
+    quiet.heartbeat_at = Some(t0() - Duration::minutes(10));
+    let mut theirs = run_row("agent", t0());
+    theirs.heartbeat_at = Some(t0() - Duration::minutes(20));
+    let mut queued = run_row("agent", t0() - Duration::hours(1));
+    queued.status = RunStatus::Queued;
+    queued.heartbeat_at = None;
+    r.create_run(&a(), &fresh, None).await.unwrap();
+    r.create_run(&a(), &quiet, None).await.unwrap();
+    r.create_run(&b(), &theirs, None).await.unwrap();
+    r.create_run(&a(), &queued, None).await.unwrap();
+    r.append_events(&a(), quiet.id, &[event(1, "a"), event(2, "b")], t0() - Duration::minutes(10)).await.unwrap();
+    // The fresh run's executor is alive: its heartbeat moves.
+    r.heartbeat(&a(), fresh.id, t0() + Duration::minutes(1)).await.unwrap();
+
+    let stale_before = t0() - Duration::minutes(5);
+    let stale = r.stale_runs(stale_before, 10).await.unwrap();
+    let found: Vec<(TenantId, RunId, u64)> = stale.iter().map(|s| (s.tenant.clone(), s.id, s.last_sequence)).collect();
+    assert_eq!(found, vec![(b(), theirs.id, 0), (a(), quiet.id, 2)], "oldest first, queued and fresh runs left out");
+    assert_eq!(r.stale_runs(stale_before, 1).await.unwrap().len(), 1);
+
+    let failure = RunFailure::new(ErrorClass::Orphaned, "closed");
+    let end = RunEnd {
+        status: RunStatus::Failed,
+        ended_at: t0(),
+        duration_ms: 5,
+        usage: None,
+        cost: None,
+        model_provider: None,
+        model: None,
+        error: Some(failure.clone()),
+    };
+    let closing = RecordedEvent { sequence: 3, timestamp: t0(), event: RunEvent::RunFailed { error: failure.clone() } };
+    assert!(
+        !r.close_stale(&b(), quiet.id, stale_before, &end, std::slice::from_ref(&closing)).await.unwrap(),
+        "not b's run"
+    );
+    let tenant = a();
+    let racing = futures::future::join_all(
+        (0..3).map(|_| r.close_stale(&tenant, quiet.id, stale_before, &end, std::slice::from_ref(&closing))),
+    )
+    .await;
+    assert_eq!(racing.into_iter().filter(|c| matches!(c, Ok(true))).count(), 1, "closed once");
+    let read = r.get_run(&a(), quiet.id).await.unwrap().unwrap();
+    assert_eq!((read.status, read.error.map(|e| e.error_class)), (RunStatus::Failed, Some(ErrorClass::Orphaned)));
+    let events = r.read_events(&a(), quiet.id, 0, 10).await.unwrap();
+    assert_eq!(events.iter().map(|e| e.sequence).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(events[2].event, RunEvent::RunFailed { error: failure });
+    // A run that heartbeats again is no longer stale and is not closed.
+    r.heartbeat(&b(), theirs.id, t0()).await.unwrap();
+    let third = RecordedEvent { sequence: 1, ..closing };
+    assert!(!r.close_stale(&b(), theirs.id, stale_before, &end, &[third]).await.unwrap());
+    assert_eq!(r.get_run(&b(), theirs.id).await.unwrap().unwrap().status, RunStatus::Running);
+    assert!(r.stale_runs(stale_before, 10).await.unwrap().is_empty());
+    // A heartbeat never reopens or touches an ended run.
+    r.heartbeat(&a(), quiet.id, t0() + Duration::hours(1)).await.unwrap();
+    assert_eq!(r.get_run(&a(), quiet.id).await.unwrap().unwrap().heartbeat_at, Some(t0()));
+}
+
+fn schedule(
+    tenant: TenantId,
+    name: &str,
+    timing: crate::schedules::Timing,
+    next: DateTime<Utc>,
+) -> crate::schedules::ScheduleRecord {
+    crate::schedules::ScheduleRecord {
+        id: uuid::Uuid::now_v7(),
+        tenant,
+        name: name.into(),
+        agent: AgentName::parse("agent").unwrap(),
+        message: "Summarize the day's tickets.".into(),
+        parameters: BTreeMap::from([("team".to_owned(), "support".to_owned())]),
+        timing,
+        enabled: true,
+        next_run_at: Some(next),
+        last_run_at: None,
+        last_run_id: None,
+        last_error: None,
+        created_at: t0(),
+        updated_at: t0(),
+    }
+}
+
+pub async fn schedules_are_stored_listed_updated_and_isolated(s: Stores) {
+    use crate::schedules::Timing;
+    let st = &s.schedules;
+    let daily = schedule(a(), "daily", Timing::cron("0 9 * * *", "Europe/Berlin").unwrap(), t0());
+    let once = schedule(a(), "once", Timing::Once(t0() + Duration::hours(1)), t0() + Duration::hours(1));
+    st.create(&daily).await.unwrap();
+    st.create(&once).await.unwrap();
+    assert!(conflict(st.create(&schedule(a(), "daily", Timing::Once(t0()), t0())).await), "names are unique");
+    st.create(&schedule(b(), "daily", Timing::Once(t0()), t0())).await.unwrap();
+    assert_eq!(st.get(&a(), daily.id).await.unwrap().as_ref(), Some(&daily));
+    assert_eq!(st.get(&b(), daily.id).await.unwrap(), None, "another tenant's schedule is missing");
+    let names: Vec<String> = st.list(&a(), 0, 10).await.unwrap().into_iter().map(|s| s.name).collect();
+    assert_eq!(names, ["daily", "once"]);
+    assert_eq!(st.list(&a(), 1, 10).await.unwrap().len(), 1);
+
+    let mut changed = daily.clone();
+    changed.name = "weekday".into();
+    changed.timing = Timing::cron("30 8 * * 1-5", "UTC").unwrap();
+    changed.enabled = false;
+    st.update(&changed).await.unwrap();
+    assert_eq!(st.get(&a(), daily.id).await.unwrap().unwrap().timing, changed.timing);
+    let mut clash = changed.clone();
+    clash.name = "once".into();
+    assert!(conflict(st.update(&clash).await));
+    let mut foreign = changed.clone();
+    foreign.tenant = b();
+    assert!(not_found(st.update(&foreign).await), "an update cannot reach another tenant");
+    assert!(!st.delete(&b(), once.id).await.unwrap());
+    assert!(st.delete(&a(), once.id).await.unwrap());
+    assert!(!st.delete(&a(), once.id).await.unwrap());
+}
+
+pub async fn due_schedules_are_taken_once_per_occurrence(s: Stores) {
+    use crate::schedules::Timing;
+    let st = &s.schedules;
+    let due = schedule(a(), "due", Timing::cron("*/5 * * * *", "UTC").unwrap(), t0());
+    let theirs = schedule(b(), "theirs", Timing::Once(t0() - Duration::minutes(1)), t0() - Duration::minutes(1));
+    let later = schedule(a(), "later", Timing::Once(t0() + Duration::hours(1)), t0() + Duration::hours(1));
+    let mut off = schedule(a(), "off", Timing::Once(t0()), t0());
+    off.enabled = false;
+    for s in [&due, &theirs, &later, &off] {
+        st.create(s).await.unwrap();
+    }
+    let found: Vec<String> = st.due(t0(), 10).await.unwrap().into_iter().map(|s| s.name).collect();
+    assert_eq!(found, ["theirs", "due"], "enabled and due, across tenants, earliest first");
+
+    let next = t0() + Duration::minutes(5);
+    let tenant = a();
+    let racing = futures::future::join_all((0..4).map(|_| st.advance(&tenant, due.id, t0(), Some(next), t0()))).await;
+    assert_eq!(racing.into_iter().filter(|r| matches!(r, Ok(true))).count(), 1, "one tick takes the occurrence");
+    let run = RunId(uuid::Uuid::now_v7());
+    st.record_outcome(&a(), due.id, Some(run), None).await.unwrap();
+    let read = st.get(&a(), due.id).await.unwrap().unwrap();
+    assert_eq!((read.next_run_at, read.last_run_at, read.last_run_id), (Some(next), Some(t0()), Some(run)));
+    assert!(!st.advance(&b(), theirs.id, t0(), None, t0()).await.unwrap(), "a stale expectation takes nothing");
+    assert!(st.advance(&b(), theirs.id, t0() - Duration::minutes(1), None, t0()).await.unwrap());
+    st.record_outcome(&b(), theirs.id, None, Some("The agent does not exist.")).await.unwrap();
+    let done = st.get(&b(), theirs.id).await.unwrap().unwrap();
+    assert_eq!((done.next_run_at, done.last_error.as_deref()), (None, Some("The agent does not exist.")));
+    assert!(st.due(t0(), 10).await.unwrap().is_empty());
+    assert_eq!(st.due(next, 10).await.unwrap().len(), 1);
 }
 
 pub async fn runs_are_isolated_between_tenants(s: Stores) {
@@ -1180,6 +1330,9 @@ macro_rules! store_contract_tests {
             run_input_is_recorded,
             cancel_is_a_flag_on_a_running_run,
             a_queued_run_starts_once_and_can_be_cancelled_while_it_waits,
+            stale_runs_are_found_across_tenants_and_closed_once,
+            schedules_are_stored_listed_updated_and_isolated,
+            due_schedules_are_taken_once_per_occurrence,
             runs_are_isolated_between_tenants,
             sessions_create_once_and_append_against_the_generation_read,
             concurrent_saves_of_one_generation_let_exactly_one_through,

@@ -447,6 +447,29 @@ pub async fn payloads_and_results_round_trip_with_nested_json(s: Arc<dyn JobStor
     assert_eq!((done.payload, done.result, done.status), (json!("just text"), None, JobStatus::Succeeded));
 }
 
+pub async fn due_lists_jobs_that_may_lack_a_wake_up(s: Arc<dyn JobStore>) {
+    let young = job(a(), 1, RUN, secs(0));
+    let old = job(b(), 2, RUN, secs(-120));
+    let mut later = job(a(), 3, RUN, secs(60));
+    later.created_at = secs(-120);
+    for j in [&young, &old, &later] {
+        s.enqueue(j).await.unwrap();
+    }
+    // `young` was enqueued a moment ago: its own wake-up is on the way.
+    assert_eq!(s.due(secs(0), secs(-30), 10).await.unwrap(), vec![old.id]);
+    // A leased job whose lease expired is due; a retry is due once its backoff passed.
+    let lease = s.lease_one(young.id, &request("w", &[RUN], secs(0))).await.unwrap().unwrap();
+    let retry = Outcome::Retry { error: JobError { code: "x".into(), message: "x".into() }, retry_at: secs(10) };
+    assert!(s.finish(young.id, lease.token, &retry, secs(1)).await.unwrap());
+    assert_eq!(s.due(secs(5), secs(-30), 10).await.unwrap(), vec![old.id]);
+    assert_eq!(s.due(secs(10), secs(-30), 10).await.unwrap(), vec![old.id, young.id]);
+    let leased = s.lease_one(old.id, &request("w", &[RUN], secs(10))).await.unwrap().unwrap();
+    assert_eq!(s.due(secs(11), secs(-30), 10).await.unwrap(), vec![young.id]);
+    assert_eq!(s.due(secs(10 + LEASE_FOR), secs(-30), 10).await.unwrap(), vec![old.id, young.id]);
+    assert_eq!(s.due(secs(61), secs(-30), 1).await.unwrap().len(), 1, "at most the limit");
+    drop(leased);
+}
+
 /// One `#[tokio::test]` per contract check, for stores made by `$make` (an expression
 /// evaluating to a future of a fresh `Arc<dyn JobStore>`).
 #[macro_export]
@@ -463,6 +486,7 @@ macro_rules! job_store_contract_tests {
             cancel_ends_a_queued_job_and_flags_a_running_one,
             lease_one_leases_a_delivered_job_under_the_same_rules,
             payloads_and_results_round_trip_with_nested_json,
+            due_lists_jobs_that_may_lack_a_wake_up,
         );
     };
     (@tests $make:expr; $($check:ident),* $(,)?) => {

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::{
     CancelOutcome, DefinitionStore, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, RunStore,
-    SessionItem, SessionParent, SessionRecord, SessionStore, SessionWrite, StoreError, StoredDefinition,
+    SessionItem, SessionParent, SessionRecord, SessionStore, SessionWrite, StaleRun, StoreError, StoredDefinition,
     ToolCallRecord,
 };
 use crate::approvals::{ApprovalDecision, ApprovalRecord, ApprovalRule, ApprovalStatus, ApprovalStore};
@@ -325,16 +325,21 @@ impl RunStore for MemoryRunStore {
         Ok(lock(&self.inner).rows.get(&(tenant.clone(), run)).and_then(|e| e.input.clone()))
     }
 
-    async fn start_queued(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<bool, StoreError> {
+    async fn start_queued(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        now: DateTime<Utc>,
+    ) -> Result<Option<bool>, StoreError> {
         let mut inner = lock(&self.inner);
-        let Some(e) = inner.rows.get_mut(&(tenant.clone(), run)) else { return Ok(false) };
+        let Some(e) = inner.rows.get_mut(&(tenant.clone(), run)) else { return Ok(None) };
         if e.row.status != RunStatus::Queued {
-            return Ok(false);
+            return Ok(None);
         }
         e.row.status = RunStatus::Running;
         e.row.started_at = now;
         e.row.heartbeat_at = Some(now);
-        Ok(true)
+        Ok(Some(e.row.cancel_requested))
     }
 
     async fn request_cancel(&self, tenant: &TenantId, run: RunId) -> Result<CancelOutcome, StoreError> {
@@ -349,6 +354,50 @@ impl RunStore for MemoryRunStore {
 
     async fn is_cancel_requested(&self, tenant: &TenantId, run: RunId) -> Result<bool, StoreError> {
         Ok(lock(&self.inner).rows.get(&(tenant.clone(), run)).is_some_and(|e| e.row.cancel_requested))
+    }
+
+    async fn heartbeat(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<(), StoreError> {
+        if let Some(e) = lock(&self.inner).rows.get_mut(&(tenant.clone(), run))
+            && e.row.status == RunStatus::Running
+        {
+            e.row.heartbeat_at = Some(now);
+        }
+        Ok(())
+    }
+
+    async fn stale_runs(&self, stale_before: DateTime<Utc>, limit: usize) -> Result<Vec<StaleRun>, StoreError> {
+        let inner = lock(&self.inner);
+        let mut stale: Vec<(DateTime<Utc>, StaleRun)> = inner
+            .rows
+            .iter()
+            .filter_map(|((tenant, id), e)| {
+                let seen = e.row.heartbeat_at.unwrap_or(e.row.started_at);
+                (e.row.status == RunStatus::Running && seen < stale_before).then(|| {
+                    let last_sequence = e.events.last().map_or(0, |ev| ev.sequence);
+                    (seen, StaleRun { tenant: tenant.clone(), id: *id, started_at: e.row.started_at, last_sequence })
+                })
+            })
+            .collect();
+        stale.sort_by_key(|(seen, s)| (*seen, s.id.0));
+        Ok(stale.into_iter().take(limit).map(|(_, s)| s).collect())
+    }
+
+    async fn close_stale(
+        &self,
+        tenant: &TenantId,
+        id: RunId,
+        stale_before: DateTime<Utc>,
+        end: &RunEnd,
+        events: &[RecordedEvent],
+    ) -> Result<bool, StoreError> {
+        {
+            let inner = lock(&self.inner);
+            let Some(e) = inner.rows.get(&(tenant.clone(), id)) else { return Ok(false) };
+            if e.row.status != RunStatus::Running || e.row.heartbeat_at.unwrap_or(e.row.started_at) >= stale_before {
+                return Ok(false);
+            }
+        }
+        self.finish_run(tenant, id, end, events).await.map(|()| true)
     }
 }
 
@@ -869,6 +918,25 @@ impl JobStore for MemoryJobStore {
             }
         }
         Ok(leases)
+    }
+
+    async fn due(
+        &self,
+        now: DateTime<Utc>,
+        quiet_since: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<uuid::Uuid>, StoreError> {
+        let rows = lock(&self.rows);
+        let mut due: Vec<&JobRecord> = rows
+            .iter()
+            .filter(|j| match j.status {
+                JobStatus::Queued => j.available_at <= now && (j.attempts > 0 || j.created_at <= quiet_since),
+                JobStatus::Running => j.lease_expires_at.is_some_and(|at| at <= now),
+                _ => false,
+            })
+            .collect();
+        due.sort_by_key(|j| (j.available_at, j.id));
+        Ok(due.into_iter().take(limit).map(|j| j.id).collect())
     }
 
     async fn lease_one(&self, id: uuid::Uuid, request: &LeaseRequest) -> Result<Option<Lease>, StoreError> {

@@ -17,6 +17,10 @@ pub mod idempotency_contract;
 #[cfg(feature = "contract-tests")]
 pub mod job_contract;
 pub mod memory;
+#[cfg(feature = "contract-tests")]
+pub mod trigger_contract;
+#[cfg(feature = "contract-tests")]
+pub mod webhook_contract;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -361,13 +365,43 @@ pub trait RunStore: Send + Sync {
     async fn get_input(&self, tenant: &TenantId, run: RunId) -> Result<Option<RunInputRecord>, StoreError>;
 
     /// Moves a queued run to `Running` as its worker starts it (`started_at` and the heartbeat
-    /// are `now`). `false` when it is not queued — an earlier attempt started it, or it
-    /// ended; `NotFound` is not used (a missing run is `false` too).
-    async fn start_queued(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<bool, StoreError>;
+    /// are `now`), answering whether a cancel was asked while it waited (one round trip for
+    /// both). `None` when it is not queued — an earlier attempt started it, or it ended;
+    /// `NotFound` is not used (a missing run is `None` too).
+    async fn start_queued(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>)
+    -> Result<Option<bool>, StoreError>;
     /// Sets the cancel flag of a queued or running run (a queued one stops as its worker
     /// starts it). `NotFound` for a run that does not exist.
     async fn request_cancel(&self, tenant: &TenantId, run: RunId) -> Result<CancelOutcome, StoreError>;
     async fn is_cancel_requested(&self, tenant: &TenantId, run: RunId) -> Result<bool, StoreError>;
+
+    /// Moves a running run's heartbeat to `now` (its executor is alive). A run that is not
+    /// running is left alone.
+    async fn heartbeat(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<(), StoreError>;
+    /// Running runs of any tenant whose heartbeat (or start, without one) is older than
+    /// `stale_before`, oldest first, at most `limit` — reconciliation's candidates.
+    async fn stale_runs(&self, stale_before: DateTime<Utc>, limit: usize) -> Result<Vec<StaleRun>, StoreError>;
+    /// Closes a stale run like [`Self::finish_run`], but only while it is still running with
+    /// a heartbeat older than `stale_before`; `false` when it moved on (it finished, or its
+    /// executor came back) and nothing was written.
+    async fn close_stale(
+        &self,
+        tenant: &TenantId,
+        id: RunId,
+        stale_before: DateTime<Utc>,
+        end: &RunEnd,
+        events: &[RecordedEvent],
+    ) -> Result<bool, StoreError>;
+}
+
+/// A running run whose executor stopped heartbeating.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleRun {
+    pub tenant: TenantId,
+    pub id: RunId,
+    pub started_at: DateTime<Utc>,
+    /// The last stored event's sequence (0 without events): the closing event follows it.
+    pub last_sequence: u64,
 }
 
 // ---- sessions -----------------------------------------------------------------------------
@@ -480,6 +514,12 @@ pub struct Stores {
     pub jobs: Arc<dyn crate::jobs::JobStore>,
     /// `Idempotency-Key` records.
     pub idempotency: Arc<dyn crate::idempotency::IdempotencyStore>,
+    /// One-time and cron schedules.
+    pub schedules: Arc<dyn crate::schedules::ScheduleStore>,
+    /// Inbound trigger definitions.
+    pub triggers: Arc<dyn crate::triggers::TriggerStore>,
+    /// Webhook subscriptions and their delivery history.
+    pub webhooks: Arc<dyn crate::webhooks::WebhookStore>,
     /// Whether the stores survive a restart.
     pub persistent: bool,
 }
@@ -497,6 +537,9 @@ impl Stores {
             quota_notices: Arc::new(memory::MemoryQuotaNoticeStore::default()),
             jobs: Arc::new(memory::MemoryJobStore::default()),
             idempotency: Arc::new(memory::MemoryIdempotencyStore::default()),
+            schedules: Arc::new(crate::schedules::MemoryScheduleStore::default()),
+            triggers: Arc::new(crate::triggers::MemoryTriggerStore::default()),
+            webhooks: Arc::new(crate::webhooks::memory::MemoryWebhookStore::default()),
             persistent: false,
         }
     }

@@ -17,17 +17,14 @@
 // A report tool: its output is the point.
 #![allow(clippy::print_stdout)]
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use serde_json::json;
+use tracon_tests::bench::{BoxError, Server, percentile_ms};
 use tracon_tests::mock::{MockConfig, MockServer};
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 #[derive(Parser)]
 struct Args {
@@ -45,46 +42,18 @@ struct Args {
     database_url: Option<String>,
 }
 
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn spawn(bin: &PathBuf, mock: &str, db: Option<(&str, &str)>) -> Result<Server, BoxError> {
-    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let mut cmd = Command::new(bin);
-    cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .env_clear()
-        .env("RUST_LOG", "warn")
-        .env("OPENAI_API_KEY", "bench-key")
-        .env("Tracon__Providers__OpenAI__Endpoint", format!("{mock}/v1"))
-        .env("Tracon__Providers__OpenAI__DefaultModel", "bench")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    if let Some((url, schema)) = db {
-        cmd.env("DATABASE_URL", url)
-            .env("Tracon__PostgreSql__SchemaName", schema)
-            .env("Tracon__PostgreSql__MaxConnections", "16");
-    }
-    let server = Server { child: cmd.spawn()?, base: format!("http://127.0.0.1:{port}") };
-    let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if let Ok(r) = client.get(format!("{}/api/meta", server.base)).send().await
-            && r.status().is_success()
-        {
-            return Ok(server);
+async fn spawn(bin: &Path, mock: &str, db: Option<(&str, &str)>) -> Result<Server, BoxError> {
+    match db {
+        Some((url, schema)) => {
+            let env = [
+                ("DATABASE_URL", url),
+                ("Tracon__PostgreSql__SchemaName", schema),
+                ("Tracon__PostgreSql__MaxConnections", "16"),
+            ];
+            Server::start(bin, mock, &env).await
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        None => Server::start(bin, mock, &[]).await,
     }
-    Err("tracon did not start within 30 s".into())
 }
 
 async fn drive(
@@ -128,11 +97,7 @@ async fn drive(
 }
 
 fn pct(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize - 1;
-    sorted[i.min(sorted.len() - 1)] as f64 / 1000.0
+    percentile_ms(sorted, p)
 }
 
 /// Transactions committed in this database so far. Backends report their counters to the

@@ -34,7 +34,8 @@ use tracon_core::runs::{self, RunRequest};
 use tracon_core::runtime::RuntimeBuilder;
 use tracon_core::store::memory::MemoryRunStore;
 use tracon_core::store::{
-    CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStore, StoreError, Stores, ToolCallRecord,
+    CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStore, StaleRun, StoreError, Stores,
+    ToolCallRecord,
 };
 use tracon_core::tools::pipeline::LateCompletion;
 
@@ -118,14 +119,30 @@ impl RunStore for Counting {
     async fn get_input(&self, t: &TenantId, id: RunId) -> Result<Option<RunInputRecord>, StoreError> {
         delegate!(self, None, s => s.get_input(t, id))
     }
-    async fn start_queued(&self, t: &TenantId, id: RunId, now: DateTime<Utc>) -> Result<bool, StoreError> {
-        delegate!(self, false, s => s.start_queued(t, id, now))
+    async fn start_queued(&self, t: &TenantId, id: RunId, now: DateTime<Utc>) -> Result<Option<bool>, StoreError> {
+        delegate!(self, None, s => s.start_queued(t, id, now))
     }
     async fn request_cancel(&self, t: &TenantId, id: RunId) -> Result<CancelOutcome, StoreError> {
         delegate!(self, CancelOutcome::Requested, s => s.request_cancel(t, id))
     }
     async fn is_cancel_requested(&self, t: &TenantId, id: RunId) -> Result<bool, StoreError> {
         delegate!(self, false, s => s.is_cancel_requested(t, id))
+    }
+    async fn heartbeat(&self, t: &TenantId, id: RunId, now: DateTime<Utc>) -> Result<(), StoreError> {
+        delegate!(self, (), s => s.heartbeat(t, id, now))
+    }
+    async fn stale_runs(&self, before: DateTime<Utc>, n: usize) -> Result<Vec<StaleRun>, StoreError> {
+        delegate!(self, Vec::new(), s => s.stale_runs(before, n))
+    }
+    async fn close_stale(
+        &self,
+        t: &TenantId,
+        id: RunId,
+        before: DateTime<Utc>,
+        e: &RunEnd,
+        ev: &[RecordedEvent],
+    ) -> Result<bool, StoreError> {
+        delegate!(self, false, s => s.close_stale(t, id, before, e, ev))
     }
 }
 

@@ -204,6 +204,16 @@ impl JobStore for PgJobStore {
         Ok(done.rows_affected() > 0)
     }
 
+    async fn due(&self, now: DateTime<Utc>, quiet_since: DateTime<Utc>, limit: usize) -> Result<Vec<Uuid>, StoreError> {
+        sqlx::query_scalar(sql::JOB_DUE)
+            .bind(now)
+            .bind(quiet_since)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)
+    }
+
     async fn cancel(&self, tenant: &TenantId, id: Uuid, now: DateTime<Utc>) -> Result<JobRecord, StoreError> {
         let row = sqlx::query(sql::JOB_CANCEL)
             .bind(tenant.as_str())

@@ -13,8 +13,11 @@ mod idempotency;
 mod jobs;
 mod keys;
 mod runs;
+mod schedules;
 mod sessions;
 mod tenants;
+mod triggers;
+mod webhooks;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +40,8 @@ pub use keys::PgApiKeyStore;
 pub use runs::PgRunStore;
 pub use sessions::PgSessionStore;
 pub use tenants::{PgQuotaNoticeStore, PgTenantStore};
+pub use triggers::PgTriggerStore;
+pub use webhooks::PgWebhookStore;
 
 /// The migrations under `migrations/`, embedded in the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
@@ -261,6 +266,9 @@ pub fn stores_on(pool: PgPool, protection: Protection) -> Stores {
         tenants: Arc::new(PgTenantStore::new(pool.clone())),
         quota_notices: Arc::new(PgQuotaNoticeStore::new(pool.clone())),
         jobs: Arc::new(PgJobStore::new(pool.clone(), protection.clone())),
+        schedules: Arc::new(schedules::PgScheduleStore::new(pool.clone(), protection.clone())),
+        webhooks: Arc::new(PgWebhookStore::new(pool.clone())),
+        triggers: Arc::new(PgTriggerStore::new(pool.clone())),
         idempotency: Arc::new(PgIdempotencyStore::new(pool, protection)),
         persistent: true,
     }
@@ -327,5 +335,7 @@ mod tests {
         assert!(MIGRATOR.iter().any(|m| m.version == 5 && m.description == "approvals tenants"), "{versions:?}");
         assert!(MIGRATOR.iter().any(|m| m.version == 6 && m.description == "jobs"), "{versions:?}");
         assert!(MIGRATOR.iter().any(|m| m.version == 7 && m.description == "idempotency"), "{versions:?}");
+        assert!(MIGRATOR.iter().any(|m| m.version == 8 && m.description == "triggers"), "{versions:?}");
+        assert!(MIGRATOR.iter().any(|m| m.version == 9 && m.description == "webhooks"), "{versions:?}");
     }
 }

@@ -12,7 +12,7 @@ use sqlx::{PgPool, Row};
 use tracon_core::events::RecordedEvent;
 use tracon_core::names::{RunId, TenantId};
 use tracon_core::store::{
-    CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, RunStore, StoreError,
+    CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, RunStore, StaleRun, StoreError,
     ToolCallRecord,
 };
 use tracon_core::tools::pipeline::LateCompletion;
@@ -33,6 +33,49 @@ pub struct PgRunStore {
 impl PgRunStore {
     pub fn new(pool: PgPool, protection: Arc<Protection>) -> Self {
         Self { pool, protection }
+    }
+
+    /// Closes a run with its last events in one statement: [`sql::RUN_FINISH`], or
+    /// [`sql::RUN_CLOSE_STALE`] with its `stale_before` as `$15`. Rows affected.
+    async fn close(
+        &self,
+        statement: &'static str,
+        tenant: &TenantId,
+        id: RunId,
+        end: &RunEnd,
+        events: &[RecordedEvent],
+        stale_before: Option<DateTime<Utc>>,
+    ) -> Result<u64, StoreError> {
+        let usage = end.usage.as_ref().map(to_json).transpose()?;
+        let cost = end.cost.as_ref().map(to_json).transpose()?;
+        let error = end.error.as_ref().map(to_json).transpose()?;
+        let status = status_text(end.status)?;
+        let batch = event_arrays(&self.protection, tenant, id, events)?;
+        let done = retrying(|| {
+            let query = sqlx::query(statement)
+                .bind(tenant.as_str())
+                .bind(id.0)
+                .bind(&status)
+                .bind(end.ended_at)
+                .bind(i64::try_from(end.duration_ms).unwrap_or(i64::MAX))
+                .bind(&usage)
+                .bind(&cost)
+                .bind(end.model_provider.as_deref())
+                .bind(end.model.as_deref())
+                .bind(&error)
+                .bind(&batch.sequences)
+                .bind(&batch.kinds)
+                .bind(&batch.times)
+                .bind(&batch.payloads);
+            match stale_before {
+                Some(before) => query.bind(before),
+                None => query,
+            }
+            .execute(&self.pool)
+        })
+        .await
+        .map_err(duplicate_event)?;
+        Ok(done.rows_affected())
     }
 }
 
@@ -147,32 +190,8 @@ impl RunStore for PgRunStore {
         end: &RunEnd,
         events: &[RecordedEvent],
     ) -> Result<(), StoreError> {
-        let usage = end.usage.as_ref().map(to_json).transpose()?;
-        let cost = end.cost.as_ref().map(to_json).transpose()?;
-        let error = end.error.as_ref().map(to_json).transpose()?;
-        let status = status_text(end.status)?;
-        let batch = event_arrays(&self.protection, tenant, id, events)?;
-        let done = retrying(|| {
-            sqlx::query(sql::RUN_FINISH)
-                .bind(tenant.as_str())
-                .bind(id.0)
-                .bind(&status)
-                .bind(end.ended_at)
-                .bind(i64::try_from(end.duration_ms).unwrap_or(i64::MAX))
-                .bind(&usage)
-                .bind(&cost)
-                .bind(end.model_provider.as_deref())
-                .bind(end.model.as_deref())
-                .bind(&error)
-                .bind(&batch.sequences)
-                .bind(&batch.kinds)
-                .bind(&batch.times)
-                .bind(&batch.payloads)
-                .execute(&self.pool)
-        })
-        .await
-        .map_err(duplicate_event)?;
-        if done.rows_affected() == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+        let closed = self.close(sql::RUN_FINISH, tenant, id, end, events, None).await?;
+        if closed == 0 { Err(StoreError::NotFound) } else { Ok(()) }
     }
 
     async fn get_run(&self, tenant: &TenantId, id: RunId) -> Result<Option<RunRecord>, StoreError> {
@@ -391,15 +410,19 @@ impl RunStore for PgRunStore {
         serde_json::from_str(&json).map(Some).map_err(|e| corrupt("input", e))
     }
 
-    async fn start_queued(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<bool, StoreError> {
-        let done = sqlx::query(sql::RUN_START_QUEUED)
+    async fn start_queued(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        now: DateTime<Utc>,
+    ) -> Result<Option<bool>, StoreError> {
+        sqlx::query_scalar(sql::RUN_START_QUEUED)
             .bind(tenant.as_str())
             .bind(run.0)
             .bind(now)
-            .execute(&self.pool)
+            .fetch_optional(&self.pool)
             .await
-            .map_err(map_err)?;
-        Ok(done.rows_affected() == 1)
+            .map_err(map_err)
     }
 
     async fn request_cancel(&self, tenant: &TenantId, run: RunId) -> Result<CancelOutcome, StoreError> {
@@ -426,5 +449,48 @@ impl RunStore for PgRunStore {
             .await
             .map_err(map_err)?;
         Ok(flag.unwrap_or(false))
+    }
+
+    async fn heartbeat(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<(), StoreError> {
+        sqlx::query(sql::RUN_HEARTBEAT)
+            .bind(tenant.as_str())
+            .bind(run.0)
+            .bind(now)
+            .execute(&self.pool)
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn stale_runs(&self, stale_before: DateTime<Utc>, limit: usize) -> Result<Vec<StaleRun>, StoreError> {
+        let rows = sqlx::query(sql::RUN_STALE)
+            .bind(stale_before)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_err)?;
+        rows.iter()
+            .map(|row| {
+                let tenant: String = row.try_get("tenant_id").map_err(map_err)?;
+                let last: i64 = row.try_get("last_sequence").map_err(map_err)?;
+                Ok(StaleRun {
+                    tenant: TenantId::parse(&tenant).map_err(|_| corrupt("tenant", &tenant))?,
+                    id: RunId(row.try_get("id").map_err(map_err)?),
+                    started_at: row.try_get("started_at").map_err(map_err)?,
+                    last_sequence: u64::try_from(last).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    async fn close_stale(
+        &self,
+        tenant: &TenantId,
+        id: RunId,
+        stale_before: DateTime<Utc>,
+        end: &RunEnd,
+        events: &[RecordedEvent],
+    ) -> Result<bool, StoreError> {
+        Ok(self.close(sql::RUN_CLOSE_STALE, tenant, id, end, events, Some(stale_before)).await? > 0)
     }
 }

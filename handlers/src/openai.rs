@@ -1,0 +1,468 @@
+//! The OpenAI-compatible surface: `POST /v1/chat/completions` and `GET /v1/models`, for
+//! clients that take a base URL (the official SDKs, frameworks, tools).
+//!
+//! `model` is an **agent name**: which model answers is the agent's business. Every call is
+//! a recorded run with the same checks as `POST /api/agents/{name}/run` — the run policy,
+//! attribution, quotas, tenancy and the caller's scopes (`RunsWrite`). A chat request
+//! carries its whole conversation: the earlier turns go to the model before the new user
+//! message and nothing is saved as a session. The caller's `system`/`developer` messages are
+//! appended to the agent's own instructions, never replace them.
+//!
+//! Errors use OpenAI's envelope, `{"error": {"message", "type", "param", "code"}}`, with
+//! `type` and `code` the same stable `errorType` the native endpoints use. A request field
+//! whose silent omission would change the answer (`n` > 1, caller-declared `tools`, a
+//! `response_format`, `logprobs`) is refused with `400` and `param` naming it; sampling
+//! settings (`temperature`, `max_tokens` …) are accepted and left to the agent's definition.
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tracing::Instrument;
+use tracon_core::compiler::CompiledAgent;
+use tracon_core::events::RunEvent;
+use tracon_core::failure::{ErrorClass, RunFailure};
+use tracon_core::identity::Caller;
+use tracon_core::model::{FinishReason, Message, Usage};
+use tracon_core::names::AgentName;
+use tracon_core::runs::{self, RunRequest};
+use tracon_core::store::RunStatus;
+
+use crate::error::ApiError;
+use crate::extract::{ApiJson, Tenant};
+use crate::run::{admit, start_error};
+use crate::sse;
+use crate::state::AppState;
+
+/// Events buffered between the run and a slow reader.
+const EVENT_BUFFER: usize = 64;
+
+/// An error in OpenAI's envelope.
+pub struct OpenAiError(pub ApiError);
+
+impl From<ApiError> for OpenAiError {
+    fn from(e: ApiError) -> Self {
+        Self(e)
+    }
+}
+
+impl IntoResponse for OpenAiError {
+    fn into_response(self) -> Response {
+        let e = self.0;
+        let param = e.extensions.get("field").cloned().unwrap_or(Value::Null);
+        let body = json!({"error": {"message": e.detail, "type": e.error_type, "param": param, "code": e.error_type}});
+        let mut response = (e.status, axum::Json(body)).into_response();
+        if let Some(seconds) = e.retry_after
+            && let Ok(v) = axum::http::HeaderValue::from_str(&seconds.to_string())
+        {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
+        }
+        response
+    }
+}
+
+type OpenAiResult<T> = Result<T, OpenAiError>;
+
+/// Largest problem document [`envelope`] rewrites (every one Tracon writes is far smaller).
+const MAX_PROBLEM_BYTES: usize = 64 * 1024;
+
+/// Gives OpenAI clients OpenAI's envelope for the answers the shared layers write as problem
+/// documents before a `/v1` handler runs (authentication, scopes, rate limits, unknown
+/// routes and methods): same status and headers, `{"error": {"message", "type", "param",
+/// "code"}}` instead of `application/problem+json`.
+pub async fn envelope(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let is_v1 = request.uri().path().starts_with("/v1/");
+    let response = next.run(request).await;
+    let is_problem = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/problem+json"));
+    if !is_v1 || !is_problem {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_PROBLEM_BYTES).await else {
+        return Response::from_parts(parts, Body::empty());
+    };
+    let problem: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let error_type = problem["errorType"].as_str().unwrap_or("error");
+    let envelope = json!({"error": {
+        "message": problem["detail"].as_str().unwrap_or_default(),
+        "type": error_type,
+        "param": problem.get("field").cloned().unwrap_or(Value::Null),
+        "code": error_type,
+    }});
+    parts.headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(envelope.to_string()))
+}
+
+fn invalid(param: &str, message: impl Into<String>) -> OpenAiError {
+    OpenAiError(ApiError::bad_request("invalid_request_error", message).with("field", param))
+}
+
+/// The agents of the caller's tenant, as OpenAI models (`model` in a request is an agent name).
+#[utoipa::path(get, path = "/v1/models", tag = "openai",
+    responses((status = 200, description = "`{\"object\": \"list\", \"data\": [{\"id\", \"object\": \"model\", \"created\", \"owned_by\"}]}`", body = Object)))]
+#[tracing::instrument(name = "openai.models", skip_all)]
+pub async fn models(State(state): State<AppState>, Tenant(tenant): Tenant) -> OpenAiResult<Response> {
+    let entries = state.runtime.catalog.list(&tenant, 0, 1000).await.map_err(ApiError::from)?;
+    let data: Vec<Value> = entries
+        .iter()
+        .map(|e| {
+            let created = e.created_at.map_or(0, |t| t.timestamp());
+            json!({"id": e.definition.name, "object": "model", "created": created, "owned_by": "tracon"})
+        })
+        .collect();
+    Ok(axum::Json(json!({"object": "list", "data": data})).into_response())
+}
+
+/// Fields accepted and left to the agent's definition: they tune how a model samples, and
+/// the agent decides its model and settings.
+const LEFT_TO_THE_AGENT: &[&str] = &[
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "stop",
+    "user",
+    "metadata",
+    "store",
+    "parallel_tool_calls",
+    "service_tier",
+    "reasoning_effort",
+    "logit_bias",
+    "prediction",
+    "safety_identifier",
+    "prompt_cache_key",
+    "verbosity",
+];
+
+/// What a chat request asks for, checked.
+struct ChatAsk {
+    agent: AgentName,
+    message: String,
+    history: Vec<Message>,
+    caller_instructions: Option<String>,
+    stream: bool,
+    include_usage: bool,
+}
+
+fn parse_chat(body: &Value) -> OpenAiResult<ChatAsk> {
+    let Some(object) = body.as_object() else {
+        return Err(invalid("", "The body must be a JSON object."));
+    };
+    for (key, value) in object {
+        let known = matches!(key.as_str(), "model" | "messages" | "stream" | "stream_options" | "n")
+            || LEFT_TO_THE_AGENT.contains(&key.as_str());
+        let changes_meaning = match key.as_str() {
+            "tools" | "functions" => value.as_array().is_some_and(|a| !a.is_empty()),
+            "tool_choice" | "function_call" => !matches!(value.as_str(), Some("none" | "auto")) && !value.is_null(),
+            "response_format" => value.get("type").and_then(Value::as_str).is_some_and(|t| t != "text"),
+            "logprobs" => value.as_bool() == Some(true),
+            "top_logprobs" => !value.is_null(),
+            "audio" | "modalities" | "web_search_options" => !value.is_null(),
+            _ if known => false,
+            _ => return Err(invalid(key, format!("Unrecognized request argument supplied: {key}"))),
+        };
+        if changes_meaning {
+            return Err(invalid(
+                key,
+                format!("'{key}' is not supported here: the agent's definition decides its tools and output."),
+            ));
+        }
+    }
+    let model = object
+        .get("model")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid("model", "'model' (an agent name) is required."))?;
+    let agent = AgentName::parse(model).map_err(|e| invalid("model", e.0))?;
+    if object.get("n").is_some_and(|n| !n.is_null() && n.as_u64() != Some(1)) {
+        return Err(invalid("n", "Only one choice per request is supported ('n' must be 1)."));
+    }
+    let stream = match object.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(invalid("stream", "'stream' must be a boolean.")),
+    };
+    let include_usage =
+        object.get("stream_options").and_then(|o| o.get("include_usage")).and_then(Value::as_bool).unwrap_or(false);
+    let messages = object
+        .get("messages")
+        .and_then(Value::as_array)
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| invalid("messages", "'messages' must be a non-empty array."))?;
+    let mut instructions = Vec::new();
+    let mut turns = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or_default();
+        let text = || content_text(m.get("content"), &format!("messages[{i}].content"));
+        match role {
+            "system" | "developer" => instructions.push(text()?),
+            "user" => turns.push(Message::User { text: text()? }),
+            "assistant" => {
+                if m.get("tool_calls").and_then(Value::as_array).is_some_and(|c| !c.is_empty()) {
+                    return Err(invalid(
+                        &format!("messages[{i}].tool_calls"),
+                        "Tool calls in the history are not supported: the agent runs its own tools.",
+                    ));
+                }
+                let text = match m.get("content") {
+                    None | Some(Value::Null) => None,
+                    content => Some(content_text(content, &format!("messages[{i}].content"))?),
+                };
+                turns.push(Message::Assistant { text, tool_calls: Vec::new(), reasoning: Vec::new() });
+            }
+            "tool" | "function" => {
+                return Err(invalid(
+                    &format!("messages[{i}].role"),
+                    "Tool results are not supported: the agent runs its own tools.",
+                ));
+            }
+            _ => {
+                return Err(invalid(
+                    &format!("messages[{i}].role"),
+                    "'role' is one of system, developer, user and assistant.",
+                ));
+            }
+        }
+    }
+    let Some(Message::User { text: message }) = turns.pop() else {
+        return Err(invalid("messages", "The last message must be the user's."));
+    };
+    if message.trim().is_empty() {
+        return Err(invalid(&format!("messages[{}].content", messages.len() - 1), "The user's message is empty."));
+    }
+    let caller_instructions = (!instructions.is_empty()).then(|| instructions.join("\n\n"));
+    Ok(ChatAsk { agent, message, history: turns, caller_instructions, stream, include_usage })
+}
+
+/// A message's text: a string, or an array of `text` parts (other parts are refused).
+fn content_text(content: Option<&Value>, param: &str) -> OpenAiResult<String> {
+    match content {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let mut text = String::new();
+            for (j, part) in parts.iter().enumerate() {
+                match (part.get("type").and_then(Value::as_str), part.get("text").and_then(Value::as_str)) {
+                    (Some("text"), Some(t)) => text.push_str(t),
+                    _ => {
+                        return Err(invalid(&format!("{param}[{j}]"), "Only text content parts are supported."));
+                    }
+                }
+            }
+            Ok(text)
+        }
+        _ => Err(invalid(param, "'content' must be a string or an array of text parts.")),
+    }
+}
+
+/// The agent with the caller's system text appended to its own instructions.
+fn with_caller_instructions(agent: &CompiledAgent, extra: &str) -> CompiledAgent {
+    let instructions = match &agent.instructions {
+        Some(own) => format!("{own}\n\n{extra}"),
+        None => extra.to_owned(),
+    };
+    CompiledAgent {
+        name: agent.name.clone(),
+        version: agent.version,
+        definition: agent.definition.clone(),
+        instructions: Some(instructions),
+        culture: agent.culture.clone(),
+        provider: agent.provider.clone(),
+        tools: agent.tools.clone(),
+        tool_specs: agent.tool_specs.clone(),
+        max_iterations: agent.max_iterations,
+    }
+}
+
+fn finish_reason(reason: Option<FinishReason>) -> &'static str {
+    match reason {
+        Some(FinishReason::Length) => "length",
+        Some(FinishReason::ToolCalls) => "tool_calls",
+        Some(FinishReason::ContentFilter) => "content_filter",
+        Some(FinishReason::Stop | FinishReason::Other) | None => "stop",
+    }
+}
+
+fn usage_json(usage: Option<&Usage>) -> Value {
+    match usage {
+        Some(u) => {
+            json!({"prompt_tokens": u.input_tokens, "completion_tokens": u.output_tokens, "total_tokens": u.total_tokens})
+        }
+        None => Value::Null,
+    }
+}
+
+/// A run that ended without an answer, as an OpenAI error.
+fn failure_error(failure: &RunFailure) -> ApiError {
+    let status = match failure.error_class {
+        ErrorClass::RateLimited | ErrorClass::QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
+        ErrorClass::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        ErrorClass::ProviderUnavailable | ErrorClass::ProviderAuthentication | ErrorClass::ProviderRejected => {
+            StatusCode::BAD_GATEWAY
+        }
+        ErrorClass::ContentBlocked | ErrorClass::StructuredResponseRejected => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorClass::SessionConflict => StatusCode::CONFLICT,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let error_type: &'static str = failure.error_class.error_type();
+    ApiError::new(status, error_type, failure.message.clone())
+}
+
+fn approval_error() -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "approval_required",
+        "A tool call of this run waits for a person's approval; decide it in the approval mailbox (/api/approvals/pending).",
+    )
+}
+
+/// OpenAI Chat Completions: `model` names the agent; `stream: true` answers
+/// `chat.completion.chunk` frames ending with `data: [DONE]`. Errors use OpenAI's envelope.
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "openai", request_body = Object,
+    responses(
+        (status = 200, description = "A `chat.completion`, or (`stream: true`) its chunks as server-sent events", body = Object),
+        (status = 400, description = "`{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`", body = Object),
+        (status = 404, description = "No agent of that name", body = Object),
+        (status = 409, description = "The run waits for a tool approval", body = Object),
+        (status = 429, description = "A quota is used up", body = Object),
+        (status = 502, description = "The agent's model provider failed", body = Object)))]
+#[tracing::instrument(name = "openai.chat", skip_all, fields(agent, run_id))]
+pub async fn chat_completions(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
+    request: axum::extract::Request,
+) -> OpenAiResult<Response> {
+    let headers: HeaderMap = request.headers().clone();
+    let ApiJson(body) = ApiJson::<Value>::from_request(request, &state).await?;
+    let ask = parse_chat(&body)?;
+    tracing::Span::current().record("agent", ask.agent.as_str());
+    let attribution = admit(&state, &tenant, &caller, &ask.agent, None, &headers).await?;
+    let request = RunRequest {
+        tenant,
+        agent: ask.agent.clone(),
+        message: ask.message,
+        culture: None,
+        parameters: Default::default(),
+        documents: Vec::new(),
+        session_id: None,
+        caller,
+        attribution,
+        resume: None,
+        queued: None,
+    };
+    let runtime = state.runtime.clone();
+    let mut prepared = runs::prepare(&runtime, request).await.map_err(|e| start_error(ask.agent.as_str(), e))?;
+    prepared.supplied_history = ask.history;
+    if let Some(extra) = &ask.caller_instructions {
+        prepared.agent = Arc::new(with_caller_instructions(&prepared.agent, extra));
+    }
+    let run_id = prepared.run_id;
+    tracing::Span::current().record("run_id", tracing::field::display(run_id));
+    let id = format!("chatcmpl-{}", run_id.0.simple());
+    let created = prepared.started_at.timestamp();
+    let model = ask.agent.as_str().to_owned();
+    let (guard, cancel) = state.drain.enter(run_id);
+
+    if !ask.stream {
+        let outcome = runs::execute(&runtime, prepared, cancel, None).await;
+        drop(guard);
+        return match (outcome.status, &outcome.failure) {
+            (RunStatus::Completed, _) => Ok(axum::Json(json!({
+                "id": id, "object": "chat.completion", "created": created, "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": outcome.text, "refusal": null},
+                    "finish_reason": finish_reason(outcome.finish_reason), "logprobs": null}],
+                "usage": usage_json(outcome.usage.as_ref()),
+            }))
+            .into_response()),
+            (RunStatus::AwaitingApproval, _) => Err(approval_error().into()),
+            (_, Some(failure)) => Err(failure_error(failure).into()),
+            (status, None) => Err(ApiError::internal("RunStatus", &format!("{status:?}")).into()),
+        };
+    }
+
+    let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+    let task_runtime = runtime.clone();
+    let run_cancel = cancel.clone();
+    let span = tracing::info_span!("openai.chat.execute", run_id = %run_id);
+    runtime.platform.spawner.spawn(Box::pin(
+        async move {
+            let _guard = guard;
+            runs::execute(&task_runtime, prepared, run_cancel, Some(tx)).await;
+        }
+        .instrument(span),
+    ));
+    let chunks = ChunkWriter { id, created, model, include_usage: ask.include_usage };
+    let opening = futures::stream::iter([Ok(chunks.chunk(json!({"role": "assistant", "content": ""}), None))]);
+    let on_drop = cancel.drop_guard();
+    let mut rx = rx;
+    let events = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    let frames = events.flat_map(move |event| {
+        // Keep the guard alive as long as the stream: dropping the body cancels the run.
+        let _ = &on_drop;
+        futures::stream::iter(chunks.frames(event).into_iter().map(Ok::<Bytes, std::convert::Infallible>))
+    });
+    Ok(sse::response(Body::from_stream(opening.chain(frames))))
+}
+
+fn chunk_frame(value: &Value) -> Bytes {
+    Bytes::from(format!("data: {value}\n\n"))
+}
+
+/// Turns the run's events into `chat.completion.chunk` frames.
+struct ChunkWriter {
+    id: String,
+    created: i64,
+    model: String,
+    include_usage: bool,
+}
+
+impl ChunkWriter {
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> Bytes {
+        chunk_frame(&json!({
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null}],
+        }))
+    }
+
+    fn frames(&self, event: RunEvent) -> Vec<Bytes> {
+        const DONE: &str = "data: [DONE]\n\n";
+        match event {
+            RunEvent::MessageDelta { text } => vec![self.chunk(json!({"content": text}), None)],
+            RunEvent::RunCompleted { usage, finish_reason: reason, .. } => {
+                let mut out = vec![self.chunk(json!({}), Some(finish_reason(reason)))];
+                if self.include_usage {
+                    out.push(chunk_frame(&json!({
+                        "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                        "choices": [], "usage": usage_json(usage.as_ref()),
+                    })));
+                }
+                out.push(Bytes::from_static(DONE.as_bytes()));
+                out
+            }
+            RunEvent::RunAwaitingApproval { .. } => {
+                vec![error_frame(&approval_error()), Bytes::from_static(DONE.as_bytes())]
+            }
+            RunEvent::RunFailed { error } | RunEvent::RunCanceled { error } => {
+                vec![error_frame(&failure_error(&error)), Bytes::from_static(DONE.as_bytes())]
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// An error after the stream started: OpenAI's envelope as a data frame.
+fn error_frame(e: &ApiError) -> Bytes {
+    chunk_frame(&json!({"error": {"message": e.detail, "type": e.error_type, "param": null, "code": e.error_type}}))
+}

@@ -1,0 +1,324 @@
+//! Schedules through the router, and the tick: due schedules queue runs once per occurrence,
+//! due jobs get a wake-up, orphaned runs are reconciled.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+use tracon_core::background::{TickReport, job_handlers, tick};
+use tracon_core::definition::AgentDefinition;
+use tracon_core::failure::ErrorClass;
+use tracon_core::jobs::{JobRunner, JobSettings, JobTransport};
+use tracon_core::model::ModelProvider;
+use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
+use tracon_core::names::{RunId, TenantId};
+use tracon_core::ports::{Clock, Platform, tokio_rt};
+use tracon_core::runtime::{Runtime, RuntimeBuilder};
+use tracon_core::store::{RunRecord, RunStatus};
+use tracon_handlers::state::QueuedRunSettings;
+use tracon_handlers::{AppState, HttpSettings, PeerAddr};
+
+/// Real time plus an offset the test moves forward.
+#[derive(Default)]
+struct ShiftedClock(AtomicI64);
+
+impl ShiftedClock {
+    fn advance(&self, seconds: i64) {
+        self.0.fetch_add(seconds, Ordering::SeqCst);
+    }
+}
+
+impl Clock for ShiftedClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now() + chrono::Duration::seconds(self.0.load(Ordering::SeqCst))
+    }
+    fn sleep(&self, duration: std::time::Duration) -> BoxFuture<'static, ()> {
+        Box::pin(tokio::time::sleep(duration))
+    }
+}
+
+/// Counts wake-ups; the test drains the queue itself.
+#[derive(Default)]
+struct Counting(AtomicUsize);
+
+#[async_trait::async_trait]
+impl JobTransport for Counting {
+    async fn wake(&self, _: uuid::Uuid) -> Result<(), String> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+struct Harness {
+    app: Router,
+    runtime: Arc<Runtime>,
+    clock: Arc<ShiftedClock>,
+    transport: Arc<Counting>,
+    runner: JobRunner,
+}
+
+fn harness() -> Harness {
+    let clock = Arc::new(ShiftedClock::default());
+    let platform = Platform { clock: clock.clone(), spawner: tokio_rt::platform().spawner };
+    let script = ScriptedProvider::from_fn("script", |_| ScriptedTurn::text("Report sent."));
+    let runtime = Arc::new(
+        RuntimeBuilder::new(platform)
+            .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
+            .add_agent(AgentDefinition::new("reporter", "script", "m"))
+            .build()
+            .unwrap(),
+    );
+    let runner = JobRunner::new(
+        runtime.stores.jobs.clone(),
+        job_handlers(&runtime),
+        runtime.platform.clock.clone(),
+        JobSettings::default(),
+        "test",
+    );
+    let transport = Arc::new(Counting::default());
+    let state = AppState::new(runtime.clone(), HttpSettings::default())
+        .with_jobs(QueuedRunSettings { transport: transport.clone(), max_attempts: 3 });
+    Harness { app: tracon_handlers::router(state), runtime, clock, transport, runner }
+}
+
+async fn call(app: &Router, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    let mut b = Request::builder()
+        .method(method)
+        .uri(path)
+        .extension(PeerAddr(std::net::SocketAddr::from(([127, 0, 0, 1], 40000))));
+    let body = match body {
+        Some(v) => {
+            b = b.header(header::CONTENT_TYPE, "application/json");
+            Body::from(v.to_string())
+        }
+        None => Body::empty(),
+    };
+    let res = app.clone().oneshot(b.body(body).unwrap()).await.unwrap();
+    let status = res.status();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into())))
+}
+
+async fn scheduled_runs(runtime: &Runtime) -> Vec<RunRecord> {
+    let filter = tracon_core::store::RunFilter::default();
+    let runs = runtime.stores.runs.list_runs(&TenantId::default_tenant(), &filter, 0, 100).await.unwrap();
+    runs.into_iter().filter(|r| r.labels.contains_key("schedule")).collect()
+}
+
+#[tokio::test]
+async fn schedules_are_validated_with_clear_errors() {
+    let h = harness();
+    let base = json!({"name": "nightly", "agentName": "reporter", "message": "Send the report."});
+    let with = |extra: Value| {
+        let mut body = base.clone();
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        body
+    };
+    for (body, field, needle) in [
+        (with(json!({"cron": "0 2 * * *"})), "cron", "timeZone"),
+        (with(json!({"cron": "0 2 * *", "timeZone": "UTC"})), "cron", "five fields"),
+        (with(json!({"cron": "0 2 * * *", "timeZone": "Nowhere/City"})), "cron", "IANA"),
+        (with(json!({"cron": "0 2 * * *", "timeZone": "UTC", "runAt": "2027-01-01T00:00:00Z"})), "cron", "not both"),
+        (base.clone(), "cron", "runAt"),
+        (with(json!({"runAt": "2027-01-01T00:00:00Z", "agentName": "ghost"})), "agentName", "does not exist"),
+        (with(json!({"runAt": "2027-01-01T00:00:00Z", "name": "no spaces"})), "name", "letters"),
+        (with(json!({"runAt": "2027-01-01T00:00:00Z", "message": " "})), "message", "required"),
+    ] {
+        let (status, problem) = call(&h.app, Method::POST, "/api/schedules", Some(body.clone())).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body} → {problem}");
+        assert_eq!(problem["field"], field, "{problem}");
+        assert!(problem["detail"].as_str().unwrap().contains(needle), "{needle}: {problem}");
+    }
+    let (status, problem) = call(&h.app, Method::POST, "/api/schedules", Some(with(json!({"runAt": "soon"})))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    let (status, _) = call(&h.app, Method::GET, "/api/schedules/not-a-uuid", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_cron_schedule_queues_one_run_per_occurrence_and_is_managed_over_http() {
+    let h = harness();
+    let (status, created) = call(
+        &h.app,
+        Method::POST,
+        "/api/schedules",
+        Some(json!({
+            "name": "every-five", "agentName": "reporter", "message": "Send the report.",
+            "cron": "*/5 * * * *", "timeZone": "Europe/Berlin"
+        })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    let next: DateTime<Utc> = created["nextRunAt"].as_str().unwrap().parse().unwrap();
+    assert!(next > h.clock.now() && next <= h.clock.now() + chrono::Duration::minutes(5), "{created}");
+    assert_eq!(created["timeZone"], "Europe/Berlin");
+    let (status, _) = call(
+        &h.app,
+        Method::POST,
+        "/api/schedules",
+        Some(json!({"name": "every-five", "agentName": "reporter", "message": "x", "runAt": "2027-01-01T00:00:00Z"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "names are unique in a tenant");
+
+    // Nothing is due yet.
+    assert_eq!(tick(&h.runtime, h.transport.as_ref()).await, TickReport::default());
+    // The occurrence comes: one run is queued however many ticks race for it.
+    h.clock.advance(5 * 60);
+    let reports = futures::future::join_all((0..4).map(|_| tick(&h.runtime, h.transport.as_ref()))).await;
+    assert_eq!(reports.iter().map(|r| r.schedules_enqueued).sum::<usize>(), 1, "{reports:?}");
+    assert!(h.runner.drain(10).await.unwrap() >= 1);
+    let runs = scheduled_runs(&h.runtime).await;
+    assert_eq!(runs.len(), 1);
+    assert_eq!((runs[0].status, runs[0].labels["schedule"].as_str()), (RunStatus::Completed, "every-five"));
+
+    let (_, read) = call(&h.app, Method::GET, &format!("/api/schedules/{id}"), None).await;
+    assert_eq!(read["lastRunId"], json!(runs[0].id.to_string()), "{read}");
+    let moved: DateTime<Utc> = read["nextRunAt"].as_str().unwrap().parse().unwrap();
+    assert!(moved > next, "the next occurrence moved on: {read}");
+
+    // Disabled: nothing more is queued.
+    let (status, updated) = call(
+        &h.app,
+        Method::PUT,
+        &format!("/api/schedules/{id}"),
+        Some(json!({
+            "name": "every-five", "agentName": "reporter", "message": "Send the report.",
+            "cron": "*/5 * * * *", "timeZone": "Europe/Berlin", "enabled": false
+        })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{updated}");
+    assert_eq!(updated["lastRunId"], read["lastRunId"], "history survives an update");
+    h.clock.advance(10 * 60);
+    assert_eq!(tick(&h.runtime, h.transport.as_ref()).await.schedules_enqueued, 0);
+
+    let (_, list) = call(&h.app, Method::GET, "/api/schedules", None).await;
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    let (_, audit) = call(&h.app, Method::GET, "/api/audit?entityType=schedule", None).await;
+    let actions: Vec<&str> = audit.as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect();
+    assert!(actions.contains(&"schedule.create") && actions.contains(&"schedule.update"), "{actions:?}");
+    assert_eq!(call(&h.app, Method::DELETE, &format!("/api/schedules/{id}"), None).await.0, StatusCode::NO_CONTENT);
+    assert_eq!(call(&h.app, Method::GET, &format!("/api/schedules/{id}"), None).await.0, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_one_time_schedule_runs_once_and_records_why_when_it_cannot() {
+    let h = harness();
+    let at = (h.clock.now() + chrono::Duration::minutes(1)).to_rfc3339();
+    let (status, created) = call(
+        &h.app,
+        Method::POST,
+        "/api/schedules",
+        Some(json!({"name": "once", "agentName": "reporter", "message": "Once.", "runAt": at})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    h.clock.advance(120);
+    assert_eq!(tick(&h.runtime, h.transport.as_ref()).await.schedules_enqueued, 1);
+    assert_eq!(h.transport.0.load(Ordering::SeqCst), 1, "the queued run's job was woken");
+    h.clock.advance(3600);
+    assert_eq!(tick(&h.runtime, h.transport.as_ref()).await.schedules_enqueued, 0, "once means once");
+    let (_, read) = call(&h.app, Method::GET, &format!("/api/schedules/{id}"), None).await;
+    assert_eq!(read["nextRunAt"], Value::Null, "{read}");
+
+    // The agent goes away before the next schedule fires: the schedule says why.
+    let definition = serde_json::to_value(AgentDefinition::new("temporary", "script", "m")).unwrap();
+    let (status, made) = call(&h.app, Method::POST, "/api/agents", Some(definition)).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let at = (h.clock.now() + chrono::Duration::seconds(30)).to_rfc3339();
+    let (status, second) = call(
+        &h.app,
+        Method::POST,
+        "/api/schedules",
+        Some(json!({"name": "orphan", "agentName": "temporary", "message": "Later.", "runAt": at})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{second}");
+    assert_eq!(call(&h.app, Method::DELETE, "/api/agents/temporary", None).await.0, StatusCode::NO_CONTENT);
+    h.clock.advance(60);
+    assert_eq!(tick(&h.runtime, h.transport.as_ref()).await.schedules_enqueued, 0);
+    let (_, read) =
+        call(&h.app, Method::GET, &format!("/api/schedules/{}", second["id"].as_str().unwrap()), None).await;
+    assert_eq!(read["lastError"], "The agent does not exist.", "{read}");
+}
+
+#[tokio::test]
+async fn the_tick_reconciles_a_run_whose_executor_stopped_and_wakes_due_jobs() {
+    let h = harness();
+    let tenant = TenantId::default_tenant();
+    let now = h.clock.now();
+    let mut row = RunRecord {
+        id: RunId(uuid::Uuid::now_v7()),
+        tenant: None,
+        agent_name: "reporter".into(),
+        agent_version: Some(1),
+        status: RunStatus::Running,
+        started_at: now,
+        ended_at: None,
+        duration_ms: None,
+        usage: None,
+        cost: None,
+        model_provider: None,
+        model: None,
+        error: None,
+        session_id: None,
+        parent_run_id: None,
+        root_run_id: None,
+        depth: 0,
+        user_id: None,
+        labels: Default::default(),
+        heartbeat_at: Some(now),
+        cancel_requested: false,
+    };
+    h.runtime.stores.runs.create_run(&tenant, &row, None).await.unwrap();
+    let alive = RunId(uuid::Uuid::now_v7());
+    row.id = alive;
+    h.runtime.stores.runs.create_run(&tenant, &row, None).await.unwrap();
+    let dead = h.runtime.stores.runs.list_runs(&tenant, &Default::default(), 0, 10).await.unwrap();
+    let dead = dead.iter().find(|r| r.id != alive).unwrap().id;
+
+    // Inside the orphan window nothing happens.
+    h.clock.advance(200);
+    h.runtime.stores.runs.heartbeat(&tenant, alive, h.clock.now()).await.unwrap();
+    assert_eq!(tick(&h.runtime, h.transport.as_ref()).await.runs_reconciled, 0);
+    h.clock.advance(200);
+    let report = tick(&h.runtime, h.transport.as_ref()).await;
+    assert_eq!(report.runs_reconciled, 1, "{report:?}");
+    let (status, run) = call(&h.app, Method::GET, &format!("/api/runs/{dead}"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(run["status"], "Failed", "{run}");
+    assert_eq!(run["error"]["errorClass"], json!(ErrorClass::Orphaned), "{run}");
+    let (_, events) = call(&h.app, Method::GET, &format!("/api/runs/{dead}/events"), None).await;
+    let last = events.as_array().and_then(|e| e.last().cloned()).unwrap_or(events.clone());
+    assert!(last.to_string().contains("orphaned"), "{events}");
+    let (_, alive_run) = call(&h.app, Method::GET, &format!("/api/runs/{alive}"), None).await;
+    assert_eq!(alive_run["status"], "Running", "a heartbeating run is left alone");
+
+    // A job queued long ago whose wake-up was lost gets a new one.
+    let (status, accepted) = call(
+        &h.app,
+        Method::POST,
+        "/api/schedules",
+        Some(json!({"name": "soon", "agentName": "reporter", "message": "x", "runAt": h.clock.now().to_rfc3339()})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{accepted}");
+    let before = h.transport.0.load(Ordering::SeqCst);
+    assert_eq!(tick(&h.runtime, h.transport.as_ref()).await.schedules_enqueued, 1);
+    assert_eq!(h.transport.0.load(Ordering::SeqCst), before + 1);
+    h.clock.advance(60);
+    let report = tick(&h.runtime, h.transport.as_ref()).await;
+    assert_eq!(report.jobs_woken, 1, "the queued job was not leased: it is woken again ({report:?})");
+}

@@ -1,0 +1,21 @@
+# shellcheck shell=bash
+# The official OpenAI SDKs the compatibility tests use as clients (tests/tests/openai_sdk.rs):
+# the Python SDK from PyPI into target/tools/sdk-venv, the Node SDK from npm into
+# tests/sdk/node_modules (pinned by tests/sdk/package-lock.json). Sourced by scripts/test.
+
+OPENAI_PYTHON_VERSION="3.51.0"
+
+install_sdk_tools() {
+  local venv="$PWD/target/tools/sdk-venv"
+  if ! "$venv/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '$OPENAI_PYTHON_VERSION')" 2>/dev/null; then
+    echo "==> installing the OpenAI Python SDK $OPENAI_PYTHON_VERSION (PyPI)"
+    mkdir -p "$PWD/target/tools"
+    { [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"; } &&
+      "$venv/bin/pip" install --quiet "openai==$OPENAI_PYTHON_VERSION"
+  fi
+  if [ ! -d tests/sdk/node_modules/openai ]; then
+    echo "==> installing the OpenAI Node SDK (npm ci)"
+    (cd tests/sdk && npm ci --no-audit --no-fund --silent)
+  fi
+  export TRACON_SDK_PYTHON="$venv/bin/python"
+}

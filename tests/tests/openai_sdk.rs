@@ -1,0 +1,109 @@
+//! The official OpenAI SDKs — Python (PyPI) and Node (npm) — as clients of the real binary's
+//! `/v1` endpoints, against the mock model server: chat completions whole and streamed, the
+//! models list, and errors surfacing as the SDKs' typed errors. The scripts live in
+//! `tests/sdk/`; `scripts/test` installs the SDKs (`scripts/sdk-tools.sh`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::{Value, json};
+use support::Tracon;
+use tracon_tests::mock::{MockConfig, MockServer, MockTurn};
+
+const TOKEN: &str = "sdk-test-admin-token-0123456789";
+
+fn sdk_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sdk")
+}
+
+fn python() -> PathBuf {
+    let path = std::env::var_os("TRACON_SDK_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/tools/sdk-venv/bin/python"));
+    assert!(
+        path.exists(),
+        "the OpenAI Python SDK is not installed at {}: run `. scripts/sdk-tools.sh && install_sdk_tools` (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+/// A server whose demo agent answers from the mock, and a `RunsWrite` key for the SDKs.
+async fn server() -> (MockServer, Tracon, String) {
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    mock.script("sdk-model", vec![MockTurn::text("Order 4182 ships tomorrow.").with_usage(11, 5)]);
+    let endpoint = format!("{}/v1", mock.base_url());
+    let server = Tracon::start(&[
+        ("TRACON_AUTH_TOKEN", TOKEN),
+        ("OPENAI_API_KEY", "mock-key"),
+        ("Tracon__Providers__OpenAI__Endpoint", endpoint.as_str()),
+        ("Tracon__Providers__OpenAI__DefaultModel", "sdk-model"),
+    ])
+    .await;
+    let created: Value = reqwest::Client::new()
+        .post(server.url("/api/api-keys"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"name": "sdk", "scopes": ["RunsWrite"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let key = created["key"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
+    (mock, server, key)
+}
+
+fn run_client(program: &std::ffi::OsStr, args: &[&str], server: &Tracon, key: &str) {
+    let output = Command::new(program)
+        .args(args)
+        .current_dir(sdk_dir())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("OPENAI_BASE_URL", server.url("/v1"))
+        .env("OPENAI_API_KEY", key)
+        .env("TRACON_AGENT", "support")
+        .output()
+        .unwrap_or_else(|e| panic!("could not start {program:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{program:?} {args:?} failed\nstdout:\n{stdout}\nstderr:\n{stderr}\nserver log:\n{}",
+        server.log_text()
+    );
+    assert!(stdout.contains("sdk: ok"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_python_sdk_talks_to_the_compatible_endpoints() {
+    let (mock, server, key) = server().await;
+    run_client(python().as_os_str(), &["chat.py"], &server, &key);
+    // Every call was a recorded run of the agent.
+    let runs: Value = reqwest::Client::new()
+        .get(server.url("/api/runs"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(runs.as_array().unwrap().iter().filter(|r| r["agentName"] == "support").count(), 2, "{runs}");
+    drop(mock);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_node_sdk_talks_to_the_compatible_endpoints() {
+    assert!(
+        sdk_dir().join("node_modules/openai").exists(),
+        "the OpenAI Node SDK is not installed: run `npm ci` in tests/sdk (scripts/test does)"
+    );
+    let (mock, server, key) = server().await;
+    run_client(std::ffi::OsStr::new("node"), &["chat.mjs"], &server, &key);
+    drop(mock);
+}
