@@ -59,6 +59,16 @@ pub fn order_status_tool() -> Result<ToolRegistration, RegistrationError> {
     )
 }
 
+/// A client-side tool: the browser (or any caller) answers it with the time on the user's
+/// device. Not part of the demo agent — an agent that lists it needs a caller that answers.
+pub fn local_time_client_tool() -> Result<ToolRegistration, RegistrationError> {
+    ToolRegistration::client(
+        "get_local_time",
+        "Returns the current date, time and time zone on the user's own device.",
+        json!({"type": "object", "properties": {}, "additionalProperties": false}),
+    )
+}
+
 pub fn store_hours_tool() -> Result<ToolRegistration, RegistrationError> {
     ToolRegistration::new(
         "get_store_hours",

@@ -142,6 +142,9 @@ impl Emitter {
 pub enum TurnEnd {
     Answered,
     AwaitingApproval(Vec<ApprovalRequest>),
+    /// The model called client-side tools: the caller answers them on its next request.
+    /// The turn's server-side calls ran; their results are in the conversation.
+    ClientTools(Vec<ToolCall>),
     Canceled,
     Failed(RunFailure),
 }
@@ -187,6 +190,11 @@ pub enum TurnStart {
     /// waited for approval — left open: the calls go through the pipeline again (with the
     /// person's decisions in the [`CallEnv`]), then the model goes on.
     Resume,
+    /// Continues the turn after the caller answered the client-side calls it was handed:
+    /// `results` (tool messages) are appended — when the conversation already ends with
+    /// them (an OpenAI client sends its whole history), `results` is empty — and the model
+    /// goes on.
+    Continue { results: Vec<Message> },
 }
 
 /// Runs one turn from `history` to an answer, an approval stop, a failure or a
@@ -211,6 +219,10 @@ pub async fn run_turn(
             run_loop(runtime, agent, env, &mut request, emitter, &mut state).await
         }
         TurnStart::Resume => resume(runtime, agent, env, &mut request, emitter, &mut state).await,
+        TurnStart::Continue { results } => {
+            request.messages.extend(results);
+            run_loop(runtime, agent, env, &mut request, emitter, &mut state).await
+        }
     };
     let end = match outcome {
         Ok(end) => end,
@@ -229,12 +241,19 @@ pub async fn run_turn(
     }
 }
 
-/// The calls of the history's last assistant message that have no result yet.
+/// The calls of the history's last assistant message that have no result yet: every call
+/// when the assistant's message is the last one (a stop for approval), the client-side
+/// calls when only the server-side calls' results follow it.
 pub fn open_calls(history: &[Message]) -> Vec<ToolCall> {
-    match history.last() {
-        Some(Message::Assistant { tool_calls, .. }) => tool_calls.clone(),
-        _ => Vec::new(),
-    }
+    let answered = history.iter().rev().take_while(|m| matches!(m, Message::Tool { .. })).count();
+    let Some(at) = history.len().checked_sub(answered + 1) else { return Vec::new() };
+    let Some(Message::Assistant { tool_calls, .. }) = history.get(at) else { return Vec::new() };
+    let results = history.get(at + 1..).unwrap_or_default();
+    tool_calls
+        .iter()
+        .filter(|c| !results.iter().any(|m| matches!(m, Message::Tool { call_id, .. } if *call_id == c.id)))
+        .cloned()
+        .collect()
 }
 
 async fn resume(
@@ -248,18 +267,25 @@ async fn resume(
     let calls = open_calls(&request.messages);
     match run_tools(runtime, agent, env, &calls, emitter).await? {
         ToolsEnd::Approvals(requests) => return Ok(TurnEnd::AwaitingApproval(requests)),
-        ToolsEnd::Results(outcomes) => {
-            for o in outcomes {
-                request.messages.push(Message::Tool {
-                    call_id: o.call_id,
-                    name: o.tool_name,
-                    content: o.result,
-                    is_error: o.status.is_failure(),
-                });
+        ToolsEnd::Results { outcomes, client } => {
+            push_results(request, outcomes);
+            if !client.is_empty() {
+                return Ok(TurnEnd::ClientTools(client));
             }
         }
     }
     run_loop(runtime, agent, env, request, emitter, state).await
+}
+
+fn push_results(request: &mut ModelRequest, outcomes: Vec<CallOutcome>) {
+    for o in outcomes {
+        request.messages.push(Message::Tool {
+            call_id: o.call_id,
+            name: o.tool_name,
+            content: o.result,
+            is_error: o.status.is_failure(),
+        });
+    }
 }
 
 async fn run_loop(
@@ -303,14 +329,11 @@ async fn run_loop(
             reasoning: turn.reasoning,
         });
         match results {
-            ToolsEnd::Results(outcomes) => {
-                for o in outcomes {
-                    request.messages.push(Message::Tool {
-                        call_id: o.call_id,
-                        name: o.tool_name,
-                        content: o.result,
-                        is_error: o.status.is_failure(),
-                    });
+            ToolsEnd::Results { outcomes, client } => {
+                push_results(request, outcomes);
+                if !client.is_empty() {
+                    state.finish = Some(FinishReason::ToolCalls);
+                    return Ok(TurnEnd::ClientTools(client));
                 }
             }
             ToolsEnd::Approvals(requests) => return Ok(TurnEnd::AwaitingApproval(requests)),
@@ -428,7 +451,12 @@ async fn model_turn(
 }
 
 enum ToolsEnd {
-    Results(Vec<CallOutcome>),
+    /// The server-side calls' outcomes, and the admitted client-side calls the caller is to
+    /// answer.
+    Results {
+        outcomes: Vec<CallOutcome>,
+        client: Vec<ToolCall>,
+    },
     Approvals(Vec<ApprovalRequest>),
 }
 
@@ -463,9 +491,15 @@ async fn run_tools(
 
     let mut settled: Vec<Option<CallOutcome>> = Vec::with_capacity(gates.len());
     let mut admitted = Vec::new();
+    let mut client = Vec::new();
     for (i, gate) in gates.into_iter().enumerate() {
         match gate {
             Gate::Done(outcome) => settled.push(Some(outcome)),
+            // Admitted like any call (authorized, validated, approved); the caller runs it.
+            Gate::Run(a) if approvals.is_empty() && a.tool.is_client() => {
+                settled.push(None);
+                client.push(a.call);
+            }
             Gate::Run(a) if approvals.is_empty() => {
                 settled.push(None);
                 admitted.push((i, a));
@@ -543,7 +577,7 @@ async fn run_tools(
     if env.cancel.is_cancelled() {
         return Err(Stop::Canceled);
     }
-    Ok(ToolsEnd::Results(results))
+    Ok(ToolsEnd::Results { outcomes: results, client })
 }
 
 /// Emits the call's result event and writes its record; then, for a call that timed out,

@@ -13,6 +13,29 @@ use crate::names::RunId;
 use crate::pricing::CostSnapshot;
 use crate::tools::pipeline::{ApprovalRequest, ToolCallStatus};
 
+/// A call of a client-side tool, handed back to the run's caller.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClientToolCall {
+    pub call_id: String,
+    pub tool_name: String,
+    /// The arguments the model gave, as a JSON value (an object for a well-formed call; the
+    /// model's raw text as a string when it was not JSON).
+    #[schema(value_type = Object)]
+    pub arguments: serde_json::Value,
+}
+
+impl ClientToolCall {
+    pub fn from_call(call: &crate::model::ToolCall) -> Self {
+        Self {
+            call_id: call.id.clone(),
+            tool_name: call.name.clone(),
+            arguments: serde_json::from_str(&call.arguments)
+                .unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone())),
+        }
+    }
+}
+
 /// Something that happened in a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type")]
@@ -69,6 +92,10 @@ pub enum RunEvent {
         usage: Option<Usage>,
         cost: Option<CostSnapshot>,
         finish_reason: Option<FinishReason>,
+        /// Calls of client-side tools the caller is to answer on its next request (then
+        /// `finish_reason` is `toolCalls`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        client_tool_calls: Vec<ClientToolCall>,
     },
     RunFailed {
         error: RunFailure,

@@ -19,7 +19,7 @@ use crate::attribution::Attribution;
 use crate::catalog::CatalogError;
 use crate::compiler::CompiledAgent;
 use crate::engine::{self, CancelWatch, Emitter, TurnEnd, TurnStart};
-use crate::events::{DocumentInfo, RunEvent};
+use crate::events::{ClientToolCall, DocumentInfo, RunEvent};
 use crate::failure::{ErrorClass, RunFailure};
 use crate::identity::Caller;
 use crate::model::{FinishReason, Message, Usage};
@@ -53,7 +53,33 @@ pub struct RunRequest {
     pub resume: Option<Resume>,
     /// Set when a worker executes a queued run: its placeholder row exists under this id.
     pub queued: Option<RunId>,
+    /// The caller's answers to the client-side calls the session's last run handed back
+    /// (then `message` is empty): the turn continues with them.
+    pub tool_results: Vec<ClientToolResult>,
 }
+
+/// The caller's answer to a client-side tool call: a result, or an error message.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClientToolResult {
+    /// The `callId` the call was handed back under.
+    pub call_id: String,
+    /// What the tool produced: a string goes to the model as is, any other JSON value as
+    /// its JSON text.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<serde_json::Value>,
+    /// The tool failed, or the caller has no implementation for it: the model gets this
+    /// text as a failed call's result.
+    #[serde(default)]
+    pub error_message: Option<String>,
+}
+
+/// Longest result or error text a client-side call may return.
+pub const MAX_CLIENT_RESULT_BYTES: usize = 256 * 1024;
+
+/// What the model gets for a client-side call nobody answered.
+pub const CLIENT_UNANSWERED: &str = "The client did not answer this tool call.";
 
 /// Continuing a run that stopped at `AwaitingApproval`, once every one of its requests is
 /// decided. The stopped run is never rewritten: this is a new run in the same session.
@@ -85,6 +111,8 @@ pub enum StartError {
     Documents(String),
     /// The session cannot be resumed (the message is ours).
     Resume(String),
+    /// The client-side tool results do not fit the calls they answer (the message is ours).
+    ToolResults(String),
     Store(StoreError),
 }
 
@@ -104,7 +132,8 @@ impl From<StoreError> for StartError {
 #[derive(Debug, Clone)]
 pub struct LoadedSession {
     pub id: SessionId,
-    /// The generation read; `None` for a session this turn will create.
+    /// The generation read; `None` for a session this turn will create (with the `history`
+    /// it was seeded with, if any: the first save writes the whole conversation).
     pub version: Option<u64>,
     pub history: Vec<Message>,
 }
@@ -118,8 +147,12 @@ pub struct PreparedRun {
     pub started_at: chrono::DateTime<chrono::Utc>,
     /// Earlier turns the caller sent along (an OpenAI-compatible chat request carries its
     /// whole conversation): the model sees them before the new message; nothing saves them.
-    /// Used only without a session.
-    pub supplied_history: Vec<Message>,
+    /// Used only without a session. `Some` also means the caller keeps the conversation: a
+    /// run that hands client-side calls back opens no session for them.
+    pub supplied_history: Option<Vec<Message>>,
+    /// The tool messages that answer the session's open client-side calls (from
+    /// `request.tool_results`, checked).
+    pub client_results: Vec<Message>,
 }
 
 /// How a run ended.
@@ -138,6 +171,11 @@ pub struct RunOutcome {
     pub finish_reason: Option<FinishReason>,
     /// How many store writes recording the events took.
     pub event_writes: u64,
+    /// Client-side calls handed back to the caller (status `Completed`, finish reason
+    /// `toolCalls`); it answers them on its next request in `session_id`.
+    pub client_tool_calls: Vec<ClientToolCall>,
+    /// The session the run saved to, when it handed client-side calls back.
+    pub session_id: Option<SessionId>,
 }
 
 /// Every check that can refuse the request before anything streams.
@@ -173,6 +211,12 @@ pub async fn prepare(runtime: &Runtime, request: RunRequest) -> Result<PreparedR
             ));
         }
     }
+    let client_results = if request.tool_results.is_empty() {
+        Vec::new()
+    } else {
+        let history = session.as_ref().map(|s| s.history.as_slice()).unwrap_or_default();
+        client_results(&agent, history, &request.tool_results)?
+    };
     let run_id = match (&request.resume, request.queued) {
         (Some(r), _) => r.run_id,
         (None, Some(queued)) => queued,
@@ -182,7 +226,58 @@ pub async fn prepare(runtime: &Runtime, request: RunRequest) -> Result<PreparedR
     if request.queued.is_none() {
         open_record(runtime, run_id, &agent, &request, session.as_ref(), started_at).await?;
     }
-    Ok(PreparedRun { run_id, agent, request, session, started_at, supplied_history: Vec::new() })
+    Ok(PreparedRun { run_id, agent, request, session, started_at, supplied_history: None, client_results })
+}
+
+/// The tool messages for the session's open client-side calls: each answer matched to its
+/// call (an unknown or repeated `callId` is refused), a call left unanswered closed with
+/// [`CLIENT_UNANSWERED`].
+fn client_results(
+    agent: &CompiledAgent,
+    history: &[Message],
+    results: &[ClientToolResult],
+) -> Result<Vec<Message>, StartError> {
+    let open = engine::open_calls(history);
+    let is_client = |name: &str| agent.tool(name).is_some_and(|t| t.is_client());
+    if open.is_empty() || open.iter().any(|c| !is_client(&c.name)) {
+        return Err(StartError::Resume(
+            "The session has no client-side tool call waiting for a result; send a message instead.".into(),
+        ));
+    }
+    for (i, r) in results.iter().enumerate() {
+        if !open.iter().any(|c| c.id == r.call_id) {
+            return Err(StartError::ToolResults(format!(
+                "toolResults[{i}].callId does not name a tool call this session waits for."
+            )));
+        }
+        if results[..i].iter().any(|earlier| earlier.call_id == r.call_id) {
+            return Err(StartError::ToolResults(format!("toolResults[{i}] answers a call that is already answered.")));
+        }
+        if r.result.is_some() == r.error_message.is_some() {
+            return Err(StartError::ToolResults(format!(
+                "toolResults[{i}] carries exactly one of 'result' and 'errorMessage'."
+            )));
+        }
+    }
+    open.into_iter()
+        .map(|call| {
+            let (content, is_error) = match results.iter().find(|r| r.call_id == call.id) {
+                None => (CLIENT_UNANSWERED.to_owned(), true),
+                Some(ClientToolResult { error_message: Some(e), .. }) => (e.clone(), true),
+                Some(ClientToolResult { result: Some(serde_json::Value::String(s)), .. }) => (s.clone(), false),
+                Some(ClientToolResult { result, .. }) => {
+                    (result.as_ref().map(ToString::to_string).unwrap_or_default(), false)
+                }
+            };
+            if content.len() > MAX_CLIENT_RESULT_BYTES {
+                return Err(StartError::ToolResults(format!(
+                    "The result for call '{}' is over {MAX_CLIENT_RESULT_BYTES} bytes.",
+                    crate::names::truncate_for_message(&call.id)
+                )));
+            }
+            Ok(Message::Tool { call_id: call.id, name: call.name, content, is_error })
+        })
+        .collect()
 }
 
 /// Writes the run row (with its input) before anything streams. A store that cannot be
@@ -280,7 +375,8 @@ pub async fn execute(
     cancel: CancellationToken,
     events: Option<mpsc::Sender<RunEvent>>,
 ) -> RunOutcome {
-    let PreparedRun { run_id, agent, request, session, started_at, supplied_history } = prepared;
+    let PreparedRun { run_id, agent, request, session, started_at, supplied_history, client_results } = prepared;
+    let caller_keeps_history = supplied_history.is_some();
     let clock = runtime.platform.clock.clone();
     let tenant = request.tenant.clone();
     let store = runtime.stores.runs.clone();
@@ -337,19 +433,33 @@ pub async fn execute(
         gatekeeper: runtime.gatekeeper.clone(),
         events: if recording.enabled { EventWriter::new(recorder.clone()) } else { EventWriter::none() },
     };
+    // Where the session's save starts: a session read at a generation gets what this turn
+    // adds; a session this run creates gets the whole conversation, so one seeded with
+    // another session's history (`/v1/responses` chaining with `previous_response_id`) is a
+    // new record that keeps it — a different id than the one read, so no generation applies.
+    let save_from = session.as_ref().map(|s| if s.version.is_some() { s.history.len() } else { 0 });
     let (history, session) = match session {
         Some(mut s) => (std::mem::take(&mut s.history), Some(s)),
-        None => (supplied_history, None),
+        None => (supplied_history.unwrap_or_default(), None),
     };
     let start = match &request.resume {
         Some(resume) => {
             emitter.emit(resumed_event(resume)).await;
             TurnStart::Resume
         }
+        None if !client_results.is_empty() => TurnStart::Continue { results: client_results },
+        // An OpenAI client's history that ends with its tool results: the model goes on.
+        None if request.message.is_empty() && matches!(history.last(), Some(Message::Tool { .. })) => {
+            TurnStart::Continue { results: Vec::new() }
+        }
         None => TurnStart::User {
             prelude: engine::open_calls(&history)
                 .into_iter()
-                .map(|c| Message::Tool { call_id: c.id, name: c.name, content: UNDECIDED.to_owned(), is_error: true })
+                .map(|c| {
+                    let client = agent.tool(&c.name).is_some_and(|t| t.is_client());
+                    let content = if client { CLIENT_UNANSWERED } else { UNDECIDED };
+                    Message::Tool { call_id: c.id, name: c.name, content: content.to_owned(), is_error: true }
+                })
                 .collect(),
             message: user_message(&request.message, &request.documents),
         },
@@ -362,19 +472,30 @@ pub async fn execute(
     // without a session that stops for approval gets one (named after the run): the
     // conversation is what a decision resumes.
     let mut end = turn.end.clone();
+    let needs_session = match end {
+        TurnEnd::AwaitingApproval(_) => true,
+        TurnEnd::ClientTools(_) => !caller_keeps_history,
+        _ => false,
+    };
     let session = match session {
-        None if matches!(end, TurnEnd::AwaitingApproval(_)) => SessionId::parse(&run_id.to_string())
-            .ok()
-            .map(|id| LoadedSession { id, version: None, history: Vec::new() }),
+        None if needs_session => SessionId::parse(&run_id.to_string()).ok().map(|id| LoadedSession {
+            id,
+            version: None,
+            history: Vec::new(),
+        }),
         other => other,
     };
     if let Some(session) = &session
-        && matches!(end, TurnEnd::Answered | TurnEnd::AwaitingApproval(_))
+        && matches!(end, TurnEnd::Answered | TurnEnd::AwaitingApproval(_) | TurnEnd::ClientTools(_))
     {
         let write = SessionWrite {
             agent_name: agent.name.clone(),
             run_id: Some(run_id),
-            messages: turn.messages.get(turn.new_from..).map(<[Message]>::to_vec).unwrap_or_default(),
+            messages: turn
+                .messages
+                .get(save_from.unwrap_or(turn.new_from)..)
+                .map(<[Message]>::to_vec)
+                .unwrap_or_default(),
             owner_user_id: request.attribution.user_id.clone(),
             now: clock.now(),
         };
@@ -410,6 +531,8 @@ pub async fn execute(
         model: if turn.called { model } else { None },
         finish_reason: turn.finish,
         event_writes: 0,
+        client_tool_calls: Vec::new(),
+        session_id: None,
     };
     let terminal = match end {
         TurnEnd::Answered => RunEvent::RunCompleted {
@@ -417,7 +540,20 @@ pub async fn execute(
             usage: outcome.usage,
             cost,
             finish_reason: outcome.finish_reason,
+            client_tool_calls: Vec::new(),
         },
+        TurnEnd::ClientTools(calls) => {
+            outcome.finish_reason = Some(FinishReason::ToolCalls);
+            outcome.client_tool_calls = calls.iter().map(ClientToolCall::from_call).collect();
+            outcome.session_id = session.as_ref().map(|s| s.id.clone());
+            RunEvent::RunCompleted {
+                text: outcome.text.clone(),
+                usage: outcome.usage,
+                cost,
+                finish_reason: outcome.finish_reason,
+                client_tool_calls: outcome.client_tool_calls.clone(),
+            }
+        }
         TurnEnd::AwaitingApproval(requests) => {
             outcome.status = RunStatus::AwaitingApproval;
             save_requests(runtime, &request, run_id, &agent.name, session.as_ref(), &requests).await;
@@ -859,6 +995,7 @@ impl crate::jobs::JobHandler for QueuedRuns {
             attribution: queued.attribution,
             resume: None,
             queued: Some(run_id),
+            tool_results: Vec::new(),
         };
         let prepared = match prepare(runtime, request).await {
             Ok(p) => p,
@@ -866,7 +1003,7 @@ impl crate::jobs::JobHandler for QueuedRuns {
                 let message = match &e {
                     StartError::Agent(CatalogError::NotFound) => "The agent no longer exists.".to_owned(),
                     StartError::Agent(_) => "The agent no longer compiles with these parameters.".to_owned(),
-                    StartError::Documents(m) | StartError::Resume(m) => m.clone(),
+                    StartError::Documents(m) | StartError::Resume(m) | StartError::ToolResults(m) => m.clone(),
                     StartError::Store(_) => "The store could not load the run's agent or session.".to_owned(),
                 };
                 close_unstarted(runtime, &tenant, run_id, now, RunFailure::new(ErrorClass::Internal, &message)).await;

@@ -271,6 +271,12 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Declares a client-side tool ([`ToolRegistration::client`]): the model may call it, and
+    /// the call goes back to the run's caller instead of running here.
+    pub fn add_client_tool(self, name: &str, description: &str, schema: serde_json::Value) -> Self {
+        self.add_tool(ToolRegistration::client(name, description, schema))
+    }
+
     pub fn add_provider(mut self, provider: Arc<dyn ModelProvider>) -> Self {
         if let Err(e) = self.providers.insert(provider) {
             self.errors.push(e);

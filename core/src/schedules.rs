@@ -177,6 +177,7 @@ pub async fn enqueue_due(
             },
             resume: None,
             queued: None,
+            tool_results: Vec::new(),
         };
         let (run, error) = match crate::runs::enqueue(runtime, request, SCHEDULED_RUN_ATTEMPTS).await {
             Ok(accepted) => {
@@ -191,7 +192,9 @@ pub async fn enqueue_due(
                     StartError::Agent(crate::catalog::CatalogError::NotFound) => "The agent does not exist.",
                     StartError::Agent(_) => "The agent does not compile with the schedule's parameters.",
                     StartError::Store(_) => "The store could not queue the run.",
-                    StartError::Documents(_) | StartError::Resume(_) => "The run could not be queued.",
+                    StartError::Documents(_) | StartError::Resume(_) | StartError::ToolResults(_) => {
+                        "The run could not be queued."
+                    }
                 };
                 tracing::warn!(schedule = %schedule.id, tenant = %schedule.tenant, error = ?e, "a due schedule queued no run");
                 (None, Some(reason))

@@ -80,11 +80,27 @@ pub fn builder_from_config(
         builder = builder.add_provider(Arc::new(provider));
     }
 
+    // Client-side tools declared in configuration: the prebuilt hosts' equivalent of
+    // `add_client_tool` in code (no body runs here; the caller answers).
+    for name in config.child_sections("Tracon:ClientTools") {
+        let key = |k: &str| format!("Tracon:ClientTools:{name}:{k}");
+        let description = config.get(&key("Description")).ok_or_else(|| {
+            format!("Client-side tool '{name}' needs a Description (Tracon__ClientTools__{name}__Description).")
+        })?;
+        let schema = match config.get(&key("Schema")) {
+            None => serde_json::json!({"type": "object", "properties": {}}),
+            Some(raw) => serde_json::from_str(raw).map_err(|e| {
+                format!("Client-side tool '{name}': Tracon__ClientTools__{name}__Schema is not JSON ({e}).")
+            })?,
+        };
+        builder = builder.add_client_tool(&name, description, schema);
+    }
     if config.bool("Tracon:Demo:Tools").map_err(|e| e.to_string())?.unwrap_or(true) {
         builder = builder
             .add_tool(demo::order_status_tool())
             .add_tool(demo::store_hours_tool())
-            .add_tool(demo::cancel_order_tool());
+            .add_tool(demo::cancel_order_tool())
+            .add_tool(demo::local_time_client_tool());
         if config.bool("Tracon:Demo:Enabled").map_err(|e| e.to_string())?.unwrap_or(defaults.demo_agent) {
             let (provider, model) = if openai_key.is_some() {
                 ("openai", config.get("Tracon:Providers:OpenAI:DefaultModel").unwrap_or(DEMO_OPENAI_MODEL))

@@ -92,6 +92,7 @@ fn request(name: &str, message: &str) -> RunRequest {
         attribution: Default::default(),
         resume: None,
         queued: None,
+        tool_results: Vec::new(),
     }
 }
 

@@ -346,6 +346,7 @@ pub(crate) async fn resumption(
         attribution: Attribution { user_id: first.requested_by.clone(), labels: Default::default() },
         resume: Some(Resume { run_id, from_run: stopped, decided: records }),
         queued: None,
+        tool_results: Vec::new(),
     })))
 }
 
@@ -382,7 +383,7 @@ async fn start_in_background(state: &AppState, request: RunRequest) -> Option<Ru
 fn describe(e: &StartError) -> String {
     match e {
         StartError::Agent(a) => format!("{a:?}"),
-        StartError::Documents(m) | StartError::Resume(m) => m.clone(),
+        StartError::Documents(m) | StartError::Resume(m) | StartError::ToolResults(m) => m.clone(),
         StartError::Store(s) => format!("{s:?}"),
     }
 }

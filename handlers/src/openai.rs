@@ -8,9 +8,16 @@
 //! message and nothing is saved as a session. The caller's `system`/`developer` messages are
 //! appended to the agent's own instructions, never replace them.
 //!
+//! Client-side tools: when the model calls one of the agent's client-side tools, the answer
+//! is an assistant message with `tool_calls` and `finish_reason: "tool_calls"` (streamed: a
+//! `tool_calls` delta). The caller runs the tool and sends the conversation again with that
+//! assistant message and one `tool` message per call; the turn goes on. Only client-side
+//! calls may appear in the history — a server-side tool's result cannot come from outside.
+//!
 //! Errors use OpenAI's envelope, `{"error": {"message", "type", "param", "code"}}`, with
 //! `type` and `code` the same stable `errorType` the native endpoints use. A request field
-//! whose silent omission would change the answer (`n` > 1, caller-declared `tools`, a
+//! whose silent omission would change the answer (`n` > 1, caller-declared `tools` — the
+//! agent's definition declares them, client-side ones included —, a
 //! `response_format`, `logprobs`) is refused with `400` and `param` naming it; sampling
 //! settings (`temperature`, `max_tokens` …) are accepted and left to the agent's definition.
 
@@ -26,10 +33,11 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 use tracon_core::compiler::CompiledAgent;
+use tracon_core::events::ClientToolCall;
 use tracon_core::events::RunEvent;
 use tracon_core::failure::{ErrorClass, RunFailure};
 use tracon_core::identity::Caller;
-use tracon_core::model::{FinishReason, Message, Usage};
+use tracon_core::model::{FinishReason, Message, ToolCall, Usage};
 use tracon_core::names::AgentName;
 use tracon_core::runs::{self, RunRequest};
 use tracon_core::store::RunStatus;
@@ -41,7 +49,7 @@ use crate::sse;
 use crate::state::AppState;
 
 /// Events buffered between the run and a slow reader.
-const EVENT_BUFFER: usize = 64;
+pub(crate) const EVENT_BUFFER: usize = 64;
 
 /// An error in OpenAI's envelope.
 pub struct OpenAiError(pub ApiError);
@@ -103,7 +111,7 @@ pub async fn envelope(request: axum::extract::Request, next: axum::middleware::N
     Response::from_parts(parts, Body::from(envelope.to_string()))
 }
 
-fn invalid(param: &str, message: impl Into<String>) -> OpenAiError {
+pub(crate) fn invalid(param: &str, message: impl Into<String>) -> OpenAiError {
     OpenAiError(ApiError::bad_request("invalid_request_error", message).with("field", param))
 }
 
@@ -125,7 +133,7 @@ pub async fn models(State(state): State<AppState>, Tenant(tenant): Tenant) -> Op
 
 /// Fields accepted and left to the agent's definition: they tune how a model samples, and
 /// the agent decides its model and settings.
-const LEFT_TO_THE_AGENT: &[&str] = &[
+pub(crate) const LEFT_TO_THE_AGENT: &[&str] = &[
     "temperature",
     "top_p",
     "max_tokens",
@@ -210,22 +218,35 @@ fn parse_chat(body: &Value) -> OpenAiResult<ChatAsk> {
             "system" | "developer" => instructions.push(text()?),
             "user" => turns.push(Message::User { text: text()? }),
             "assistant" => {
-                if m.get("tool_calls").and_then(Value::as_array).is_some_and(|c| !c.is_empty()) {
-                    return Err(invalid(
-                        &format!("messages[{i}].tool_calls"),
-                        "Tool calls in the history are not supported: the agent runs its own tools.",
-                    ));
-                }
                 let text = match m.get("content") {
                     None | Some(Value::Null) => None,
                     content => Some(content_text(content, &format!("messages[{i}].content"))?),
                 };
-                turns.push(Message::Assistant { text, tool_calls: Vec::new(), reasoning: Vec::new() });
+                let tool_calls = match m.get("tool_calls") {
+                    None | Some(Value::Null) => Vec::new(),
+                    Some(calls) => history_calls(calls, i)?,
+                };
+                turns.push(Message::Assistant { text, tool_calls, reasoning: Vec::new() });
             }
-            "tool" | "function" => {
+            // The answer to a client-side tool call the agent handed back earlier.
+            "tool" => {
+                let call_id = m
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| invalid(&format!("messages[{i}].tool_call_id"), "'tool_call_id' is required."))?;
+                let name = answered_call(&turns, call_id).ok_or_else(|| {
+                    invalid(
+                        &format!("messages[{i}].tool_call_id"),
+                        "'tool_call_id' does not name a call of the assistant message before it.",
+                    )
+                })?;
+                let content = content_text(m.get("content"), &format!("messages[{i}].content"))?;
+                turns.push(Message::Tool { call_id: call_id.to_owned(), name, content, is_error: false });
+            }
+            "function" => {
                 return Err(invalid(
                     &format!("messages[{i}].role"),
-                    "Tool results are not supported: the agent runs its own tools.",
+                    "The deprecated 'function' role is not supported; answer tool calls with 'tool' messages.",
                 ));
             }
             _ => {
@@ -236,14 +257,56 @@ fn parse_chat(body: &Value) -> OpenAiResult<ChatAsk> {
             }
         }
     }
-    let Some(Message::User { text: message }) = turns.pop() else {
-        return Err(invalid("messages", "The last message must be the user's."));
+    let message = match turns.last() {
+        // The caller answered the agent's client-side calls: the turn goes on.
+        Some(Message::Tool { .. }) => {
+            if !tracon_core::engine::open_calls(&turns).is_empty() {
+                return Err(invalid(
+                    "messages",
+                    "Every tool call of the last assistant message needs a 'tool' message.",
+                ));
+            }
+            String::new()
+        }
+        Some(Message::User { .. }) => match turns.pop() {
+            Some(Message::User { text }) => text,
+            _ => String::new(),
+        },
+        _ => return Err(invalid("messages", "The last message must be the user's, or the answers to tool calls.")),
     };
-    if message.trim().is_empty() {
+    if message.trim().is_empty() && !matches!(turns.last(), Some(Message::Tool { .. })) {
         return Err(invalid(&format!("messages[{}].content", messages.len() - 1), "The user's message is empty."));
     }
     let caller_instructions = (!instructions.is_empty()).then(|| instructions.join("\n\n"));
     Ok(ChatAsk { agent, message, history: turns, caller_instructions, stream, include_usage })
+}
+
+/// The `tool_calls` of an assistant message in the history (calls of client-side tools the
+/// caller answered).
+fn history_calls(calls: &Value, i: usize) -> OpenAiResult<Vec<ToolCall>> {
+    let param = format!("messages[{i}].tool_calls");
+    let calls = calls.as_array().ok_or_else(|| invalid(&param, "'tool_calls' must be an array."))?;
+    calls
+        .iter()
+        .enumerate()
+        .map(|(j, c)| {
+            let id = c.get("id").and_then(Value::as_str).filter(|id| !id.is_empty());
+            let function = c.get("function");
+            let name = function.and_then(|f| f.get("name")).and_then(Value::as_str);
+            let arguments = function.and_then(|f| f.get("arguments")).and_then(Value::as_str).unwrap_or("{}");
+            match (id, name) {
+                (Some(id), Some(name)) => {
+                    Ok(ToolCall { id: id.to_owned(), name: name.to_owned(), arguments: arguments.to_owned() })
+                }
+                _ => Err(invalid(&format!("{param}[{j}]"), "A tool call needs 'id' and 'function.name'.")),
+            }
+        })
+        .collect()
+}
+
+/// The tool a `tool` message answers: a call of the last assistant message, not yet answered.
+fn answered_call(turns: &[Message], call_id: &str) -> Option<String> {
+    tracon_core::engine::open_calls(turns).into_iter().find(|c| c.id == call_id).map(|c| c.name)
 }
 
 /// A message's text: a string, or an array of `text` parts (other parts are refused).
@@ -267,7 +330,7 @@ fn content_text(content: Option<&Value>, param: &str) -> OpenAiResult<String> {
 }
 
 /// The agent with the caller's system text appended to its own instructions.
-fn with_caller_instructions(agent: &CompiledAgent, extra: &str) -> CompiledAgent {
+pub(crate) fn with_caller_instructions(agent: &CompiledAgent, extra: &str) -> CompiledAgent {
     let instructions = match &agent.instructions {
         Some(own) => format!("{own}\n\n{extra}"),
         None => extra.to_owned(),
@@ -304,7 +367,7 @@ fn usage_json(usage: Option<&Usage>) -> Value {
 }
 
 /// A run that ended without an answer, as an OpenAI error.
-fn failure_error(failure: &RunFailure) -> ApiError {
+pub(crate) fn failure_error(failure: &RunFailure) -> ApiError {
     let status = match failure.error_class {
         ErrorClass::RateLimited | ErrorClass::QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
         ErrorClass::Timeout => StatusCode::GATEWAY_TIMEOUT,
@@ -319,7 +382,7 @@ fn failure_error(failure: &RunFailure) -> ApiError {
     ApiError::new(status, error_type, failure.message.clone())
 }
 
-fn approval_error() -> ApiError {
+pub(crate) fn approval_error() -> ApiError {
     ApiError::new(
         StatusCode::CONFLICT,
         "approval_required",
@@ -348,6 +411,24 @@ pub async fn chat_completions(
     let ApiJson(body) = ApiJson::<Value>::from_request(request, &state).await?;
     let ask = parse_chat(&body)?;
     tracing::Span::current().record("agent", ask.agent.as_str());
+    // Only client-side tools are the caller's to answer; a server-side tool's result cannot
+    // be supplied from outside.
+    let foreign = ask.history.iter().find_map(|m| match m {
+        Message::Assistant { tool_calls, .. } => tool_calls
+            .iter()
+            .find(|c| !state.runtime.catalog.tools().get(&c.name).is_some_and(|t| t.is_client()))
+            .map(|c| &c.name),
+        _ => None,
+    });
+    if let Some(name) = foreign {
+        return Err(invalid(
+            "messages",
+            format!(
+                "'{}' is not a client-side tool; only calls of client-side tools are answered by the caller.",
+                tracon_core::names::ToolName::parse(name).map_or_else(|_| "the tool".to_owned(), |n| n.to_string())
+            ),
+        ));
+    }
     let attribution = admit(&state, &tenant, &caller, &ask.agent, None, &headers).await?;
     let request = RunRequest {
         tenant,
@@ -361,10 +442,11 @@ pub async fn chat_completions(
         attribution,
         resume: None,
         queued: None,
+        tool_results: Vec::new(),
     };
     let runtime = state.runtime.clone();
     let mut prepared = runs::prepare(&runtime, request).await.map_err(|e| start_error(ask.agent.as_str(), e))?;
-    prepared.supplied_history = ask.history;
+    prepared.supplied_history = Some(ask.history);
     if let Some(extra) = &ask.caller_instructions {
         prepared.agent = Arc::new(with_caller_instructions(&prepared.agent, extra));
     }
@@ -379,13 +461,22 @@ pub async fn chat_completions(
         let outcome = runs::execute(&runtime, prepared, cancel, None).await;
         drop(guard);
         return match (outcome.status, &outcome.failure) {
-            (RunStatus::Completed, _) => Ok(axum::Json(json!({
-                "id": id, "object": "chat.completion", "created": created, "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": outcome.text, "refusal": null},
-                    "finish_reason": finish_reason(outcome.finish_reason), "logprobs": null}],
-                "usage": usage_json(outcome.usage.as_ref()),
-            }))
-            .into_response()),
+            (RunStatus::Completed, _) => {
+                let mut message = json!({"role": "assistant", "content": outcome.text, "refusal": null});
+                if !outcome.client_tool_calls.is_empty() {
+                    message["tool_calls"] = tool_calls_json(&outcome.client_tool_calls, false);
+                    if outcome.text.is_empty() {
+                        message["content"] = Value::Null;
+                    }
+                }
+                Ok(axum::Json(json!({
+                    "id": id, "object": "chat.completion", "created": created, "model": model,
+                    "choices": [{"index": 0, "message": message,
+                        "finish_reason": finish_reason(outcome.finish_reason), "logprobs": null}],
+                    "usage": usage_json(outcome.usage.as_ref()),
+                }))
+                .into_response())
+            }
             (RunStatus::AwaitingApproval, _) => Err(approval_error().into()),
             (_, Some(failure)) => Err(failure_error(failure).into()),
             (status, None) => Err(ApiError::internal("RunStatus", &format!("{status:?}")).into()),
@@ -416,6 +507,27 @@ pub async fn chat_completions(
     Ok(sse::response(Body::from_stream(opening.chain(frames))))
 }
 
+/// Client-side calls as OpenAI `tool_calls` (`arguments` is JSON text); a streamed delta also
+/// numbers them.
+fn tool_calls_json(calls: &[ClientToolCall], indexed: bool) -> Value {
+    calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let arguments = match &c.arguments {
+                Value::String(raw) => raw.clone(),
+                other => other.to_string(),
+            };
+            let mut call = json!({"id": c.call_id, "type": "function",
+                "function": {"name": c.tool_name, "arguments": arguments}});
+            if indexed {
+                call["index"] = json!(i);
+            }
+            call
+        })
+        .collect()
+}
+
 fn chunk_frame(value: &Value) -> Bytes {
     Bytes::from(format!("data: {value}\n\n"))
 }
@@ -440,8 +552,12 @@ impl ChunkWriter {
         const DONE: &str = "data: [DONE]\n\n";
         match event {
             RunEvent::MessageDelta { text } => vec![self.chunk(json!({"content": text}), None)],
-            RunEvent::RunCompleted { usage, finish_reason: reason, .. } => {
-                let mut out = vec![self.chunk(json!({}), Some(finish_reason(reason)))];
+            RunEvent::RunCompleted { usage, finish_reason: reason, client_tool_calls, .. } => {
+                let mut out = Vec::with_capacity(4);
+                if !client_tool_calls.is_empty() {
+                    out.push(self.chunk(json!({"tool_calls": tool_calls_json(&client_tool_calls, true)}), None));
+                }
+                out.push(self.chunk(json!({}), Some(finish_reason(reason))));
                 if self.include_usage {
                     out.push(chunk_frame(&json!({
                         "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,

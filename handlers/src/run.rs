@@ -40,6 +40,8 @@ use crate::state::AppState;
 
 /// Events buffered between the run and a slow reader before the run waits.
 const EVENT_BUFFER: usize = 64;
+/// Most client-side tool results one request may carry.
+const MAX_TOOL_RESULTS: usize = 64;
 /// Longest accepted `culture` value.
 const MAX_CULTURE_LEN: usize = 35;
 
@@ -68,6 +70,11 @@ pub struct RunBody {
     /// session's stopped run waits for, and the stream is the run that resumes it.
     #[serde(default)]
     pub approvals: Vec<InBandDecision>,
+    /// Answers to the client-side tool calls the session's last run handed back (its `done`
+    /// frame's `clientToolCalls`): with `sessionId` and no `message`, the stream is the run
+    /// that continues the turn. A call left out is answered as failed.
+    #[serde(default)]
+    pub tool_results: Vec<tracon_core::runs::ClientToolResult>,
 }
 
 /// Run an agent and stream the live turn as server-sent events
@@ -205,6 +212,23 @@ async fn start(
 ) -> ApiResult<Started> {
     let state = state.clone();
     let deciding = !body.approvals.is_empty();
+    let answering = !body.tool_results.is_empty();
+    if answering
+        && (deciding || !body.message.trim().is_empty() || !body.documents.is_empty() || body.session_id.is_none())
+    {
+        return Err(ApiError::bad_request(
+            "validation_failed",
+            "A request with 'toolResults' names its 'sessionId' and carries no 'message', 'documents' or 'approvals': it continues the turn that handed the calls back.",
+        )
+        .with("field", "toolResults"));
+    }
+    if body.tool_results.len() > MAX_TOOL_RESULTS {
+        return Err(ApiError::bad_request(
+            "validation_failed",
+            format!("At most {MAX_TOOL_RESULTS} tool results per request."),
+        )
+        .with("field", "toolResults"));
+    }
     if deciding && (!body.message.trim().is_empty() || !body.documents.is_empty() || body.session_id.is_none()) {
         return Err(ApiError::bad_request(
             "validation_failed",
@@ -212,7 +236,7 @@ async fn start(
         )
         .with("field", "approvals"));
     }
-    if !deciding && body.message.trim().is_empty() {
+    if !deciding && !answering && body.message.trim().is_empty() {
         return Err(ApiError::bad_request("validation_failed", "'message' must not be empty.").with("field", "message"));
     }
     if body.culture.as_ref().is_some_and(|c| c.len() > MAX_CULTURE_LEN) {
@@ -249,10 +273,12 @@ async fn start(
             attribution,
             resume: None,
             queued: None,
+            tool_results: body.tool_results,
         },
     };
     if let Some(jobs) = &state.jobs
         && !deciding
+        && !answering
         && prefers_async(headers)
     {
         let accepted =
@@ -272,6 +298,7 @@ async fn start(
         let session = prepared.request.session_id.as_ref().map(|s| s.as_str().to_owned());
         let outcome = runs::execute(&runtime, prepared, cancel, None).await;
         drop(guard);
+        let session = outcome.session_id.as_ref().map(|s| s.as_str().to_owned()).or(session);
         let body = serde_json::json!({
             "runId": outcome.run_id,
             "status": outcome.status,
@@ -282,10 +309,14 @@ async fn start(
             "finishReason": outcome.finish_reason,
             "error": outcome.failure,
             "approvals": outcome.approvals,
+            "clientToolCalls": outcome.client_tool_calls,
         });
         return Ok(Started::Json { status: axum::http::StatusCode::OK, body });
     }
 
+    // A run without a session that stops (approval, client-side calls) opens one named
+    // after the run: the caller continues there.
+    let session = prepared.request.session_id.as_ref().map_or_else(|| run_id.to_string(), |s| s.as_str().to_owned());
     let (tx, rx) = mpsc::channel(EVENT_BUFFER);
     let span = tracing::info_span!("runs.execute", agent = %name, run_id = %run_id);
     let task_runtime = runtime.clone();
@@ -300,7 +331,7 @@ async fn start(
 
     // Dropping the body (the caller went away) cancels the run.
     let keep_alive = sse::KeepAlive::new(state.http.sse_keep_alive, runtime.platform.clock.clone());
-    let frames = sse::LiveFrames::new(rx, run_id, keep_alive, cancel.drop_guard());
+    let frames = sse::LiveFrames::new(rx, run_id, keep_alive, cancel.drop_guard()).with_session(session);
     Ok(Started::Stream(sse::response(Body::from_stream(frames))))
 }
 
@@ -353,6 +384,9 @@ pub(crate) fn start_error(agent: &str, e: StartError) -> ApiError {
             ApiError::bad_request("validation_failed", message).with("field", "documents")
         }
         StartError::Resume(message) => ApiError::new(axum::http::StatusCode::CONFLICT, "cannot_resume", message),
+        StartError::ToolResults(message) => {
+            ApiError::bad_request("validation_failed", message).with("field", "toolResults")
+        }
         StartError::Store(s) => s.into(),
     }
 }

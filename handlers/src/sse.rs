@@ -8,8 +8,8 @@
 //! | `ReasoningDelta` | `update` `{kind: "reasoning", text}` |
 //! | `ToolInvoking` | `update` `{kind: "toolCall", callId, toolName, arguments}` |
 //! | `ToolInvoked` / `ToolFailed` | `update` `{kind: "toolResult", callId, toolName, status, result \| error}` |
-//! | `RunAwaitingApproval` | `approvals` `[{requestId, callId, toolName, arguments, effect}]`, then `done` |
-//! | `RunCompleted` | `done` `{runId, status: "Completed", text, usage, cost, finishReason}` |
+//! | `RunAwaitingApproval` | `approvals` `[{requestId, callId, toolName, arguments, effect}]`, then `done` (`{runId, status: "AwaitingApproval", approvals, sessionId}`) |
+//! | `RunCompleted` | `done` `{runId, status: "Completed", text, usage, cost, finishReason}`; after client-side tool calls also `clientToolCalls: [{callId, toolName, arguments}]` and `sessionId` |
 //! | `RunFailed` / `RunCanceled` | `error` `{runId, status, errorClass, errorType, message}` |
 //!
 //! `MessageCompleted` belongs to the recorded log only.
@@ -29,7 +29,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
-use tracon_core::events::{RecordedEvent, RunEvent};
+use tracon_core::events::{ClientToolCall, RecordedEvent, RunEvent};
 use tracon_core::failure::ErrorClass;
 use tracon_core::model::{FinishReason, Usage};
 use tracon_core::names::RunId;
@@ -135,6 +135,11 @@ struct DoneFrame<'a> {
     cost: Option<Option<&'a CostSnapshot>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     finish_reason: Option<Option<FinishReason>>,
+    /// The client-side calls the caller answers next, in `sessionId`.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    client_tool_calls: &'a [ClientToolCall],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session_id: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -149,7 +154,7 @@ struct ErrorFrame<'a> {
 
 /// Appends the live-turn frames of one run event to `buf` (none for `MessageCompleted`,
 /// two for an approval stop).
-pub fn put_live_frames(buf: &mut BytesMut, run_id: RunId, event: &RunEvent) {
+pub fn put_live_frames(buf: &mut BytesMut, run_id: RunId, session_id: Option<&str>, event: &RunEvent) {
     match event {
         RunEvent::RunStarted { run_id, agent_name, agent_version, started_at } => {
             put_frame(buf, "run", &RunFrame { run_id: *run_id, agent_name, agent_version: *agent_version, started_at })
@@ -198,10 +203,12 @@ pub fn put_live_frames(buf: &mut BytesMut, run_id: RunId, event: &RunEvent) {
                     usage: None,
                     cost: None,
                     finish_reason: None,
+                    client_tool_calls: &[],
+                    session_id,
                 },
             );
         }
-        RunEvent::RunCompleted { text, usage, cost, finish_reason } => put_frame(
+        RunEvent::RunCompleted { text, usage, cost, finish_reason, client_tool_calls } => put_frame(
             buf,
             "done",
             &DoneFrame {
@@ -212,6 +219,8 @@ pub fn put_live_frames(buf: &mut BytesMut, run_id: RunId, event: &RunEvent) {
                 usage: Some(usage.as_ref()),
                 cost: Some(cost.as_ref()),
                 finish_reason: Some(*finish_reason),
+                client_tool_calls,
+                session_id: (!client_tool_calls.is_empty()).then_some(session_id).flatten(),
             },
         ),
         RunEvent::RunFailed { error } | RunEvent::RunCanceled { error } => put_frame(
@@ -268,6 +277,8 @@ impl KeepAlive {
 pub struct LiveFrames {
     rx: mpsc::Receiver<RunEvent>,
     run_id: RunId,
+    /// The run's session, named in the `done` frame of a stop (approval, client-side calls).
+    session_id: Option<String>,
     keep_alive: Option<KeepAlive>,
     /// Dropped with the body: the caller went away, so the run is cancelled.
     _on_drop: DropGuard,
@@ -278,7 +289,13 @@ const MAX_CHUNK: usize = 16 * 1024;
 
 impl LiveFrames {
     pub fn new(rx: mpsc::Receiver<RunEvent>, run_id: RunId, keep_alive: Option<KeepAlive>, on_drop: DropGuard) -> Self {
-        Self { rx, run_id, keep_alive, _on_drop: on_drop }
+        Self { rx, run_id, session_id: None, keep_alive, _on_drop: on_drop }
+    }
+
+    /// Names the run's session in the `done` frame of a stop.
+    pub fn with_session(mut self, session_id: String) -> Self {
+        self.session_id = Some(session_id);
+        self
     }
 }
 
@@ -291,10 +308,10 @@ impl Stream for LiveFrames {
         loop {
             match this.rx.poll_recv(cx) {
                 Poll::Ready(Some(event)) => {
-                    put_live_frames(&mut buf, this.run_id, &event);
+                    put_live_frames(&mut buf, this.run_id, this.session_id.as_deref(), &event);
                     while buf.len() < MAX_CHUNK {
                         match this.rx.try_recv() {
-                            Ok(event) => put_live_frames(&mut buf, this.run_id, &event),
+                            Ok(event) => put_live_frames(&mut buf, this.run_id, this.session_id.as_deref(), &event),
                             Err(_) => break,
                         }
                     }

@@ -691,12 +691,13 @@ async fn start(
         attribution: Attribution { user_id: None, labels },
         resume: None,
         queued: None,
+        tool_results: Vec::new(),
     };
     let accepted = runs::enqueue(&state.runtime, request, jobs.max_attempts).await.map_err(|e| match e {
         StartError::Agent(CatalogError::NotFound) => unavailable("The trigger's target agent does not exist."),
         StartError::Agent(CatalogError::Store(s)) | StartError::Store(s) => s.into(),
         StartError::Agent(_) => unavailable("The trigger's target agent cannot start (its definition or parameters)."),
-        StartError::Documents(m) | StartError::Resume(m) => unavailable(&m),
+        StartError::Documents(m) | StartError::Resume(m) | StartError::ToolResults(m) => unavailable(&m),
     })?;
     if let Err(e) = jobs.transport.wake(accepted.job_id).await {
         // The row is the truth: the consumer's poll finds the job anyway.

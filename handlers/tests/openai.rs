@@ -154,7 +154,7 @@ async fn requests_that_would_change_meaning_if_ignored_are_refused_in_openais_en
         (
             json!({"model": "support", "messages": [{"role": "tool", "content": "x", "tool_call_id": "c"}]}),
             StatusCode::BAD_REQUEST,
-            "messages[0].role",
+            "messages[0].tool_call_id",
         ),
         (
             json!({"model": "support", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),

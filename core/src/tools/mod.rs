@@ -131,6 +131,17 @@ where
     }
 }
 
+/// The body of a client-side tool. The engine never calls it; if anything ever did, the
+/// model would get an error rather than a silent success.
+struct ClientSide;
+
+#[async_trait::async_trait]
+impl Tool for ClientSide {
+    async fn call(&self, _arguments: Value, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        Err(ToolError::message("This tool is answered by the client, not the server."))
+    }
+}
+
 /// A registration refused at start-up.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -150,6 +161,8 @@ pub struct ToolRegistration {
     pub safe_to_repeat: bool,
     pub source: Option<String>,
     body: Arc<dyn Tool>,
+    /// Declared here, answered by the caller: the server never runs a body for it.
+    client: bool,
 }
 
 impl fmt::Debug for ToolRegistration {
@@ -190,7 +203,23 @@ impl ToolRegistration {
             safe_to_repeat: false,
             source: None,
             body: Arc::new(body),
+            client: false,
         })
+    }
+
+    /// A client-side tool: a declaration the model can call, with no server-side body. The
+    /// live run hands the call back to its caller (a browser, an OpenAI client), which
+    /// answers it on its next request. Name, description and schema are checked like any
+    /// other tool's.
+    pub fn client(name: &str, description: &str, schema: Value) -> Result<Self, RegistrationError> {
+        let mut reg = Self::new(name, description, schema, ClientSide)?;
+        reg.client = true;
+        Ok(reg)
+    }
+
+    /// Whether the caller answers this tool ([`ToolRegistration::client`]).
+    pub fn is_client(&self) -> bool {
+        self.client
     }
 
     pub fn effect(mut self, effect: ToolEffect) -> Self {

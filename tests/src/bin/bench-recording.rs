@@ -175,6 +175,7 @@ async fn writes_per_run(deltas: usize) -> Result<(u64, u64, f64), BoxError> {
         attribution: Default::default(),
         resume: None,
         queued: None,
+        tool_results: Vec::new(),
     };
     let prepared = runs::prepare(&runtime, request).await.map_err(|e| format!("{e:?}"))?;
     let started = Instant::now();
