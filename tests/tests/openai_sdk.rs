@@ -107,3 +107,74 @@ async fn the_official_node_sdk_talks_to_the_compatible_endpoints() {
     run_client(std::ffi::OsStr::new("node"), &["chat.mjs"], &server, &key);
     drop(mock);
 }
+
+/// A server with an agent whose model calls the client-side demo tool `get_local_time` (then
+/// thanks the caller) and one whose model calls `cancel_order`, which needs approval.
+async fn tools_server() -> (MockServer, Tracon, String) {
+    let (mock, server, key) = server().await;
+    mock.script(
+        "sdk-tools",
+        vec![MockTurn::tool_call("get_local_time", json!({})), MockTurn::text("Thanks, noted the time.")],
+    );
+    mock.script("sdk-approve", vec![MockTurn::tool_call("cancel_order", json!({"orderId": "4182"}))]);
+    let client = reqwest::Client::new();
+    for (name, model, tool) in [("clock", "sdk-tools", "get_local_time"), ("canceller", "sdk-approve", "cancel_order")]
+    {
+        let res = client
+            .post(server.url("/api/agents"))
+            .bearer_auth(TOKEN)
+            .json(&json!({"name": name, "model": {"provider": "openai", "model": model}, "toolNames": [tool]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
+    }
+    (mock, server, key)
+}
+
+fn run_tools_client(program: &std::ffi::OsStr, script: &str, server: &Tracon, key: &str) {
+    let output = Command::new(program)
+        .arg(script)
+        .current_dir(sdk_dir())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("OPENAI_BASE_URL", server.url("/v1"))
+        .env("OPENAI_API_KEY", key)
+        .env("TRACON_TOOL_AGENT", "clock")
+        .env("TRACON_APPROVAL_AGENT", "canceller")
+        .output()
+        .unwrap_or_else(|e| panic!("could not start {program:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{script} failed\nstdout:\n{stdout}\nstderr:\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        server.log_text()
+    );
+    assert!(stdout.contains("sdk tools: ok"), "{stdout}");
+}
+
+/// The tool message the model got after the client answered: what the SDK sent back.
+fn answered_time(mock: &MockServer) -> Vec<String> {
+    mock.requests("sdk-tools")
+        .iter()
+        .filter_map(|r| {
+            r["body"]["messages"].as_array()?.iter().find(|m| m["role"] == "tool")?["content"].as_str().map(str::to_owned)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_answers_a_client_side_tool_call_and_gets_a_conflict_as_its_typed_error() {
+    let (mock, server, key) = tools_server().await;
+    run_tools_client(python().as_os_str(), "tools.py", &server, &key);
+    assert_eq!(answered_time(&mock), ["python-clock 10:42"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_sdk_answers_a_client_side_tool_call_and_gets_a_conflict_as_its_typed_error() {
+    assert!(sdk_dir().join("node_modules/openai").exists(), "run `npm ci` in tests/sdk (scripts/test does)");
+    let (mock, server, key) = tools_server().await;
+    run_tools_client(std::ffi::OsStr::new("node"), "tools.mjs", &server, &key);
+    assert_eq!(answered_time(&mock), ["node-clock 10:42"]);
+}
