@@ -1,6 +1,7 @@
 //! The access layers, in the spec's order:
 //!
-//! 1. routes the table marks [`Requirement::Open`] skip every layer below: `/api/meta`, and
+//! 1. routes the table marks [`Requirement::Open`] skip every layer below: `/api/meta`,
+//!    `GET /embed.js` (the chat widget's script, `crate::widget`), and
 //!    `POST /api/triggers/{tenantId}/{name}`, whose HMAC signature authenticates it
 //!    (`crate::triggers`) and whose tenant is the URL's;
 //! 2. a non-loopback caller gets `403` unless remote access is on (it is on only with a
@@ -111,6 +112,8 @@ pub fn requirement(method: &Method, route: &str) -> Requirement {
     let read = method == Method::GET || method == Method::HEAD;
     match route {
         "/api/meta" => Open,
+        // The chat widget's script: a `<script src>` sends no credentials (`crate::widget`).
+        "/embed.js" => Open,
         "/api/openapi.json" => Authenticated,
         "/api/agents" | "/api/agents/{name}" => S(if read { Scope::AgentsRead } else { Scope::AgentsAdmin }),
         "/api/agents/validate" | "/api/agents/{name}/versions" | "/api/agents/{name}/versions/{a}/diff/{b}" => {
@@ -141,7 +144,13 @@ pub fn requirement(method: &Method, route: &str) -> Requirement {
             S(Scope::WebhooksAdmin)
         }
         "/api/schedules" | "/api/schedules/{id}" => S(Scope::SchedulesAdmin),
-        "/v1/chat/completions" | "/v1/models" => S(Scope::RunsWrite),
+        "/v1/chat/completions"
+        | "/v1/models"
+        | "/v1/responses"
+        | "/v1/responses/{id}"
+        | "/v1/conversations"
+        | "/v1/conversations/{id}"
+        | "/v1/conversations/{id}/items" => S(Scope::RunsWrite),
         _ => Unlisted,
     }
 }

@@ -20,6 +20,7 @@ pub mod jwt;
 pub mod keys;
 pub mod meta;
 pub mod openai;
+pub mod openai_responses;
 pub mod openapi;
 pub mod ownership;
 pub mod ratelimit;
@@ -33,6 +34,7 @@ pub mod tenancy;
 pub mod tenants;
 pub mod triggers;
 pub mod webhooks;
+pub mod widget;
 
 use axum::Router;
 use axum::http::{Method, StatusCode, Uri};
@@ -79,6 +81,14 @@ pub fn runs_router() -> Router<AppState> {
         .route("/api/webhooks/{id}/deliveries", get(webhooks::deliveries))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/models", get(openai::models))
+        .route("/v1/responses", post(openai_responses::create_response))
+        .route("/v1/responses/{id}", get(openai_responses::get_response))
+        .route("/v1/conversations", post(openai_responses::create_conversation))
+        .route(
+            "/v1/conversations/{id}",
+            get(openai_responses::get_conversation).delete(openai_responses::delete_conversation),
+        )
+        .route("/v1/conversations/{id}/items", get(openai_responses::list_conversation_items))
         .route("/api/schedules", get(schedules::list).post(schedules::create))
         .route("/api/schedules/{id}", get(schedules::get).put(schedules::update).delete(schedules::delete))
         .route("/api/triggers", get(triggers::list))
@@ -100,6 +110,7 @@ pub fn sessions_router() -> Router<AppState> {
 pub fn meta_router() -> Router<AppState> {
     Router::new()
         .route("/api/meta", get(meta::meta))
+        .route("/embed.js", get(widget::embed_js))
         .route("/api/openapi.json", get(openapi::document))
         .route("/api/api-keys", get(keys::list).post(keys::create))
         .route("/api/api-keys/{id}", get(keys::get).delete(keys::revoke))

@@ -32,6 +32,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tracing::Instrument;
+use tracon_core::access::{RunAction, is_allowed};
 use tracon_core::compiler::CompiledAgent;
 use tracon_core::events::ClientToolCall;
 use tracon_core::events::RunEvent;
@@ -115,19 +116,27 @@ pub(crate) fn invalid(param: &str, message: impl Into<String>) -> OpenAiError {
     OpenAiError(ApiError::bad_request("invalid_request_error", message).with("field", param))
 }
 
-/// The agents of the caller's tenant, as OpenAI models (`model` in a request is an agent name).
+/// The agents of the caller's tenant that the caller may run, as OpenAI models (`model` in a
+/// request is an agent name).
 #[utoipa::path(get, path = "/v1/models", tag = "openai",
-    responses((status = 200, description = "`{\"object\": \"list\", \"data\": [{\"id\", \"object\": \"model\", \"created\", \"owned_by\"}]}`", body = Object)))]
+    responses((status = 200, description = "`{\"object\": \"list\", \"data\": [{\"id\", \"object\": \"model\", \"created\", \"owned_by\"}]}`: the agents the caller may run", body = Object)))]
 #[tracing::instrument(name = "openai.models", skip_all)]
-pub async fn models(State(state): State<AppState>, Tenant(tenant): Tenant) -> OpenAiResult<Response> {
+pub async fn models(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    Extension(caller): Extension<Caller>,
+) -> OpenAiResult<Response> {
     let entries = state.runtime.catalog.list(&tenant, 0, 1000).await.map_err(ApiError::from)?;
-    let data: Vec<Value> = entries
-        .iter()
-        .map(|e| {
-            let created = e.created_at.map_or(0, |t| t.timestamp());
-            json!({"id": e.definition.name, "object": "model", "created": created, "owned_by": "tracon"})
-        })
-        .collect();
+    let mut data = Vec::with_capacity(entries.len());
+    for e in &entries {
+        // The agents the host's run policy lets this caller start; a throwing policy denies.
+        let start = RunAction::StartRun { agent: &e.definition.name, session: None };
+        if !is_allowed(state.runtime.run_authorizer.as_ref(), &caller, &tenant, start).await {
+            continue;
+        }
+        let created = e.created_at.map_or(0, |t| t.timestamp());
+        data.push(json!({"id": e.definition.name, "object": "model", "created": created, "owned_by": "tracon"}));
+    }
     Ok(axum::Json(json!({"object": "list", "data": data})).into_response())
 }
 

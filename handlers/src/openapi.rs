@@ -71,6 +71,12 @@ pub const DOCUMENT: &str = include_str!("../openapi.json");
         crate::webhooks::deliveries,
         crate::openai::chat_completions,
         crate::openai::models,
+        crate::openai_responses::create_response,
+        crate::openai_responses::get_response,
+        crate::openai_responses::create_conversation,
+        crate::openai_responses::get_conversation,
+        crate::openai_responses::delete_conversation,
+        crate::openai_responses::list_conversation_items,
         crate::schedules::list,
         crate::schedules::get,
         crate::schedules::create,
@@ -81,6 +87,7 @@ pub const DOCUMENT: &str = include_str!("../openapi.json");
         crate::triggers::put,
         crate::triggers::delete,
         crate::triggers::accept,
+        crate::widget::embed_js,
     ),
     components(schemas(
         crate::error::ProblemDetails,
@@ -99,6 +106,7 @@ pub const DOCUMENT: &str = include_str!("../openapi.json");
         (name = "webhooks", description = "Outbound webhooks: signed event deliveries to your endpoints"),
         (name = "openai", description = "OpenAI-compatible endpoints: `model` is an agent name"),
         (name = "triggers", description = "Inbound triggers: signed requests from other systems that start queued runs"),
+        (name = "widget", description = "The embeddable chat widget's script"),
     )
 )]
 pub struct ApiDoc;

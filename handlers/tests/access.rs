@@ -235,6 +235,9 @@ struct Theirs {
     trigger: &'static str,
     webhook: String,
     schedule: String,
+    /// A stored `/v1/responses` response, and a `/v1/conversations` conversation.
+    response: String,
+    conversation: String,
 }
 
 async fn tenant_b(app: &Router, state: &AppState, b: &str) -> Theirs {
@@ -247,6 +250,14 @@ async fn tenant_b(app: &Router, state: &AppState, b: &str) -> Theirs {
     assert_eq!(status, StatusCode::OK);
     let (_, runs) = call(app, Method::GET, "/api/runs", b, None).await;
     let run = runs[0]["id"].as_str().unwrap().to_owned();
+    let (status, doc) =
+        call(app, Method::POST, "/v1/responses", b, Some(json!({"model": "b-agent", "input": "secret instructions"})))
+            .await;
+    assert_eq!(status, StatusCode::OK, "{doc}");
+    let response = doc["id"].as_str().unwrap().to_owned();
+    let (status, doc) = call(app, Method::POST, "/v1/conversations", b, Some(json!({}))).await;
+    assert_eq!(status, StatusCode::OK, "{doc}");
+    let conversation = doc["id"].as_str().unwrap().to_owned();
     let trigger = json!({"targetKind": "agent", "targetName": "b-agent",
         "signingSecretConfigurationName": "Tracon:TriggerSecrets:BSecretName"});
     let (status, doc) = call(app, Method::PUT, "/api/triggers/b-trigger", b, Some(trigger)).await;
@@ -324,6 +335,8 @@ async fn tenant_b(app: &Router, state: &AppState, b: &str) -> Theirs {
         trigger: "b-trigger",
         webhook,
         schedule,
+        response,
+        conversation,
     }
 }
 
@@ -359,6 +372,8 @@ fn body_for(method: &Method, template: &str, agent: &str, scope: Scope) -> Optio
         ("POST", "/api/triggers/{tenantId}/{name}") => Some(json!({"event": "unsigned"})),
         ("POST", "/api/schedules") | ("PUT", "/api/schedules/{id}") => Some(json!({
             "name": "a-own", "agentName": agent, "message": "m", "runAt": "2030-01-01T00:00:00Z"})),
+        ("POST", "/v1/responses") => Some(json!({"model": agent, "input": "hi"})),
+        ("POST", "/v1/conversations") => Some(json!({})),
         ("POST", "/v1/chat/completions") => {
             Some(json!({"model": agent, "messages": [{"role": "user", "content": "hi"}]}))
         }
@@ -403,8 +418,8 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
 
     let mut walked = BTreeSet::new();
     for (method, template) in routes() {
-        let fill = |run: &str, session: &str, key: &str, agent: &str, others: [&str; 7]| {
-            let [approval, rule, tenant, job, trigger, webhook, schedule] = others;
+        let fill = |run: &str, session: &str, key: &str, agent: &str, others: [&str; 9]| {
+            let [approval, rule, tenant, job, trigger, webhook, schedule, response, conversation] = others;
             // A trigger route's `{name}` is a trigger, and `{tenantId}` the tenant it is under.
             let agent = if template.starts_with("/api/triggers") { trigger } else { agent };
             let template = template.replace("{tenantId}", tenant);
@@ -424,6 +439,10 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
                 webhook
             } else if template.starts_with("/api/schedules") {
                 schedule
+            } else if template.starts_with("/v1/responses") {
+                response
+            } else if template.starts_with("/v1/conversations") {
+                conversation
             } else {
                 key
             };
@@ -443,6 +462,8 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
                 theirs.trigger,
                 &theirs.webhook,
                 &theirs.schedule,
+                &theirs.response,
+                &theirs.conversation,
             ],
         );
         let theirs_path = if diff {
@@ -458,6 +479,7 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
         if has_param {
             // Theirs answers exactly as a resource that does not exist.
             let missing_run = tracon_core::ports::new_id(state.runtime.platform.clock.as_ref()).to_string();
+            let missing_response = format!("resp_{}", missing_run.replace('-', ""));
             let missing = fill(
                 &missing_run,
                 "no-such-session",
@@ -471,6 +493,8 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
                     "no-such-trigger",
                     &missing_run,
                     &missing_run,
+                    &missing_response,
+                    "conv_no_such_conversation",
                 ],
             );
             let missing = if diff {
@@ -480,9 +504,12 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
             };
             let body = body_for(&method, &template, "no-such-agent", Scope::RunsRead);
             let (m_status, m_doc) = call(&app, method.clone(), &missing, &a, body).await;
+            // The OpenAI-compatible routes name the error in OpenAI's envelope.
+            let error_type =
+                |doc: &Value| doc["errorType"].as_str().or(doc["error"]["type"].as_str()).map(str::to_owned);
             assert_eq!(
-                (status, doc["errorType"].as_str()),
-                (m_status, m_doc["errorType"].as_str()),
+                (status, error_type(&doc)),
+                (m_status, error_type(&m_doc)),
                 "{method} {template}: tenant B's resource answered {doc} where a missing one answers {m_doc}"
             );
             // Two routes answer alike but not 404: defining a trigger creates the caller's own
@@ -520,6 +547,8 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
         format!("/api/api-keys/{}", theirs.key_id),
         format!("/api/approvals/{}", theirs.approval),
         "/api/tenants/tenant-b".to_owned(),
+        format!("/v1/responses/{}", theirs.response),
+        format!("/v1/conversations/{}", theirs.conversation),
     ] {
         let (status, doc) = call(&app, Method::GET, &path, &b, None).await;
         assert_eq!(status, StatusCode::OK, "{path}: {doc}");
@@ -688,6 +717,11 @@ async fn the_run_policy_hides_denied_runs_as_missing_and_fails_closed() {
         call(&app, Method::POST, "/api/agents/forbidden/run", TOKEN, Some(json!({"message": "hi"}))).await;
     assert_eq!((status, doc["errorType"].as_str()), (StatusCode::FORBIDDEN, Some("run_denied")));
     assert_eq!(state.runtime.stores.runs.list_runs(&tenant, &filter, 0, 10).await.unwrap().len(), 1);
+    // OpenAI clients' model list names only the agents the caller may run.
+    let (status, models) = call(&app, Method::GET, "/v1/models", TOKEN, None).await;
+    assert_eq!(status, StatusCode::OK, "{models}");
+    let ids: Vec<&str> = models["data"].as_array().unwrap().iter().filter_map(|m| m["id"].as_str()).collect();
+    assert_eq!(ids, ["secret"], "{models}");
 }
 
 #[tokio::test]

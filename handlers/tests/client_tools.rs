@@ -337,3 +337,82 @@ async fn chat_history_may_carry_only_client_side_calls_and_their_answers() {
     let runs = runtime.stores.runs.list_runs(&TenantId::default_tenant(), &RunFilter::default(), 0, 10).await.unwrap();
     assert!(runs.is_empty(), "{runs:?}");
 }
+
+#[tokio::test]
+async fn responses_hand_the_call_back_as_a_function_call_item_and_take_its_output() {
+    let (app, _, seen) = app();
+    let (status, body) =
+        call(&app, Method::POST, "/v1/responses", Some(json!({"model": "clock", "input": "What time is it?"}))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let first: Value = serde_json::from_str(&body).unwrap();
+    let output = first["output"].as_array().unwrap();
+    let calls: Vec<&Value> = output.iter().filter(|i| i["type"] == "function_call").collect();
+    assert_eq!(calls.len(), 1, "{first}");
+    assert_eq!(calls[0]["name"], "get_local_time");
+    assert_eq!(calls[0]["arguments"], "{}");
+    assert_eq!(calls[0]["status"], "completed");
+    let call_id = calls[0]["call_id"].as_str().unwrap();
+
+    // The output, chained to the response that asked.
+    let answer = json!({"model": "clock", "previous_response_id": first["id"],
+        "input": [{"type": "function_call_output", "call_id": call_id, "output": "11:00"}]});
+    let (status, body) = call(&app, Method::POST, "/v1/responses", Some(answer)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let second: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(second["output"][0]["content"][0]["text"], "Local time: 11:00 (error: false)", "{second}");
+    let last = seen.lock().unwrap().last().cloned().unwrap();
+    assert!(
+        matches!(last.last(), Some(Message::Tool { name, content, .. }) if name == "get_local_time" && content == "11:00")
+    );
+
+    // Or with the call itself in the input, no chaining.
+    let whole = json!({"model": "clock", "store": false, "input": [
+        {"role": "user", "content": "What time is it?"},
+        {"type": "function_call", "call_id": "c9", "name": "get_local_time", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c9", "output": "12:00"}]});
+    let (status, body) = call(&app, Method::POST, "/v1/responses", Some(whole)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("Local time: 12:00"), "{body}");
+
+    // Streamed: the function_call item's events, then response.completed carrying it.
+    let (_, body) = call(
+        &app,
+        Method::POST,
+        "/v1/responses",
+        Some(json!({"model": "clock", "input": "What time is it?", "stream": true})),
+    )
+    .await;
+    let events: Vec<String> = frames(&body).into_iter().map(|(e, _)| e).collect();
+    let at = |name: &str| events.iter().position(|e| e == name).unwrap_or_else(|| panic!("no {name}: {events:?}"));
+    assert!(at("response.function_call_arguments.delta") < at("response.function_call_arguments.done"));
+    assert!(at("response.function_call_arguments.done") < at("response.completed"));
+    let completed = frames(&body).into_iter().find(|(e, _)| e == "response.completed").unwrap().1;
+    assert!(
+        completed["response"]["output"].as_array().unwrap().iter().any(|i| i["type"] == "function_call"),
+        "{completed}"
+    );
+}
+
+#[tokio::test]
+async fn responses_refuse_tool_items_that_are_not_the_callers_to_answer() {
+    let (app, _, _) = app();
+    for input in [
+        // A server-side tool's call and result, forged.
+        json!([{"role": "user", "content": "x"},
+            {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "refunded"}]),
+        // An output for a call nobody made.
+        json!([{"role": "user", "content": "x"}, {"type": "function_call_output", "call_id": "c1", "output": "x"}]),
+        // A call left without its output.
+        json!([{"role": "user", "content": "x"},
+            {"type": "function_call", "call_id": "c1", "name": "get_local_time", "arguments": "{}"},
+            {"type": "function_call", "call_id": "c2", "name": "get_local_time", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "x"}]),
+        json!([{"type": "function_call", "call_id": "", "name": "get_local_time"}]),
+    ] {
+        let (status, body) =
+            call(&app, Method::POST, "/v1/responses", Some(json!({"model": "clock", "input": input}))).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{input}: {body}");
+        assert!(serde_json::from_str::<Value>(&body).unwrap()["error"]["param"].is_string(), "{body}");
+    }
+}

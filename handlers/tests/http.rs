@@ -157,6 +157,28 @@ async fn meta_is_open_to_everyone_and_reveals_no_secret() {
 }
 
 #[tokio::test]
+async fn the_widget_script_is_served_to_anyone_as_cacheable_javascript() {
+    // A token is configured and the caller is remote: the script needs neither.
+    let (app, _) = app_with(HttpSettings::with_token(TOKEN));
+    let req = Request::get("/embed.js").extension(remote()).body(Body::empty()).unwrap();
+    let (status, headers, body) = send(&app, req).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers[header::CONTENT_TYPE], "text/javascript; charset=utf-8");
+    assert_eq!(headers[header::CACHE_CONTROL], "public, max-age=300");
+    assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+    assert_eq!(body, include_bytes!("../assets/embed.js"));
+    // A credential that would be refused anywhere else changes nothing here.
+    let req = Request::get("/embed.js")
+        .extension(remote())
+        .header(header::AUTHORIZATION, "Bearer not-a-valid-token")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&app, req).await.0, StatusCode::OK);
+    let req = Request::post("/embed.js").extension(remote()).body(Body::empty()).unwrap();
+    assert_eq!(send(&app, req).await.0, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+#[tokio::test]
 async fn non_loopback_callers_get_403_while_no_authentication_is_configured() {
     let app = app();
     let req = Request::get("/api/agents").extension(remote()).body(Body::empty()).unwrap();

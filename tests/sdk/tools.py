@@ -40,6 +40,17 @@ for chunk in stream:
         finish = chunk.choices[0].finish_reason or finish
 assert names == ["get_local_time"] and finish == "tool_calls", (names, finish)
 
+# Responses: the call is a function_call output item; its output chains to that response.
+asked = client.responses.create(model=agent, input="What time is it where I am?")
+calls = [item for item in asked.output if item.type == "function_call"]
+assert len(calls) == 1 and calls[0].name == "get_local_time", asked.output
+answered = client.responses.create(
+    model=agent,
+    previous_response_id=asked.id,
+    input=[{"type": "function_call_output", "call_id": calls[0].call_id, "output": "python-responses 10:43"}],
+)
+assert answered.output_text == "Thanks, noted the time.", answered
+
 # A run that stops for a person's approval is a 409: the SDK's ConflictError.
 try:
     client.chat.completions.create(

@@ -159,7 +159,9 @@ fn answered_time(mock: &MockServer) -> Vec<String> {
     mock.requests("sdk-tools")
         .iter()
         .filter_map(|r| {
-            r["body"]["messages"].as_array()?.iter().find(|m| m["role"] == "tool")?["content"].as_str().map(str::to_owned)
+            r["body"]["messages"].as_array()?.iter().find(|m| m["role"] == "tool")?["content"]
+                .as_str()
+                .map(str::to_owned)
         })
         .collect()
 }
@@ -168,7 +170,7 @@ fn answered_time(mock: &MockServer) -> Vec<String> {
 async fn the_python_sdk_answers_a_client_side_tool_call_and_gets_a_conflict_as_its_typed_error() {
     let (mock, server, key) = tools_server().await;
     run_tools_client(python().as_os_str(), "tools.py", &server, &key);
-    assert_eq!(answered_time(&mock), ["python-clock 10:42"]);
+    assert_eq!(answered_time(&mock), ["python-clock 10:42", "python-responses 10:43"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,4 +179,92 @@ async fn the_node_sdk_answers_a_client_side_tool_call_and_gets_a_conflict_as_its
     let (mock, server, key) = tools_server().await;
     run_tools_client(std::ffi::OsStr::new("node"), "tools.mjs", &server, &key);
     assert_eq!(answered_time(&mock), ["node-clock 10:42"]);
+}
+
+/// The Responses tests' server: the mock answers by how much of the conversation it was sent
+/// ("First answer." with no assistant message, "Second answer." with one …), so an answer
+/// shows what the model saw; the tenant header is on, so the administrator can give another
+/// tenant a conversation. Returns a `RunsWrite` key of the default tenant and the other
+/// tenant's conversation.
+async fn responses_server() -> (MockServer, Tracon, String, String) {
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    let turns = ["First answer.", "Second answer.", "Third answer."].map(|t| MockTurn::text(t).with_usage(11, 5));
+    mock.script("sdk-model", turns.to_vec());
+    let endpoint = format!("{}/v1", mock.base_url());
+    let server = Tracon::start(&[
+        ("TRACON_AUTH_TOKEN", TOKEN),
+        ("OPENAI_API_KEY", "mock-key"),
+        ("Tracon__Providers__OpenAI__Endpoint", endpoint.as_str()),
+        ("Tracon__Providers__OpenAI__DefaultModel", "sdk-model"),
+        ("Tracon__Tenancy__Enabled", "true"),
+        ("Tracon__Tenancy__AllowHeader", "true"),
+    ])
+    .await;
+    let http = reqwest::Client::new();
+    let created: Value = http
+        .post(server.url("/api/api-keys"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"name": "sdk", "scopes": ["RunsWrite"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let key = created["key"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
+    let theirs: Value = http
+        .post(server.url("/v1/conversations"))
+        .bearer_auth(TOKEN)
+        .header("X-Tenant-Id", "other-tenant")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let conversation = theirs["id"].as_str().unwrap_or_else(|| panic!("{theirs}")).to_owned();
+    (mock, server, key, conversation)
+}
+
+/// The roles (system messages left out) of the model request whose last message is `text`.
+fn roles_sent_with(mock: &MockServer, text: &str) -> Vec<String> {
+    let requests = mock.requests("sdk-model");
+    let request = requests
+        .iter()
+        .find(|r| r["body"]["messages"].as_array().and_then(|m| m.last()).is_some_and(|m| m["content"] == text))
+        .unwrap_or_else(|| panic!("no model request ended with {text:?}: {requests:?}"));
+    let messages = request["body"]["messages"].as_array().unwrap();
+    messages.iter().map(|m| m["role"].as_str().unwrap().to_owned()).filter(|r| r != "system").collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_python_sdk_chains_responses_and_keeps_conversations() {
+    let (mock, server, key, theirs) = responses_server().await;
+    run_client(python().as_os_str(), &["responses.py", &theirs], &server, &key);
+    // The third chained turn reached the model with the two before it.
+    assert_eq!(roles_sent_with(&mock, "Thanks!"), ["user", "assistant", "user", "assistant", "user"]);
+    // The other tenant's conversation is untouched.
+    let status = reqwest::Client::new()
+        .get(server.url(&format!("/v1/conversations/{theirs}")))
+        .bearer_auth(TOKEN)
+        .header("X-Tenant-Id", "other-tenant")
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, reqwest::StatusCode::OK);
+    drop(mock);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_node_sdk_chains_responses_and_keeps_conversations() {
+    assert!(
+        sdk_dir().join("node_modules/openai").exists(),
+        "the OpenAI Node SDK is not installed: run `npm ci` in tests/sdk (scripts/test does)"
+    );
+    let (mock, server, key, theirs) = responses_server().await;
+    run_client(std::ffi::OsStr::new("node"), &["responses.mjs", &theirs], &server, &key);
+    assert_eq!(roles_sent_with(&mock, "Thanks!"), ["user", "assistant", "user", "assistant", "user"]);
+    drop(mock);
 }
