@@ -244,6 +244,15 @@ pub struct AuditFilter {
 }
 
 impl AuditFilter {
+    /// [`crate::store::check_text`] over the filter's text: what every store checks first.
+    pub fn check_text(&self) -> Result<(), StoreError> {
+        use crate::store::check_text_opt;
+        check_text_opt("entityType", self.entity_type.as_deref())?;
+        check_text_opt("entityId", self.entity_id.as_deref())?;
+        check_text_opt("action", self.action.as_deref())?;
+        check_text_opt("actor", self.actor.as_deref())
+    }
+
     pub fn matches(&self, e: &AuditEntry) -> bool {
         self.entity_type.as_ref().is_none_or(|v| *v == e.entity_type)
             && self.entity_id.as_ref().is_none_or(|v| *v == e.entity_id)

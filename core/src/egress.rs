@@ -393,7 +393,7 @@ mod native {
     /// resolver or redirect policy removes the guard. The URL of the first request still
     /// needs [`EgressPolicy::check_url`] — prefer [`EgressClient`], which does both.
     pub fn guarded_client_builder(policy: Arc<EgressPolicy>) -> reqwest::ClientBuilder {
-        guarded_builder(policy, None)
+        guarded_builder(policy, None, Redirects::Follow)
     }
 
     /// [`guarded_client_builder`], built.
@@ -401,15 +401,29 @@ mod native {
         guarded_client_builder(policy).build()
     }
 
-    fn guarded_builder(policy: Arc<EgressPolicy>, inner: Option<Arc<dyn Resolve>>) -> reqwest::ClientBuilder {
+    /// Whether an [`EgressClient`] follows redirects.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Redirects {
+        /// Up to [`MAX_REDIRECTS`] hops, each re-checked by the guard.
+        Follow,
+        /// None: a `3xx` is the answer (webhook deliveries, which must not be re-sent
+        /// elsewhere, or turned into a bodiless `GET` by a `302`).
+        Refuse,
+    }
+
+    fn guarded_builder(
+        policy: Arc<EgressPolicy>,
+        inner: Option<Arc<dyn Resolve>>,
+        redirects: Redirects,
+    ) -> reqwest::ClientBuilder {
         let resolver = match inner {
             Some(inner) => GuardedResolver::over(Arc::clone(&policy), inner),
             None => GuardedResolver::system(Arc::clone(&policy)),
         };
         let redirect_policy = Arc::clone(&policy);
-        reqwest::Client::builder()
-            .dns_resolver(resolver)
-            .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+        let redirect = match redirects {
+            Redirects::Refuse => reqwest::redirect::Policy::none(),
+            Redirects::Follow => reqwest::redirect::Policy::custom(move |attempt| {
                 if attempt.previous().len() > MAX_REDIRECTS {
                     return attempt.error(EgressError::TooManyRedirects { max: MAX_REDIRECTS });
                 }
@@ -418,7 +432,11 @@ mod native {
                     Ok(()) => attempt.follow(),
                     Err(refused) => attempt.error(refused),
                 }
-            }))
+            }),
+        };
+        reqwest::Client::builder()
+            .dns_resolver(resolver)
+            .redirect(redirect)
             .no_proxy()
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(REQUEST_TIMEOUT)
@@ -478,17 +496,25 @@ mod native {
     }
 
     impl EgressClient {
-        /// A client that resolves with the system resolver.
+        /// A client that resolves with the system resolver and follows re-checked redirects.
         pub fn new(policy: EgressPolicy) -> Result<Self, SendError> {
-            let policy = Arc::new(policy);
-            let client = guarded_builder(Arc::clone(&policy), None).build().map_err(SendError::Http)?;
-            Ok(Self { policy, client })
+            Self::build(policy, None, Redirects::Follow)
         }
 
         /// A client that resolves with `inner` (whose answers are filtered all the same).
         pub fn with_resolver(policy: EgressPolicy, inner: Arc<dyn Resolve>) -> Result<Self, SendError> {
+            Self::build(policy, Some(inner), Redirects::Follow)
+        }
+
+        /// A client resolving with `inner` (the system resolver without one), following
+        /// redirects or not.
+        pub fn build(
+            policy: EgressPolicy,
+            inner: Option<Arc<dyn Resolve>>,
+            redirects: Redirects,
+        ) -> Result<Self, SendError> {
             let policy = Arc::new(policy);
-            let client = guarded_builder(Arc::clone(&policy), Some(inner)).build().map_err(SendError::Http)?;
+            let client = guarded_builder(Arc::clone(&policy), inner, redirects).build().map_err(SendError::Http)?;
             Ok(Self { policy, client })
         }
 

@@ -146,6 +146,13 @@ pub struct JobFilter {
     pub handler_key: Option<String>,
 }
 
+impl JobFilter {
+    /// [`crate::store::check_text`] over the filter's text: what every store checks first.
+    pub fn check_text(&self) -> Result<(), StoreError> {
+        crate::store::check_text_opt("handlerKey", self.handler_key.as_deref())
+    }
+}
+
 /// What a consumer asks for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaseRequest {
@@ -252,6 +259,8 @@ pub enum JobFailure {
     Transient { code: String, message: String, detail: String },
     /// Never worth another attempt (bad payload, a definition that no longer compiles).
     Permanent { code: String, message: String },
+    /// The work was cancelled (a queued run that ended `Canceled`): the job ends `Canceled`.
+    Canceled,
 }
 
 /// Queue settings (`Tracon:Jobs:*`).
@@ -449,6 +458,7 @@ impl JobRunner {
         match result {
             Ok(value) => Outcome::Succeeded(value),
             Err(_) if cancel_asked => Outcome::Canceled,
+            Err(JobFailure::Canceled) => Outcome::Canceled,
             Err(JobFailure::Permanent { code, message }) => Outcome::Failed(JobError { code, message }),
             Err(JobFailure::Transient { code, message, detail }) => {
                 tracing::warn!(job = %job.id, attempt = job.attempts, code = %code, detail = %detail, "job attempt failed");

@@ -121,6 +121,15 @@ impl TenantId {
         Self(Self::DEFAULT.to_owned())
     }
 
+    /// The scope of records that belong to the whole installation rather than one tenant:
+    /// the inbound-trigger replay reservations, which must hold across tenants. [`Self::parse`]
+    /// refuses its spelling, so no request can ever act for it.
+    pub fn installation() -> Self {
+        Self(Self::INSTALLATION.to_owned())
+    }
+
+    const INSTALLATION: &'static str = "*";
+
     /// 1–64 characters of ASCII letters, digits, `-`, `_` or `.`.
     pub fn parse(value: &str) -> Result<Self, InvalidName> {
         let ok = !value.is_empty()

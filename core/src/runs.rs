@@ -964,9 +964,18 @@ impl crate::jobs::JobHandler for QueuedRuns {
         };
         let Some(cancel_asked) = runtime.stores.runs.start_queued(&tenant, run_id, now).await.map_err(transient)?
         else {
-            let status = runtime.stores.runs.get_run(&tenant, run_id).await.map_err(transient)?.map(|r| r.status);
-            tracing::info!(run_id = %run_id, status = ?status, "the queued run was started before; not running it again");
-            return Ok(Some(serde_json::json!({ "runId": run_id, "status": status })));
+            // An earlier attempt started it: the job settles as the run did, and a run still
+            // `Running` (its process went away before it ended) is waited for — reconciliation
+            // closes it — rather than reported as done.
+            let run = runtime.stores.runs.get_run(&tenant, run_id).await.map_err(transient)?;
+            tracing::info!(run_id = %run_id, status = ?run.as_ref().map(|r| r.status), "the queued run was started before; not running it again");
+            return match run {
+                Some(run) => job_result(run_id, run.status, run.error.as_ref()),
+                None => Err(JobFailure::Permanent {
+                    code: "tracon.run.gone".into(),
+                    message: "The queued run's record no longer exists.".into(),
+                }),
+            };
         };
         let permanent =
             |message: &str| JobFailure::Permanent { code: "tracon.run.cannot-start".into(), message: message.into() };
@@ -1015,7 +1024,38 @@ impl crate::jobs::JobHandler for QueuedRuns {
             cancel.cancel();
         }
         let outcome = execute(runtime, prepared, cancel, None).await;
-        Ok(Some(serde_json::json!({ "runId": run_id, "status": outcome.status })))
+        job_result(run_id, outcome.status, outcome.failure.as_ref())
+    }
+}
+
+/// A queued run's job settles as its run ended: `Succeeded` for a run that completed (or
+/// stopped for approval or input, its work handed on), `Failed` with the run's error class for
+/// a failed one, `Canceled` for a cancelled one. A run that has not ended — an earlier attempt
+/// started it and its process went away — is a transient failure: the job is tried again
+/// later, by when reconciliation has closed the run.
+fn job_result(
+    run_id: RunId,
+    status: RunStatus,
+    failure: Option<&RunFailure>,
+) -> Result<Option<serde_json::Value>, crate::jobs::JobFailure> {
+    use crate::jobs::JobFailure;
+    match status {
+        RunStatus::Completed | RunStatus::AwaitingApproval | RunStatus::AwaitingInput => {
+            Ok(Some(serde_json::json!({ "runId": run_id, "status": status })))
+        }
+        RunStatus::Failed => {
+            let class = failure.map_or("internal", |f| f.error_class.error_type());
+            Err(JobFailure::Permanent {
+                code: format!("tracon.run.{class}"),
+                message: format!("The run failed ({class})."),
+            })
+        }
+        RunStatus::Canceled => Err(JobFailure::Canceled),
+        RunStatus::Running | RunStatus::Queued => Err(JobFailure::Transient {
+            code: "tracon.run.unfinished".into(),
+            message: "An earlier attempt started the run and its process stopped; the run has not ended yet.".into(),
+            detail: format!("run {run_id} is {status:?}"),
+        }),
     }
 }
 

@@ -23,12 +23,11 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use crate::names::{InvalidName, TenantId, truncate_for_message};
+use crate::secret_names::SecretReference;
 use crate::store::StoreError;
 
 /// Longest trigger name.
 pub const MAX_TRIGGER_NAME_LEN: usize = 64;
-/// Longest signing-secret configuration key name.
-pub const MAX_SECRET_NAME_LEN: usize = 256;
 /// Longest `payloadPath`.
 pub const MAX_PAYLOAD_PATH_LEN: usize = 256;
 /// The signature scheme prefix of `X-Tracon-Signature`.
@@ -152,6 +151,9 @@ pub trait TriggerStore: Send + Sync {
     async fn delete(&self, tenant: &TenantId, name: &TriggerName) -> Result<bool, StoreError>;
     /// The accept endpoint's lookup: the trigger, only when it exists **and** is enabled.
     async fn find_enabled(&self, tenant: &TenantId, name: &TriggerName) -> Result<Option<TriggerRecord>, StoreError>;
+    /// Every tenant's triggers with the key name each stores, by tenant and name: the
+    /// start-up check of names outside their tenant's partition. Never on a request path.
+    async fn secret_references(&self) -> Result<Vec<SecretReference>, StoreError>;
 }
 
 // ---- memory ---------------------------------------------------------------------------------
@@ -196,33 +198,25 @@ impl TriggerStore for MemoryTriggerStore {
     async fn find_enabled(&self, tenant: &TenantId, name: &TriggerName) -> Result<Option<TriggerRecord>, StoreError> {
         Ok(self.get(tenant, name).await?.filter(|r| r.enabled))
     }
+
+    async fn secret_references(&self) -> Result<Vec<SecretReference>, StoreError> {
+        Ok(self
+            .rows()
+            .iter()
+            .map(|((tenant, name), r)| SecretReference {
+                tenant: tenant.clone(),
+                record: name.clone(),
+                key_name: r.signing_secret_configuration_name.clone(),
+            })
+            .collect())
+    }
 }
 
 // ---- secrets' key names -----------------------------------------------------------------------
 
-/// The default of `Tracon:InboundTriggers:AllowedConfigurationPrefix`.
+/// The default of `Tracon:InboundTriggers:AllowedConfigurationPrefix`; which names under it
+/// a tenant may use is [`crate::secret_names::SecretNamespace`]'s rule.
 pub const DEFAULT_SECRET_PREFIX: &str = "Tracon:TriggerSecrets:";
-
-/// A configuration key name in its `:` spelling (`Tracon__A__B` → `Tracon:A:B`), the way
-/// [`crate::config::Config`] reads keys.
-pub fn colon_spelling(name: &str) -> String {
-    name.replace("__", ":")
-}
-
-/// Whether `name` (either spelling) is a usable signing-secret key name under `prefix`
-/// (either spelling; compared case-insensitively, as configuration keys are): something
-/// must follow the prefix, and the name is ASCII letters, digits, `:`, `_`, `-` or `.`.
-pub fn is_allowed_secret_name(name: &str, prefix: &str) -> bool {
-    let name = colon_spelling(name);
-    let prefix = colon_spelling(prefix).to_ascii_lowercase();
-    let ok_chars = name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '_' | '-' | '.'));
-    let lower = name.to_ascii_lowercase();
-    ok_chars
-        && name.len() <= MAX_SECRET_NAME_LEN
-        && lower
-            .strip_prefix(&prefix)
-            .is_some_and(|rest| !rest.is_empty() && !rest.starts_with(':') && !rest.ends_with(':'))
-}
 
 // ---- signatures -------------------------------------------------------------------------------
 
@@ -345,27 +339,6 @@ mod tests {
         }
         for bad in ["", "Slack", "-x", "a b", "a/b", "ä", &"a".repeat(65)] {
             assert!(TriggerName::parse(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn secret_names_must_sit_under_the_prefix_in_either_spelling() {
-        let p = DEFAULT_SECRET_PREFIX;
-        for ok in ["Tracon:TriggerSecrets:Slack", "Tracon__TriggerSecrets__Slack", "tracon:triggersecrets:a.b-c_d"] {
-            assert!(is_allowed_secret_name(ok, p), "{ok}");
-        }
-        assert!(is_allowed_secret_name("Tracon:TriggerSecrets:Slack", "Tracon__TriggerSecrets__"));
-        for bad in [
-            "",
-            "Tracon:TriggerSecrets:",
-            "Tracon:TriggerSecrets::",
-            "Tracon:TriggerSecretsX:Slack",
-            "Tracon:Providers:OpenAI:ApiKey",
-            "whsec_abc123",
-            "Tracon:TriggerSecrets:a b",
-            "Tracon:TriggerSecrets:Slack:",
-        ] {
-            assert!(!is_allowed_secret_name(bad, p), "{bad}");
         }
     }
 

@@ -134,8 +134,10 @@ impl From<StoreError> for ApiError {
                     "store_unavailable",
                     format!("The store is unavailable; retry shortly. (ref: {reference})"),
                 )
+                .with_retry_after(STORE_RETRY_AFTER_SECONDS)
             }
             StoreError::Internal { detail } => Self::internal("StoreError", &detail),
+            StoreError::InvalidText { field } => nul_refused(&field),
         }
     }
 }
@@ -156,6 +158,20 @@ impl From<CatalogError> for ApiError {
             CatalogError::Store(s) => s.into(),
         }
     }
+}
+
+/// `Retry-After` of a `503 store_unavailable`: the database refused or dropped the
+/// connection, and a pool reconnects on its own.
+pub const STORE_RETRY_AFTER_SECONDS: u64 = 2;
+
+/// The `400` for text holding U+0000 ([`tracon_core::text`]), naming where it was.
+pub fn nul_refused(field: &str) -> ApiError {
+    let detail = if field.is_empty() {
+        "The request body contains the character U+0000 (NUL), which is not accepted.".to_owned()
+    } else {
+        format!("'{field}' contains the character U+0000 (NUL), which is not accepted.")
+    };
+    ApiError::bad_request("validation_failed", detail).with("field", field)
 }
 
 impl IntoResponse for ApiError {

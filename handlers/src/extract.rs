@@ -61,10 +61,14 @@ fn too_large(limit: usize) -> ApiError {
     )
 }
 
-/// Parses a JSON body, telling syntax errors from shape errors and naming the field.
+/// Parses a JSON body, telling syntax errors from shape errors and naming the field. A
+/// string holding U+0000 is refused with the field's path ([`tracon_core::text`]).
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request("invalid_json", "The request body is empty; send a JSON object."));
+    }
+    if let Some(field) = nul_field(bytes) {
+        return Err(crate::error::nul_refused(&field));
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     match serde_path_to_error::deserialize::<_, T>(&mut de) {
@@ -100,6 +104,46 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             }
         }
     }
+}
+
+/// The path of the first string holding U+0000, when the body spells one (`\u0000`): only
+/// then is it parsed a second time to find where.
+fn nul_field(bytes: &[u8]) -> Option<String> {
+    const ESCAPE: &[u8] = b"\\u0000";
+    let mut at = 0;
+    let spelled = loop {
+        match bytes[at..].iter().position(|b| *b == b'\\') {
+            None => break false,
+            Some(i) if bytes[at + i..].starts_with(ESCAPE) => break true,
+            // Skip the escaped character too, so `\\u0000` (a backslash, then text) is not one.
+            Some(i) => at += i + 2,
+        }
+        if at >= bytes.len() {
+            break false;
+        }
+    };
+    if !spelled {
+        return None;
+    }
+    serde_json::from_slice::<serde_json::Value>(bytes).ok().and_then(|v| tracon_core::text::nul_path(&v))
+}
+
+/// Refuses a query parameter holding U+0000 (`%00`) with a `400` naming it, for every route
+/// alike — before any handler, store or filter sees it.
+pub async fn reject_nul_query(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let query = request.uri().query().unwrap_or_default();
+    if query.contains("%00") {
+        let bad = form_urlencoded::parse(query.as_bytes())
+            .find(|(k, v)| tracon_core::text::has_nul(k) || tracon_core::text::has_nul(v));
+        if let Some((key, _)) = bad {
+            return crate::error::nul_refused(&key.replace('\0', "\\u0000")).into_response();
+        }
+    }
+    next.run(request).await
 }
 
 fn strip_position(message: &str) -> String {

@@ -144,6 +144,7 @@ pub fn app(state: AppState, routes: Router<AppState>) -> Router {
         .merge(routes)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn(extract::reject_nul_query))
         .layer(middleware::from_fn_with_state(state.clone(), auth::access))
         .layer(middleware::from_fn(openai::envelope))
         .with_state(state);

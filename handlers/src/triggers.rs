@@ -5,22 +5,30 @@
 //!
 //! 1. the body size (`MaxBodyBytes`): `413` from `Content-Length`, or as soon as a streamed
 //!    body passes the limit — it is never read further;
-//! 2. the per-trigger, per-process rate limit (`MaxRequestsPerMinute`): `429` + `Retry-After`;
+//! 2. the source address: one whose requests failed verification more than
+//!    `MaxUnverifiedRequestsPerMinute` times is `429` before any lookup (per process);
 //! 3. the tenant (from the URL only), the trigger (exists, enabled), `X-Tracon-Timestamp`
 //!    (inside `TimestampTolerance`, either direction), `X-Tracon-Signature` (HMAC-SHA256
 //!    over `"{timestamp}.{rawBody}"` with the secret read from configuration now). Every
 //!    failure here answers the same generic `401`, byte for byte, so names cannot be
-//!    enumerated;
-//! 4. the signature is reserved as the replay key in the idempotency store: a replay is
-//!    `409` and never a second run;
-//! 5. the message is taken from the body (`400` when `payloadPath` finds nothing), and a
+//!    enumerated, and counts against the source address — never against the trigger;
+//! 4. the per-trigger limit (`MaxRequestsPerMinute`), which counts verified requests only:
+//!    `429` + `Retry-After`;
+//! 5. the signature is reserved as the replay key in the idempotency store, for the whole
+//!    installation: a replay — to this trigger or to any other that shares its secret, in
+//!    any tenant — is `409` and never a second run;
+//! 6. the message is taken from the body (`400` when `payloadPath` finds nothing), and a
 //!    queued run is accepted: `202` with `Location`.
+//!
+//! A trigger names its secret's configuration key, under its tenant's partition of
+//! `AllowedConfigurationPrefix` ([`tracon_core::secret_names`]).
 //!
 //! A host without a job consumer answers `503 queue_unavailable` rather than accept work
 //! nobody will run. Definition writes (`PUT`, `DELETE`) are audited before they are
 //! applied: a write that cannot be audited is refused (`503 audit_unavailable`).
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::sync::Mutex;
 
 use axum::body::Body;
@@ -39,13 +47,14 @@ use tracon_core::idempotency::{Claim, KeyRef};
 use tracon_core::identity::Caller;
 use tracon_core::names::{AgentName, TenantId};
 use tracon_core::runs::{self, RunRequest, StartError};
+use tracon_core::secret_names::{SecretNamespace, colon_spelling};
 use tracon_core::triggers::{self as core_triggers, PayloadError, PayloadMode, TargetKind, TriggerName, TriggerRecord};
 use utoipa::ToSchema;
 
 use crate::audit;
 use crate::error::{ApiError, ApiResult, ProblemDetails};
 use crate::extract::{ApiJson, Paging, Tenant};
-use crate::state::AppState;
+use crate::state::{AppState, PeerAddr};
 
 // ---- settings -------------------------------------------------------------------------------
 
@@ -62,9 +71,14 @@ pub const DEFAULT_MAX_REQUESTS_PER_MINUTE: u32 = 60;
 pub struct TriggerSettings {
     pub timestamp_tolerance_seconds: u64,
     pub max_body_bytes: usize,
+    /// Verified requests one trigger accepts per minute (per process).
     pub max_requests_per_minute: u32,
-    /// The prefix every `signingSecretConfigurationName` must start with (`:` spelling).
-    pub allowed_configuration_prefix: String,
+    /// Requests that fail verification one source address may send per minute (per
+    /// process); counted apart, so forgeries never use up a trigger's own limit.
+    pub max_unverified_per_minute: u32,
+    /// Which key names a tenant's triggers may name (`AllowedConfigurationPrefix`, per
+    /// tenant, plus the operator's `TenantPrefixes` grants).
+    pub secret_names: SecretNamespace,
     secrets: Config,
 }
 
@@ -74,7 +88,8 @@ impl std::fmt::Debug for TriggerSettings {
             .field("timestamp_tolerance_seconds", &self.timestamp_tolerance_seconds)
             .field("max_body_bytes", &self.max_body_bytes)
             .field("max_requests_per_minute", &self.max_requests_per_minute)
-            .field("allowed_configuration_prefix", &self.allowed_configuration_prefix)
+            .field("max_unverified_per_minute", &self.max_unverified_per_minute)
+            .field("secret_names", &self.secret_names)
             .finish_non_exhaustive()
     }
 }
@@ -85,7 +100,8 @@ impl Default for TriggerSettings {
             timestamp_tolerance_seconds: DEFAULT_TOLERANCE_SECONDS,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_requests_per_minute: DEFAULT_MAX_REQUESTS_PER_MINUTE,
-            allowed_configuration_prefix: core_triggers::DEFAULT_SECRET_PREFIX.to_owned(),
+            max_unverified_per_minute: DEFAULT_MAX_REQUESTS_PER_MINUTE,
+            secret_names: SecretNamespace::new(core_triggers::DEFAULT_SECRET_PREFIX),
             secrets: Config::default(),
         }
     }
@@ -95,9 +111,10 @@ const SECTION: &str = "Tracon:InboundTriggers";
 
 impl TriggerSettings {
     /// Reads `Tracon:InboundTriggers:{TimestampToleranceSeconds|MaxBodyBytes|
-    /// MaxRequestsPerMinute|AllowedConfigurationPrefix}` (also `TimestampTolerance` as
-    /// `hh:mm:ss`); a zero, a value that does not parse, or an empty prefix is a start-up
-    /// error. `config` is kept to resolve signing secrets by key name.
+    /// MaxRequestsPerMinute|MaxUnverifiedRequestsPerMinute|AllowedConfigurationPrefix|
+    /// TenantPrefixes:*}` (also `TimestampTolerance` as `hh:mm:ss`); a zero, a value that does
+    /// not parse, or a malformed prefix is a start-up error. `config` is kept to resolve
+    /// signing secrets by key name.
     pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
         let d = Self::default();
         let positive = |key: &str| ConfigError::Message(format!("{} must be positive.", env(key)));
@@ -123,40 +140,27 @@ impl TriggerSettings {
             Some(n) => n,
             None => d.max_body_bytes,
         };
-        let max_requests_per_minute = match config.parse::<u32>(&format!("{SECTION}:MaxRequestsPerMinute"))? {
-            Some(0) => return Err(positive("MaxRequestsPerMinute")),
-            Some(n) => n,
-            None => d.max_requests_per_minute,
+        let per_minute = |setting: &str, default: u32| match config.parse::<u32>(&format!("{SECTION}:{setting}"))? {
+            Some(0) => Err(positive(setting)),
+            Some(n) => Ok(n),
+            None => Ok(default),
         };
-        let prefix = match config.get(&format!("{SECTION}:AllowedConfigurationPrefix")) {
-            None => d.allowed_configuration_prefix,
-            Some(p) => {
-                let p = core_triggers::colon_spelling(p.trim());
-                let ok = p.len() > 1
-                    && p.ends_with(':')
-                    && p.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, ':' | '_' | '-' | '.'));
-                if !ok {
-                    return Err(ConfigError::Message(format!(
-                        "{} must be a configuration section ending in ':' (for example Tracon:TriggerSecrets:).",
-                        env("AllowedConfigurationPrefix")
-                    )));
-                }
-                p
-            }
-        };
+        let max_requests_per_minute = per_minute("MaxRequestsPerMinute", d.max_requests_per_minute)?;
+        let max_unverified_per_minute = per_minute("MaxUnverifiedRequestsPerMinute", max_requests_per_minute)?;
         Ok(Self {
             timestamp_tolerance_seconds: tolerance,
             max_body_bytes,
             max_requests_per_minute,
-            allowed_configuration_prefix: prefix,
+            max_unverified_per_minute,
+            secret_names: SecretNamespace::from_config(config, SECTION, core_triggers::DEFAULT_SECRET_PREFIX)?,
             secrets: config.clone(),
         })
     }
 
-    /// The signing secret the key name resolves to now; `None` when the name is not (or
-    /// no longer) under the allowed prefix, or has no value.
-    fn secret(&self, key_name: &str) -> Option<&str> {
-        if !core_triggers::is_allowed_secret_name(key_name, &self.allowed_configuration_prefix) {
+    /// The signing secret `tenant`'s trigger resolves to now; `None` when its key name is
+    /// not (or no longer) one the tenant may resolve, or has no value.
+    fn secret(&self, tenant: &TenantId, key_name: &str) -> Option<&str> {
+        if !self.secret_names.may_resolve(tenant, key_name) {
             return None;
         }
         self.secrets.get(key_name).filter(|v| !v.is_empty())
@@ -177,8 +181,8 @@ fn time_span_seconds(span: &str) -> Option<u64> {
 
 // ---- the per-trigger rate limit -------------------------------------------------------------
 
-/// Token buckets per `tenant/name` as the URL spells them, in process memory: in a fleet
-/// the limit applies per instance.
+/// Token buckets in process memory: per trigger for verified requests, per source address
+/// for requests that fail verification. In a fleet the limits apply per instance.
 #[derive(Default)]
 pub struct TriggerLimiter {
     buckets: Mutex<HashMap<String, (f64, DateTime<Utc>)>>,
@@ -190,6 +194,15 @@ const SWEEP_AFTER_BUCKETS: usize = 10_000;
 impl TriggerLimiter {
     /// Takes a permit, or says how many seconds until one is free.
     fn check(&self, key: &str, per_minute: u32, now: DateTime<Utc>) -> Result<(), u64> {
+        self.refill(key, per_minute, now, true)
+    }
+
+    /// Whether a permit is free, without taking it.
+    fn peek(&self, key: &str, per_minute: u32, now: DateTime<Utc>) -> Result<(), u64> {
+        self.refill(key, per_minute, now, false)
+    }
+
+    fn refill(&self, key: &str, per_minute: u32, now: DateTime<Utc>, take: bool) -> Result<(), u64> {
         let capacity = f64::from(per_minute.max(1));
         let per_second = capacity / 60.0;
         let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
@@ -201,11 +214,27 @@ impl TriggerLimiter {
         *tokens = (*tokens + elapsed * per_second).min(capacity);
         *at = now;
         if *tokens >= 1.0 {
-            *tokens -= 1.0;
+            if take {
+                *tokens -= 1.0;
+            }
             return Ok(());
         }
         Err(((1.0 - *tokens) / per_second).ceil().max(1.0) as u64)
     }
+}
+
+/// The bucket of requests from `source` that failed verification (one shared bucket when
+/// the host does not know the address).
+fn unverified_bucket(source: Option<IpAddr>) -> String {
+    match source {
+        Some(ip) => format!("unverified:{ip}"),
+        None => "unverified:unknown".to_owned(),
+    }
+}
+
+fn rate_limited(detail: &str, wait: u64) -> ApiError {
+    ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", format!("{detail}; retry in {wait} s."))
+        .with_retry_after(wait)
 }
 
 // ---- management -----------------------------------------------------------------------------
@@ -218,8 +247,11 @@ pub struct TriggerBody {
     pub target_kind: TargetKind,
     /// The agent the trigger starts.
     pub target_name: String,
-    /// The NAME of the configuration key holding the signing secret, under the allowed
-    /// prefix (`Tracon:TriggerSecrets:…`, or `Tracon__TriggerSecrets__…`). Never the secret.
+    /// The NAME of the configuration key holding the signing secret, in the tenant's own
+    /// partition: `Tracon:TriggerSecrets:Slack` for the default tenant,
+    /// `Tracon:TriggerSecrets:{tenantId}:Slack` for any other (either spelling:
+    /// `Tracon__TriggerSecrets__acme__Slack`), or under a prefix the operator granted the
+    /// tenant. Never the secret.
     pub signing_secret_configuration_name: String,
     /// `wholeBody` (default) or `path`.
     #[serde(default)]
@@ -261,12 +293,16 @@ fn invalid(field: &'static str, detail: impl Into<String>) -> ApiError {
     ApiError::bad_request("validation_failed", detail).with("field", field)
 }
 
-/// Checks a body and builds the record it describes (times are `now`).
+/// Checks a body and builds the record it describes (times are `now`). `before` is the
+/// record it replaces: a key name that record already stores is kept even when it lies
+/// outside the tenant's partition (it was saved before names were partitioned, and keeps
+/// working for this tenant); any other name must be the tenant's.
 async fn record_of(
     state: &AppState,
     tenant: &TenantId,
     name: TriggerName,
     body: TriggerBody,
+    before: Option<&TriggerRecord>,
     now: DateTime<Utc>,
 ) -> ApiResult<TriggerRecord> {
     if body.target_kind == TargetKind::Workflow {
@@ -277,15 +313,12 @@ async fn record_of(
         .with("field", "targetKind"));
     }
     let agent = AgentName::parse(&body.target_name).map_err(|e| invalid("targetName", e.0))?;
-    let prefix = &state.http.triggers.allowed_configuration_prefix;
-    // The value is never echoed: a secret pasted here by mistake must not come back.
-    if !core_triggers::is_allowed_secret_name(&body.signing_secret_configuration_name, prefix) {
-        return Err(invalid(
-            "signingSecretConfigurationName",
-            format!(
-                "'signingSecretConfigurationName' is the name of a configuration key under '{prefix}' (for example '{prefix}Slack'), never the secret itself."
-            ),
-        ));
+    let key_name = colon_spelling(body.signing_secret_configuration_name.trim());
+    let unchanged = before.is_some_and(|b| b.signing_secret_configuration_name.eq_ignore_ascii_case(&key_name));
+    if !unchanged && let Err(refused) = state.http.triggers.secret_names.check_write(tenant, &key_name) {
+        // The value is never echoed: a secret pasted here by mistake must not come back.
+        const FIELD: &str = "signingSecretConfigurationName";
+        return Err(invalid(FIELD, refused.message(FIELD)).with("allowedPrefix", &refused.allowed_prefix));
     }
     let payload_path = match (body.payload_mode, body.payload_path) {
         (PayloadMode::WholeBody, None) => None,
@@ -322,7 +355,7 @@ async fn record_of(
         name,
         target_kind: body.target_kind,
         target_name: body.target_name,
-        signing_secret_configuration_name: core_triggers::colon_spelling(&body.signing_secret_configuration_name),
+        signing_secret_configuration_name: key_name,
         payload_mode: body.payload_mode,
         payload_path,
         enabled: body.enabled,
@@ -394,9 +427,9 @@ pub async fn put(
 ) -> ApiResult<Response> {
     let name = trigger_name(&name)?;
     let now = state.runtime.platform.clock.now();
-    let record = record_of(&state, &tenant, name.clone(), body, now).await?;
     let store = &state.runtime.stores.triggers;
     let before = store.get(&tenant, &name).await?;
+    let record = record_of(&state, &tenant, name.clone(), body, before.as_ref(), now).await?;
     let action = if before.is_some() { "trigger.update" } else { "trigger.create" };
     let mut after = record.clone();
     if let Some(b) = &before {
@@ -452,6 +485,9 @@ fn too_large(limit: usize) -> ApiError {
     )
 }
 
+/// The idempotency operation the replay reservations are kept under (installation-wide).
+const REPLAY_OPERATION: &str = "trigger.signature";
+
 /// How long a signature stays reserved beyond the tolerance window (after that its
 /// timestamp is stale anyway, so the record is not needed to refuse it).
 const REPLAY_MARGIN_SECONDS: i64 = 60;
@@ -488,6 +524,7 @@ pub struct TriggerAccepted {
 pub async fn accept(
     State(state): State<AppState>,
     path: Result<Path<(String, String)>, PathRejection>,
+    peer: Option<Extension<PeerAddr>>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
@@ -500,29 +537,37 @@ pub async fn accept(
         return Err(too_large(limit));
     }
     let raw = axum::body::to_bytes(body, limit).await.map_err(|_| too_large(limit))?;
-    // 2. The rate limit, per trigger as the URL names it (existing or not).
     let (tenant_raw, name_raw) = match path {
         Ok(Path(p)) => p,
         Err(_) => (String::new(), String::new()),
     };
     let now = state.runtime.platform.clock.now();
-    let bucket = format!("{tenant_raw}/{name_raw}");
-    if let Err(wait) = state.trigger_limiter.check(&bucket, settings.max_requests_per_minute, now) {
-        return Err(ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limited",
-            format!("Too many requests for this trigger; retry in {wait} s."),
-        )
-        .with_retry_after(wait));
+    // 2. An address whose requests keep failing verification is turned away before any
+    //    lookup. Only failures count against it, so a valid sender elsewhere is never held up.
+    let source = peer.map(|Extension(p)| p.0.ip());
+    let unverified_bucket = unverified_bucket(source);
+    let unverified_limit = settings.max_unverified_per_minute;
+    if source.is_some()
+        && let Err(wait) = state.trigger_limiter.peek(&unverified_bucket, unverified_limit, now)
+    {
+        return Err(rate_limited("Too many unverified requests from this address", wait));
     }
     // 3. Who is asking: one generic 401 for every failure.
     let (tenant, trigger, signature) = match verify(&state, &tenant_raw, &name_raw, &headers, &raw, now).await? {
         Ok(verified) => verified,
         Err(reason) => {
             tracing::info!(reason, "an inbound trigger request was not verified");
+            if let Err(wait) = state.trigger_limiter.check(&unverified_bucket, unverified_limit, now) {
+                return Err(rate_limited("Too many unverified requests from this address", wait));
+            }
             return Err(unverified());
         }
     };
+    // 4. The trigger's own limit counts verified requests only: forgeries cannot use it up.
+    let bucket = format!("verified:{tenant}/{}", trigger.name);
+    if let Err(wait) = state.trigger_limiter.check(&bucket, settings.max_requests_per_minute, now) {
+        return Err(rate_limited("Too many requests for this trigger", wait));
+    }
     if trigger.target_kind != TargetKind::Agent {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -544,10 +589,12 @@ pub async fn accept(
             "This host runs no job consumer, so it cannot accept triggered runs; send the trigger to a host that runs queued work.",
         ));
     };
-    // 4. The signature is the replay key.
+    // 5. The signature is the replay key, reserved for the whole installation: every trigger
+    //    that verifies with the same secret (in any tenant) computes the same signature for
+    //    the same request, so a captured request starts at most one run anywhere.
     let key: String = signature.iter().map(|b| format!("{b:02x}")).collect();
-    let operation = format!("trigger:{}", trigger.name);
-    let key_ref = KeyRef { tenant: &tenant, operation: &operation, key: &key };
+    let installation = TenantId::installation();
+    let key_ref = KeyRef { tenant: &installation, operation: REPLAY_OPERATION, key: &key };
     let store = state.runtime.stores.idempotency.clone();
     let tolerance = i64::try_from(settings.timestamp_tolerance_seconds).unwrap_or(i64::MAX / 4).min(i64::MAX / 4);
     let expires_at = now + chrono::Duration::seconds(tolerance.saturating_mul(2).saturating_add(REPLAY_MARGIN_SECONDS));
@@ -561,7 +608,7 @@ pub async fn accept(
             ));
         }
     }
-    // 5. The run. Anything refused from here on started nothing: the key is freed.
+    // 6. The run. Anything refused from here on started nothing: the key is freed.
     match start(&state, &jobs, &tenant, &trigger, &raw).await {
         Ok(body) => {
             // The claim is left as it is: it outlives every timestamp the window accepts, and
@@ -604,7 +651,10 @@ async fn verify(
     let timestamp = header("x-tracon-timestamp");
     let at = timestamp.and_then(core_triggers::parse_timestamp);
     let signature = header("x-tracon-signature").and_then(core_triggers::parse_signature);
-    let secret = trigger.as_ref().and_then(|t| settings.secret(&t.signing_secret_configuration_name));
+    let secret = match (&names, &trigger) {
+        (Some((tenant, _)), Some(t)) => settings.secret(tenant, &t.signing_secret_configuration_name),
+        _ => None,
+    };
     // One HMAC whatever failed before it, so a missing trigger or secret costs what a wrong
     // signature costs (the comparison itself is constant-time: `Mac::verify_slice`).
     let matches = core_triggers::verify_signature(
@@ -720,7 +770,7 @@ mod tests {
     fn settings_have_defaults_and_refuse_nonsense_at_start_up() {
         let d = TriggerSettings::from_config(&Config::default()).unwrap();
         assert_eq!((d.timestamp_tolerance_seconds, d.max_body_bytes, d.max_requests_per_minute), (300, 262_144, 60));
-        assert_eq!(d.allowed_configuration_prefix, "Tracon:TriggerSecrets:");
+        assert_eq!((d.secret_names.prefix(), d.max_unverified_per_minute), ("Tracon:TriggerSecrets:", 60));
         let s = TriggerSettings::from_config(&Config::from_pairs([
             ("Tracon__InboundTriggers__TimestampTolerance", "00:02:00"),
             ("Tracon__InboundTriggers__MaxBodyBytes", "1024"),
@@ -729,13 +779,16 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!((s.timestamp_tolerance_seconds, s.max_body_bytes, s.max_requests_per_minute), (120, 1024, 5));
-        assert_eq!(s.allowed_configuration_prefix, "Hooks:Secrets:");
+        assert_eq!(s.secret_names.prefix(), "Hooks:Secrets:");
+        assert_eq!(s.max_unverified_per_minute, 5, "defaults to the per-trigger limit");
         for (key, value) in [
             ("Tracon__InboundTriggers__TimestampToleranceSeconds", "0"),
             ("Tracon__InboundTriggers__TimestampToleranceSeconds", "soon"),
             ("Tracon__InboundTriggers__TimestampTolerance", "5 minutes"),
             ("Tracon__InboundTriggers__MaxBodyBytes", "0"),
             ("Tracon__InboundTriggers__MaxRequestsPerMinute", "-1"),
+            ("Tracon__InboundTriggers__MaxUnverifiedRequestsPerMinute", "0"),
+            ("Tracon__InboundTriggers__TenantPrefixes__acme", "NoColon"),
             ("Tracon__InboundTriggers__AllowedConfigurationPrefix", "Tracon:TriggerSecrets"),
             ("Tracon__InboundTriggers__AllowedConfigurationPrefix", ":"),
         ] {
@@ -750,10 +803,11 @@ mod tests {
             ("Tracon__Providers__OpenAI__ApiKey", "sk-not-for-triggers"),
         ]))
         .unwrap();
-        assert_eq!(s.secret("Tracon:TriggerSecrets:Slack"), Some("whsec_1"));
-        assert_eq!(s.secret("Tracon__TriggerSecrets__Slack"), Some("whsec_1"));
-        assert_eq!(s.secret("Tracon:TriggerSecrets:Missing"), None);
-        assert_eq!(s.secret("Tracon:Providers:OpenAI:ApiKey"), None, "outside the prefix");
+        let d = TenantId::default_tenant();
+        assert_eq!(s.secret(&d, "Tracon:TriggerSecrets:Slack"), Some("whsec_1"));
+        assert_eq!(s.secret(&d, "Tracon__TriggerSecrets__Slack"), Some("whsec_1"));
+        assert_eq!(s.secret(&d, "Tracon:TriggerSecrets:Missing"), None);
+        assert_eq!(s.secret(&d, "Tracon:Providers:OpenAI:ApiKey"), None, "outside the prefix");
         assert!(!format!("{s:?}").contains("whsec_1"));
     }
 
@@ -766,5 +820,8 @@ mod tests {
         assert_eq!(l.check("t/a", 2, now), Err(30));
         assert!(l.check("t/b", 2, now).is_ok(), "per trigger");
         assert!(l.check("t/a", 2, now + chrono::Duration::seconds(30)).is_ok(), "refilled");
+        assert!(l.peek("t/c", 1, now).is_ok() && l.peek("t/c", 1, now).is_ok(), "a peek takes nothing");
+        assert!(l.check("t/c", 1, now).is_ok());
+        assert_eq!(l.peek("t/c", 1, now), Err(60));
     }
 }

@@ -3,8 +3,8 @@
 //!
 //! Every subscription write is audited **before** it is applied: an entry that cannot be
 //! written refuses the write (`503 audit_unavailable`) and nothing changes. A subscription
-//! names its signing secret's configuration key (under `Tracon:WebhookSecrets:` by
-//! default), never the secret. Its URL passes the egress guard when written (HTTPS to a
+//! names its signing secret's configuration key, never the secret: under the tenant's own
+//! partition of `Tracon:WebhookSecrets:` ([`tracon_core::secret_names`]). Its URL passes the egress guard when written (HTTPS to a
 //! public host; see `tracon_core::egress`) and again at every delivery. Another tenant's
 //! subscription answers exactly as a missing one.
 
@@ -45,8 +45,11 @@ pub struct WebhookBody {
     /// `workflow.request.pending`, `job.completed`, `job.failed`, `eval.completed`,
     /// `quota.threshold`, `run.score.low`, `test.ping`.
     pub events: Vec<String>,
-    /// The configuration key holding the signing secret, e.g.
-    /// `Tracon:WebhookSecrets:Orders` (environment `Tracon__WebhookSecrets__Orders`).
+    /// The NAME of the configuration key holding the signing secret, in the tenant's own
+    /// partition: `Tracon:WebhookSecrets:Orders` for the default tenant,
+    /// `Tracon:WebhookSecrets:{tenantId}:Orders` for any other (environment
+    /// `Tracon__WebhookSecrets__acme__Orders`), or under a prefix the operator granted the
+    /// tenant. Never the secret.
     pub secret_configuration_name: String,
     /// Extra request headers (stored and shown as given: not for credentials). `Host`,
     /// `Content-Type`, `Content-Length`, `Authorization`, `Cookie`, connection headers and
@@ -84,7 +87,15 @@ fn invalid(field: &str, detail: impl Into<String>) -> ApiError {
 }
 
 /// Checks a body against every rule; the change it asks for.
-fn validate(state: &AppState, body: WebhookBody) -> ApiResult<SubscriptionChange> {
+/// Checks a body. `before` is the subscription it replaces: a secret key name that one
+/// already stores is kept even outside the tenant's partition (saved before names were
+/// partitioned; it keeps working for this tenant), any other name must be the tenant's.
+fn validate(
+    state: &AppState,
+    tenant: &TenantId,
+    body: WebhookBody,
+    before: Option<&WebhookSubscription>,
+) -> ApiResult<SubscriptionChange> {
     let settings = &state.runtime.webhooks;
     let url = body.url.trim();
     if url.is_empty() || url.len() > MAX_URL_LEN {
@@ -111,14 +122,10 @@ fn validate(state: &AppState, body: WebhookBody) -> ApiResult<SubscriptionChange
         return Err(invalid("events", "'events' names at least one event."));
     }
     let secret = body.secret_configuration_name.trim();
-    if !settings.secret_name_is_allowed(secret) {
-        return Err(invalid(
-            "secretConfigurationName",
-            format!(
-                "'secretConfigurationName' is the name of a configuration key under '{}' (letters, digits, '-', '_', '.', ':'), never the secret itself.",
-                settings.secret_prefix
-            ),
-        ));
+    let unchanged = before.is_some_and(|b| b.secret_configuration_name.eq_ignore_ascii_case(secret));
+    if !unchanged && let Err(refused) = settings.secret_names.check_write(tenant, secret) {
+        const FIELD: &str = "secretConfigurationName";
+        return Err(invalid(FIELD, refused.message(FIELD)).with("allowedPrefix", &refused.allowed_prefix));
     }
     if body.headers.len() > MAX_HEADERS {
         return Err(invalid("headers", format!("At most {MAX_HEADERS} custom headers.")));
@@ -217,7 +224,7 @@ pub async fn create(
     Extension(caller): Extension<Caller>,
     ApiJson(body): ApiJson<WebhookBody>,
 ) -> ApiResult<Response> {
-    let change = validate(&state, body)?;
+    let change = validate(&state, &tenant, body, None)?;
     let now = state.runtime.platform.clock.now();
     let subscription = WebhookSubscription {
         id: new_id(state.runtime.platform.clock.as_ref()),
@@ -272,7 +279,7 @@ pub async fn update(
     let id = webhook_id(&id)?;
     let store = &state.runtime.stores.webhooks;
     let before = store.get(&tenant, id).await?.ok_or_else(webhook_not_found)?;
-    let change = validate(&state, body)?;
+    let change = validate(&state, &tenant, body, Some(&before))?;
     audit_first(&state, &tenant, &caller, "webhook.update", id, Some(&before), Some(change_json(&change))).await?;
     let now = state.runtime.platform.clock.now();
     let updated = store.update(&tenant, id, &change, now).await;

@@ -259,11 +259,11 @@ async fn tenant_b(app: &Router, state: &AppState, b: &str) -> Theirs {
     assert_eq!(status, StatusCode::OK, "{doc}");
     let conversation = doc["id"].as_str().unwrap().to_owned();
     let trigger = json!({"targetKind": "agent", "targetName": "b-agent",
-        "signingSecretConfigurationName": "Tracon:TriggerSecrets:BSecretName"});
+        "signingSecretConfigurationName": "Tracon:TriggerSecrets:tenant-b:BSecretName"});
     let (status, doc) = call(app, Method::PUT, "/api/triggers/b-trigger", b, Some(trigger)).await;
     assert_eq!(status, StatusCode::CREATED, "{doc}");
     let webhook = json!({"url": "https://hooks.example.com/b-hook-path", "events": ["run.completed"],
-        "secretConfigurationName": "Tracon:WebhookSecrets:BHookSecretName", "description": "secret instructions"});
+        "secretConfigurationName": "Tracon:WebhookSecrets:tenant-b:BHookSecretName", "description": "secret instructions"});
     let (status, doc) = call(app, Method::POST, "/api/webhooks", b, Some(webhook)).await;
     assert_eq!(status, StatusCode::CREATED, "{doc}");
     let webhook = doc["id"].as_str().unwrap().to_owned();
@@ -368,7 +368,7 @@ fn body_for(method: &Method, template: &str, agent: &str, scope: Scope) -> Optio
         ("POST", "/api/tenants") => Some(json!({"id": "a-new", "displayName": "A's"})),
         ("PUT", "/api/tenants/{id}") => Some(json!({"displayName": "renamed"})),
         ("PUT", "/api/triggers/{name}") => Some(json!({"targetKind": "agent", "targetName": "a-own-agent",
-            "signingSecretConfigurationName": "Tracon:TriggerSecrets:Own"})),
+            "signingSecretConfigurationName": "Tracon:TriggerSecrets:tenant-a:Own"})),
         ("POST", "/api/triggers/{tenantId}/{name}") => Some(json!({"event": "unsigned"})),
         ("POST", "/api/schedules") | ("PUT", "/api/schedules/{id}") => Some(json!({
             "name": "a-own", "agentName": agent, "message": "m", "runAt": "2030-01-01T00:00:00Z"})),
@@ -379,7 +379,7 @@ fn body_for(method: &Method, template: &str, agent: &str, scope: Scope) -> Optio
         }
         ("POST", "/api/webhooks") | ("PUT", "/api/webhooks/{id}") => Some(json!({
             "url": "https://hooks.example.com/a-own", "events": ["run.failed"],
-            "secretConfigurationName": "Tracon:WebhookSecrets:Own"})),
+            "secretConfigurationName": "Tracon:WebhookSecrets:tenant-a:Own"})),
         _ => None,
     }
 }
@@ -575,7 +575,7 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
     assert_eq!(status, StatusCode::OK, "tenant A did not delete B's trigger: {trigger}");
     assert_eq!(
         (trigger["targetName"].as_str(), trigger["signingSecretConfigurationName"].as_str()),
-        (Some("b-agent"), Some("Tracon:TriggerSecrets:BSecretName")),
+        (Some("b-agent"), Some("Tracon:TriggerSecrets:tenant-b:BSecretName")),
         "tenant A did not replace B's trigger"
     );
     let (status, hook) = call(&app, Method::GET, &format!("/api/webhooks/{}", theirs.webhook), &b, None).await;

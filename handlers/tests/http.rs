@@ -493,6 +493,66 @@ async fn bad_input_answers_with_a_clear_problem_and_the_right_status() {
     .await;
 }
 
+/// Every text filter of every list, with U+0000 in it.
+const NUL_FILTERS: [(&str, &str); 11] = [
+    ("/api/audit?actor=%00", "actor"),
+    ("/api/audit?entityType=a%00b", "entityType"),
+    ("/api/audit?entityId=%00", "entityId"),
+    ("/api/audit?action=%00", "action"),
+    ("/api/runs?agent=%00", "agent"),
+    ("/api/runs?userId=%00", "userId"),
+    ("/api/runs?label=k:%00", "label"),
+    ("/api/runs?sessionId=%00", "sessionId"),
+    ("/api/jobs?handlerKey=%00", "handlerKey"),
+    ("/api/approvals/rules?toolName=%00", "toolName"),
+    ("/api/stats?agent=%00", "agent"),
+];
+
+#[tokio::test]
+async fn a_nul_character_is_400_naming_the_field_in_every_filter_and_definition_field() {
+    let app = app();
+    for (path, field) in NUL_FILTERS {
+        let doc =
+            expect_problem(&app, request(Method::GET, path, None), StatusCode::BAD_REQUEST, "validation_failed").await;
+        assert_eq!(doc["field"], field, "{path}: {doc}");
+        assert!(doc["detail"].as_str().unwrap().contains("U+0000"), "{doc}");
+    }
+    for (key, value, field) in [
+        ("displayName", json!("Bot\u{0}"), "displayName"),
+        ("instructions", json!("Help.\u{0}"), "instructions"),
+        ("metadata", json!({"owner": "a\u{0}b"}), "metadata.owner"),
+        ("metadata", json!({"k\u{0}": "v"}), "metadata.k\\u0000"),
+    ] {
+        let mut body = stored("nul-agent");
+        body[key] = value;
+        let doc = expect_problem(
+            &app,
+            request(Method::POST, "/api/agents", Some(body)),
+            StatusCode::BAD_REQUEST,
+            "validation_failed",
+        )
+        .await;
+        assert_eq!(doc["field"], field, "{doc}");
+    }
+    // A run message is refused the same way; the escaped text `\u0000` is just text.
+    let doc = expect_problem(
+        &app,
+        request(Method::POST, "/api/agents/code-agent/run", Some(json!({"message": "hi\u{0}"}))),
+        StatusCode::BAD_REQUEST,
+        "validation_failed",
+    )
+    .await;
+    assert_eq!(doc["field"], "message");
+    let mut body = stored("escaped-agent");
+    body["instructions"] = json!("Write \\u0000 literally.");
+    let (status, created) = json_of(&app, request(Method::POST, "/api/agents", Some(body))).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["definition"]["instructions"], "Write \\u0000 literally.");
+    // Nothing was stored by the refused writes.
+    let (_, list) = json_of(&app, request(Method::GET, "/api/agents", None)).await;
+    assert!(!list.to_string().contains("nul-agent"), "{list}");
+}
+
 #[tokio::test]
 async fn a_missing_required_parameter_is_named_before_the_run_starts() {
     let app = app();

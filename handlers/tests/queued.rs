@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -14,10 +15,10 @@ use tower::ServiceExt;
 use tracon_core::definition::AgentDefinition;
 use tracon_core::jobs::{JobHandler, JobRunner, JobSettings, JobTransport};
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
-use tracon_core::model::{Message, ModelProvider};
+use tracon_core::model::{Message, ModelProvider, ProviderError, ProviderErrorKind};
 use tracon_core::ports::tokio_rt;
 use tracon_core::runs::QueuedRuns;
-use tracon_core::runtime::RuntimeBuilder;
+use tracon_core::runtime::{Runtime, RuntimeBuilder};
 use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
 use tracon_handlers::state::QueuedRunSettings;
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
@@ -35,6 +36,7 @@ impl JobTransport for Manual {
 struct Harness {
     app: Router,
     runner: JobRunner,
+    runtime: Arc<Runtime>,
 }
 
 fn harness(with_consumer: bool) -> Harness {
@@ -54,6 +56,11 @@ fn harness(with_consumer: bool) -> Harness {
             Some("refund") if !matches!(req.messages.last(), Some(Message::Tool { .. })) => {
                 ScriptedTurn::tool_call("refund", json!({}))
             }
+            Some("fail") => ScriptedTurn::failing(ProviderError::new(
+                ProviderErrorKind::ServerError,
+                "HttpRequestException",
+                "upstream said no",
+            )),
             _ => ScriptedTurn::text("Done in the background.").with_usage(5, 3),
         }
     });
@@ -66,18 +73,15 @@ fn harness(with_consumer: bool) -> Harness {
             .unwrap(),
     );
     let handlers: Vec<Arc<dyn JobHandler>> = vec![Arc::new(QueuedRuns { runtime: runtime.clone() })];
-    let runner = JobRunner::new(
-        runtime.stores.jobs.clone(),
-        handlers,
-        runtime.platform.clock.clone(),
-        JobSettings::default(),
-        "test",
-    );
-    let mut state = AppState::new(runtime, HttpSettings::default());
+    // Retries are due at once, so a test sees the next attempt on its next drain.
+    let settings = JobSettings { retry_base: Duration::ZERO, ..JobSettings::default() };
+    let runner =
+        JobRunner::new(runtime.stores.jobs.clone(), handlers, runtime.platform.clock.clone(), settings, "test");
+    let mut state = AppState::new(runtime.clone(), HttpSettings::default());
     if with_consumer {
         state = state.with_jobs(QueuedRunSettings { transport: Arc::new(Manual), max_attempts: 3 });
     }
-    Harness { app: tracon_handlers::router(state), runner }
+    Harness { app: tracon_handlers::router(state), runner, runtime }
 }
 
 async fn call(
@@ -167,6 +171,10 @@ async fn a_queued_run_cancelled_before_a_worker_starts_it_ends_canceled() {
     h.runner.drain(10).await.unwrap();
     let (_, _, run) = call(&h.app, Method::GET, &format!("/api/runs/{run_id}"), None, false).await;
     assert_eq!(run["status"], "Canceled", "{run}");
+    // Its job follows the run: cancelled, not a success.
+    let job_id = accepted["jobId"].as_str().unwrap();
+    let (_, _, job) = call(&h.app, Method::GET, &format!("/api/jobs/{job_id}"), None, false).await;
+    assert_eq!(job["status"], "Canceled", "{job}");
 }
 
 #[tokio::test]
@@ -187,4 +195,71 @@ async fn without_a_consumer_the_preference_is_ignored_and_the_run_streams() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(headers[header::CONTENT_TYPE], "text/event-stream");
     assert!(headers.get("preference-applied").is_none());
+}
+
+async fn queue(h: &Harness, message: &str) -> (String, String) {
+    let (status, _, accepted) =
+        call(&h.app, Method::POST, "/api/agents/worker/run", Some(json!({"message": message})), true).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    (accepted["runId"].as_str().unwrap().to_owned(), accepted["jobId"].as_str().unwrap().to_owned())
+}
+
+#[tokio::test]
+async fn a_queued_run_that_fails_fails_its_job_with_the_runs_error_class() {
+    let h = harness(true);
+    let (run_id, job_id) = queue(&h, "fail").await;
+    assert_eq!(h.runner.drain(10).await.unwrap(), 1);
+    let (_, _, run) = call(&h.app, Method::GET, &format!("/api/runs/{run_id}"), None, false).await;
+    assert_eq!(run["status"], "Failed", "{run}");
+    let (_, _, job) = call(&h.app, Method::GET, &format!("/api/jobs/{job_id}"), None, false).await;
+    assert_eq!(job["status"], "Failed", "a failed run is not a succeeded job: {job}");
+    assert_eq!(job["error"]["code"], "tracon.run.provider_unavailable", "{job}");
+    assert_eq!(job["attempts"], 1, "a run that ran is never run again");
+}
+
+#[tokio::test]
+async fn the_job_of_a_run_whose_process_died_waits_for_it_and_settles_as_it_ended() {
+    let h = harness(true);
+    let (run_id, job_id) = queue(&h, "hello").await;
+    // An earlier attempt started the run, then its process went away without ending it.
+    let tenant = tracon_core::names::TenantId::default_tenant();
+    let id = tracon_core::names::RunId::parse(&run_id).unwrap();
+    let started = h.runtime.stores.runs.start_queued(&tenant, id, chrono::Utc::now()).await.unwrap();
+    assert_eq!(started, Some(false));
+
+    // The next attempt does not run it twice, and does not call it a success either.
+    assert_eq!(h.runner.drain(10).await.unwrap(), 1);
+    let (_, _, job) = call(&h.app, Method::GET, &format!("/api/jobs/{job_id}"), None, false).await;
+    assert_eq!(job["status"], "Queued", "retried later, not Succeeded: {job}");
+    assert_eq!(job["error"]["code"], "tracon.run.unfinished", "{job}");
+    assert_eq!(job["result"], Value::Null);
+
+    // Reconciliation closes the orphan; the job then settles as the run ended.
+    let stale_before = chrono::Utc::now() + chrono::Duration::seconds(1);
+    let stale = h.runtime.stores.runs.stale_runs(stale_before, 10).await.unwrap();
+    assert_eq!(stale.len(), 1);
+    let failure = tracon_core::failure::RunFailure::new(tracon_core::failure::ErrorClass::Orphaned, "gone");
+    let end = tracon_core::store::RunEnd {
+        status: tracon_core::store::RunStatus::Failed,
+        ended_at: chrono::Utc::now(),
+        duration_ms: 1,
+        usage: None,
+        cost: None,
+        model_provider: None,
+        model: None,
+        error: Some(failure.clone()),
+    };
+    let event = tracon_core::events::RecordedEvent {
+        sequence: stale[0].last_sequence + 1,
+        timestamp: chrono::Utc::now(),
+        event: tracon_core::events::RunEvent::RunFailed { error: failure },
+    };
+    assert!(h.runtime.stores.runs.close_stale(&tenant, id, stale_before, &end, &[event]).await.unwrap());
+    assert_eq!(h.runner.drain(10).await.unwrap(), 1);
+    let (_, _, job) = call(&h.app, Method::GET, &format!("/api/jobs/{job_id}"), None, false).await;
+    assert_eq!(
+        (job["status"].as_str(), job["error"]["code"].as_str()),
+        (Some("Failed"), Some("tracon.run.orphaned")),
+        "{job}"
+    );
 }

@@ -104,6 +104,62 @@ fn remote() -> PeerAddr {
     PeerAddr(std::net::SocketAddr::from(([203, 0, 113, 7], 40000)))
 }
 
+fn another_remote() -> PeerAddr {
+    PeerAddr(std::net::SocketAddr::from(([198, 51, 100, 23], 51000)))
+}
+
+/// A trigger of `tenant` put straight into the store (the static token acts for the default
+/// tenant only; stored as an older release could have stored it).
+async fn store_trigger(state: &AppState, tenant: &str, name: &str, secret_name: &str) {
+    let at = chrono::Utc::now();
+    let record = tracon_core::triggers::TriggerRecord {
+        name: tracon_core::triggers::TriggerName::parse(name).unwrap(),
+        target_kind: tracon_core::triggers::TargetKind::Agent,
+        target_name: "support".into(),
+        signing_secret_configuration_name: secret_name.into(),
+        payload_mode: tracon_core::triggers::PayloadMode::WholeBody,
+        payload_path: None,
+        enabled: true,
+        created_at: at,
+        updated_at: at,
+    };
+    state.runtime.stores.triggers.put(&TenantId::parse(tenant).unwrap(), &record).await.unwrap();
+}
+
+/// An API key of `tenant` with `TriggersAdmin`, put straight into the store.
+async fn admin_key(state: &AppState, tenant: &str) -> String {
+    let secret = tracon_core::keys::generate().unwrap();
+    let record = tracon_core::keys::ApiKeyRecord {
+        id: secret.id,
+        tenant: TenantId::parse(tenant).unwrap(),
+        name: format!("{tenant} admin"),
+        hash: secret.hash,
+        scopes: [tracon_core::keys::Scope::TriggersAdmin].into_iter().collect(),
+        created_at: chrono::Utc::now(),
+        expires_at: None,
+        revoked_at: None,
+        last_used_at: None,
+        rotated_at: None,
+    };
+    state.runtime.stores.keys.create(&record).await.unwrap();
+    secret.key
+}
+
+/// `PUT /api/triggers/{name}` with `bearer`.
+async fn put_as(app: &Router, bearer: &str, name: &str, body: Value) -> (StatusCode, Value) {
+    let request = Request::builder()
+        .method(Method::PUT)
+        .uri(format!("/api/triggers/{name}"))
+        .extension(remote())
+        .header(header::AUTHORIZATION, format!("Bearer {bearer}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let res = app.clone().oneshot(request).await.unwrap();
+    let status = res.status();
+    (status, json_of(&res.into_body().collect().await.unwrap().to_bytes()))
+}
+
 /// A management call with the static token.
 async fn call(app: &Router, method: Method, path: &str, body: Option<Value>) -> (StatusCode, HeaderMap, Value) {
     let mut b = Request::builder()
@@ -163,11 +219,16 @@ impl<'a> Accept<'a> {
     }
 
     async fn send(&self, app: &Router) -> (StatusCode, HeaderMap, Vec<u8>) {
-        let mut b = Request::builder()
-            .method(Method::POST)
-            .uri(self.path)
-            .extension(remote())
-            .header(header::CONTENT_TYPE, "application/json");
+        self.send_from(app, Some(remote())).await
+    }
+
+    /// Sent from `peer` (`None`: a host that does not know the client's address).
+    async fn send_from(&self, app: &Router, peer: Option<PeerAddr>) -> (StatusCode, HeaderMap, Vec<u8>) {
+        let mut b =
+            Request::builder().method(Method::POST).uri(self.path).header(header::CONTENT_TYPE, "application/json");
+        if let Some(peer) = peer {
+            b = b.extension(peer);
+        }
         if let Some(ts) = &self.timestamp {
             b = b.header("X-Tracon-Timestamp", ts);
         }
@@ -462,6 +523,178 @@ async fn the_tenant_comes_from_the_url_not_from_a_credential() {
         .await
         .unwrap();
     assert_eq!(res.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn one_signed_request_starts_at_most_one_run_across_every_trigger_that_shares_its_secret() {
+    // Two triggers of the default tenant name one key; a third, in another tenant, names a
+    // key of its own partition that holds the same secret value.
+    let h =
+        harness(Options { config: vec![("Tracon__TriggerSecrets__tenant-b__Slack", SECRET)], ..Options::default() });
+    define(&h.app, "t1", slack("wholeBody", None)).await;
+    define(&h.app, "t2", slack("wholeBody", None)).await;
+    store_trigger(&h.state, "tenant-b", "t3", "Tracon:TriggerSecrets:tenant-b:Slack").await;
+
+    let body: &[u8] = br#"{"event":{"text":"captured once"}}"#;
+    let first = Accept::signed("/api/triggers/default/t1", body, SECRET);
+    let (status, _, bytes) = first.send(&h.app).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{}", String::from_utf8_lossy(&bytes));
+    for path in ["/api/triggers/default/t2", "/api/triggers/tenant-b/t3", "/api/triggers/default/t1"] {
+        let replay = Accept { path, body, timestamp: first.timestamp.clone(), signature: first.signature.clone() };
+        let (status, _, bytes) = replay.send(&h.app).await;
+        assert_eq!(
+            (status, json_of(&bytes)["errorType"].as_str()),
+            (StatusCode::CONFLICT, Some("trigger_replayed")),
+            "{path}"
+        );
+    }
+    assert_eq!(job_count(&h.app).await, 1, "one run in the default tenant");
+    let b = TenantId::parse("tenant-b").unwrap();
+    let theirs = h.state.runtime.stores.jobs.list(&b, &Default::default(), 0, 10).await.unwrap();
+    assert!(theirs.is_empty(), "and none in tenant-b: {theirs:?}");
+    // A fresh signature for the same body is a new request everywhere.
+    let fresh = Accept::signed("/api/triggers/tenant-b/t3", br#"{"event":{"text":"a new one"}}"#, SECRET);
+    assert_eq!(fresh.send(&h.app).await.0, StatusCode::ACCEPTED);
+}
+
+#[tokio::test]
+async fn forged_requests_never_use_up_a_triggers_limit_and_are_bounded_per_address() {
+    let h = harness(Options {
+        config: vec![
+            ("Tracon__InboundTriggers__MaxRequestsPerMinute", "4"),
+            ("Tracon__InboundTriggers__MaxUnverifiedRequestsPerMinute", "3"),
+        ],
+        ..Options::default()
+    });
+    define(&h.app, "slack", slack("wholeBody", None)).await;
+    let forged = |n: usize| {
+        let body = format!("{{\"forged\":{n}}}").into_bytes();
+        let ts = now().to_string();
+        (body, ts)
+    };
+    // An attacker at one address: three 401s, then 429 before any lookup or HMAC.
+    let mut answers = Vec::new();
+    for n in 0..8 {
+        let (body, ts) = forged(n);
+        let request = Accept {
+            path: "/api/triggers/default/slack",
+            body: &body,
+            timestamp: Some(ts),
+            signature: Some(format!("sha256={}", "ab".repeat(32))),
+        };
+        answers.push(request.send_from(&h.app, Some(remote())).await.0.as_u16());
+    }
+    assert_eq!(answers, [401, 401, 401, 429, 429, 429, 429, 429]);
+    // The real sender, elsewhere, still has the trigger's whole budget.
+    for n in 0..4 {
+        let body = format!("{{\"real\":{n}}}");
+        let request = Accept::signed("/api/triggers/default/slack", body.as_bytes(), SECRET);
+        assert_eq!(request.send_from(&h.app, Some(another_remote())).await.0, StatusCode::ACCEPTED, "real {n}");
+    }
+    // The trigger's own limit still holds for verified requests.
+    let request = Accept::signed("/api/triggers/default/slack", b"{\"real\":4}", SECRET);
+    let (status, headers, _) = request.send_from(&h.app, Some(another_remote())).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(headers.contains_key(header::RETRY_AFTER));
+    assert_eq!(job_count(&h.app).await, 4);
+}
+
+#[tokio::test]
+async fn without_a_known_address_forgeries_share_one_bucket_that_never_holds_up_a_valid_sender() {
+    let h = harness(Options {
+        config: vec![("Tracon__InboundTriggers__MaxUnverifiedRequestsPerMinute", "2")],
+        ..Options::default()
+    });
+    define(&h.app, "slack", slack("wholeBody", None)).await;
+    let mut answers = Vec::new();
+    for _ in 0..4 {
+        let request = Accept {
+            signature: Some(format!("sha256={}", "cd".repeat(32))),
+            ..Accept::signed("/api/triggers/default/slack", b"{}", SECRET)
+        };
+        answers.push(request.send_from(&h.app, None).await.0.as_u16());
+    }
+    assert_eq!(answers, [401, 401, 429, 429]);
+    let valid = Accept::signed("/api/triggers/default/slack", b"{\"ok\":true}", SECRET);
+    assert_eq!(valid.send_from(&h.app, None).await.0, StatusCode::ACCEPTED);
+}
+
+#[tokio::test]
+async fn a_tenant_names_secret_keys_only_in_its_own_partition_or_under_a_grant() {
+    let h = harness(Options {
+        config: vec![
+            ("Tracon__TriggerSecrets__acme__Slack", "whsec_acme"),
+            ("Tracon__InboundTriggers__TenantPrefixes__globex", "Shared:Globex:"),
+        ],
+        ..Options::default()
+    });
+    let acme = admin_key(&h.state, "acme").await;
+    let with_secret = |name: &str| {
+        let mut body = slack("wholeBody", None);
+        body["signingSecretConfigurationName"] = json!(name);
+        body
+    };
+    // acme cannot name the default tenant's key, nor another tenant's, nor nest deeper.
+    for foreign in
+        ["Tracon:TriggerSecrets:Slack", "Tracon:TriggerSecrets:globex:Slack", "Tracon:TriggerSecrets:acme:eu:Slack"]
+    {
+        let (status, doc) = put_as(&h.app, &acme, "hook", with_secret(foreign)).await;
+        assert_eq!(
+            (status, doc["errorType"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("validation_failed")),
+            "{foreign}: {doc}"
+        );
+        assert_eq!(doc["field"], "signingSecretConfigurationName");
+        assert_eq!(doc["allowedPrefix"], "Tracon:TriggerSecrets:acme:", "{doc}");
+        assert!(doc["detail"].as_str().unwrap().contains("'Tracon:TriggerSecrets:acme:'"), "{doc}");
+    }
+    let (status, doc) = put_as(&h.app, &acme, "hook", with_secret("Tracon__TriggerSecrets__acme__Slack")).await;
+    assert_eq!(status, StatusCode::CREATED, "{doc}");
+    assert_eq!(doc["signingSecretConfigurationName"], "Tracon:TriggerSecrets:acme:Slack");
+    // The default tenant cannot reach into acme's partition.
+    let (status, _, doc) =
+        call(&h.app, Method::PUT, "/api/triggers/hook", Some(with_secret("Tracon:TriggerSecrets:acme:Slack"))).await;
+    assert_eq!((status, doc["allowedPrefix"].as_str()), (StatusCode::BAD_REQUEST, Some("Tracon:TriggerSecrets:")));
+    // The operator's grant is globex's only, and the only way outside the partition.
+    let globex = admin_key(&h.state, "globex").await;
+    assert_eq!(put_as(&h.app, &globex, "hook", with_secret("Shared:Globex:Slack")).await.0, StatusCode::CREATED);
+    assert_eq!(put_as(&h.app, &acme, "other", with_secret("Shared:Globex:Slack")).await.0, StatusCode::BAD_REQUEST);
+    // acme's trigger verifies with acme's secret, not the default tenant's.
+    let body: &[u8] = b"{\"x\":1}";
+    let (status, _, _) = Accept::signed("/api/triggers/acme/hook", body, SECRET).send(&h.app).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _, bytes) = Accept::signed("/api/triggers/acme/hook", body, "whsec_acme").send(&h.app).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{}", String::from_utf8_lossy(&bytes));
+}
+
+#[tokio::test]
+async fn a_record_saved_before_the_partition_keeps_working_for_its_tenant_and_is_reported() {
+    let h = harness(Options::default());
+    // Saved by an older release: tenant acme names the default tenant's key.
+    store_trigger(&h.state, "acme", "legacy", "Tracon:TriggerSecrets:Slack").await;
+    define(&h.app, "fine", slack("wholeBody", None)).await;
+    let runtime = &h.state.runtime;
+    let found = tracon_core::secret_names::report_foreign_references(
+        &runtime.stores,
+        &h.state.http.triggers.secret_names,
+        &runtime.webhooks.secret_names,
+    )
+    .await
+    .unwrap();
+    let reported: Vec<(&str, &str, &str)> =
+        found.iter().map(|(kind, r)| (*kind, r.tenant.as_str(), r.record.as_str())).collect();
+    assert_eq!(reported, [("trigger", "acme", "legacy")]);
+    // It still verifies for acme,
+    let (status, _, _) = Accept::signed("/api/triggers/acme/legacy", b"{}", SECRET).send(&h.app).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    // acme may re-save it with the name it has, but not move it to another foreign name.
+    let acme = admin_key(&h.state, "acme").await;
+    let mut body = slack("wholeBody", None);
+    body["enabled"] = json!(false);
+    let (status, doc) = put_as(&h.app, &acme, "legacy", body.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{doc}");
+    body["signingSecretConfigurationName"] = json!("Tracon:TriggerSecrets:Other");
+    assert_eq!(put_as(&h.app, &acme, "legacy", body).await.0, StatusCode::BAD_REQUEST);
 }
 
 // ---- management -----------------------------------------------------------------------------

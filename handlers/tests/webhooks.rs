@@ -68,6 +68,8 @@ impl ManualClock {
 
 #[derive(Debug, Clone)]
 struct Received {
+    method: String,
+    path: String,
     headers: BTreeMap<String, String>,
     body: Vec<u8>,
 }
@@ -119,12 +121,17 @@ impl Receiver {
                         }
                     }
                     let body = buf[head_end..head_end + length].to_vec();
-                    kept.lock().unwrap().push(Received { headers, body });
+                    let mut request_line = head.lines().next().unwrap_or_default().split(' ');
+                    let method = request_line.next().unwrap_or_default().to_owned();
+                    let path = request_line.next().unwrap_or_default().to_owned();
+                    kept.lock().unwrap().push(Received { method, path, headers, body });
                     let status = script.lock().unwrap().pop_front().unwrap_or(200);
                     // A large answer: the client reads at most its limit and keeps none of it.
                     let filler = "x".repeat(100 * 1024);
+                    // A redirect points at another path of this receiver (which answers 200).
+                    let location = if (300..400).contains(&status) { "location: /moved\r\n" } else { "" };
                     let response = format!(
-                        "HTTP/1.1 {status} Scripted\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{filler}",
+                        "HTTP/1.1 {status} Scripted\r\n{location}content-length: {}\r\nconnection: close\r\n\r\n{filler}",
                         filler.len()
                     );
                     let _ = socket.write_all(response.as_bytes()).await;
@@ -141,6 +148,11 @@ impl Receiver {
 
     fn requests(&self) -> Vec<Received> {
         self.requests.lock().unwrap().clone()
+    }
+
+    /// The request lines' paths, in order.
+    fn paths(&self) -> Vec<String> {
+        self.requests.lock().unwrap().iter().map(|r| r.path.clone()).collect()
     }
 }
 
@@ -425,6 +437,76 @@ async fn a_failing_receiver_is_retried_with_backoff_and_its_one_entry_updated_in
     assert!(got.iter().all(|r| r.body == got[0].body), "every attempt sends the same body");
     let (_, sub) = call(&h.app, Method::GET, &format!("/api/webhooks/{id}"), None).await;
     assert_eq!(sub["consecutiveFailures"], 0);
+}
+
+#[tokio::test]
+async fn a_receivers_redirect_is_a_failed_attempt_with_its_status_and_is_never_followed() {
+    // 302, then 200 for everything: a client that followed the redirect would GET /moved.
+    let receiver = Receiver::start(&[302]).await;
+    let h = harness(local(&[]));
+    let id = subscribe(&h, &receiver.url(), &["test.ping"]).await;
+    ping(&h, &id).await;
+    assert_eq!(h.runner.drain(10).await.unwrap(), 1);
+    assert_eq!(receiver.paths(), ["/hooks/tracon?source=test"], "the redirect was not followed");
+    assert_eq!(receiver.requests()[0].method, "POST");
+    let listed = deliveries(&h, &id).await;
+    assert_eq!(listed[0]["status"], "Retrying", "{listed:?}");
+    assert_eq!(listed[0]["lastStatusCode"], 302);
+    assert_eq!(listed[0]["lastError"]["code"], "tracon.webhook.redirect", "{listed:?}");
+}
+
+/// An API key of `tenant` with `WebhooksAdmin`, put straight into the store.
+async fn webhooks_key(runtime: &Runtime, tenant: &str) -> String {
+    let secret = tracon_core::keys::generate().unwrap();
+    let record = tracon_core::keys::ApiKeyRecord {
+        id: secret.id,
+        tenant: TenantId::parse(tenant).unwrap(),
+        name: format!("{tenant} webhooks"),
+        hash: secret.hash,
+        scopes: [tracon_core::keys::Scope::WebhooksAdmin].into_iter().collect(),
+        created_at: Utc::now(),
+        expires_at: None,
+        revoked_at: None,
+        last_used_at: None,
+        rotated_at: None,
+    };
+    runtime.stores.keys.create(&record).await.unwrap();
+    secret.key
+}
+
+#[tokio::test]
+async fn a_tenant_cannot_name_another_tenants_signing_secret_and_its_deliveries_use_its_own() {
+    const ACME_SECRET: &str = "whsec-acme-only";
+    let receiver = Receiver::start(&[]).await;
+    let h = harness(local(&[("Tracon__WebhookSecrets__acme__Orders", ACME_SECRET)]));
+    let key = webhooks_key(&h.runtime, "acme").await;
+    let bearer = format!("Bearer {key}");
+    let headers = [("Authorization", bearer.as_str())];
+    // The default tenant's key name: refused, naming the partition acme may use.
+    let (status, problem) =
+        call_with(&h.app, Method::POST, "/api/webhooks", Some(subscription(&receiver.url(), &["test.ping"])), &headers)
+            .await;
+    assert_eq!((status, problem["field"].as_str()), (StatusCode::BAD_REQUEST, Some("secretConfigurationName")));
+    assert_eq!(problem["allowedPrefix"], "Tracon:WebhookSecrets:acme:", "{problem}");
+    let mut own = subscription(&receiver.url(), &["test.ping"]);
+    own["secretConfigurationName"] = json!("Tracon:WebhookSecrets:acme:Orders");
+    let (status, created) = call_with(&h.app, Method::POST, "/api/webhooks", Some(own), &headers).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["id"].as_str().unwrap();
+    let (status, _) = call_with(&h.app, Method::POST, &format!("/api/webhooks/{id}/test"), None, &headers).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(h.runner.drain(10).await.unwrap(), 1);
+    let got = receiver.requests();
+    assert_eq!(got.len(), 1);
+    assert!(!signature_is_valid(&got[0]), "not signed with the default tenant's secret");
+    let mut mac = Hmac::<Sha256>::new_from_slice(ACME_SECRET.as_bytes()).unwrap();
+    mac.update(got[0].headers["x-tracon-timestamp"].as_bytes());
+    mac.update(b".");
+    mac.update(&got[0].body);
+    let expected: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(got[0].headers["x-tracon-signature"], format!("sha256={expected}"));
+    let body: Value = serde_json::from_slice(&got[0].body).unwrap();
+    assert_eq!(body["tenantId"], "acme", "the receiver can check whose event it is");
 }
 
 #[tokio::test]

@@ -182,6 +182,90 @@ async fn when_the_database_goes_away_requests_get_503_and_the_server_recovers_on
     assert!(!server.log_text().contains("panicked"));
 }
 
+/// `database_url()` with another database name.
+fn url_of_database(name: &str) -> String {
+    let mut u = reqwest::Url::parse(&database_url()).unwrap();
+    u.set_path(&format!("/{name}"));
+    u.to_string()
+}
+
+#[tokio::test]
+async fn a_database_that_refuses_connections_is_503_store_unavailable_with_retry_after() {
+    let admin = db().await;
+    let name = format!("refuse_{}", uuid_like());
+    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await.unwrap();
+    let server =
+        start_on_pg(&fresh_schema(), &url_of_database(&name), &[("Tracon__PostgreSql__AcquireTimeoutSeconds", "2")])
+            .await;
+    let client = reqwest::Client::new();
+    assert_eq!(client.get(server.url("/api/runs")).send().await.unwrap().status(), 200);
+
+    // The operator closes the database: new connections answer SQLSTATE 55000, open ones
+    // are ended (57P01).
+    sqlx::query(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false")).execute(&admin).await.unwrap();
+    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1")
+        .bind(&name)
+        .execute(&admin)
+        .await
+        .unwrap();
+    for path in ["/api/runs", "/api/sessions", "/api/agents"] {
+        let res = client.get(server.url(path)).send().await.unwrap();
+        let (status, retry_after) = (res.status().as_u16(), res.headers().get("retry-after").cloned());
+        let doc: Value = res.json().await.unwrap();
+        assert_eq!((status, doc["errorType"].as_str()), (503, Some("store_unavailable")), "{path}: {doc}");
+        let retry: u64 = retry_after.expect("Retry-After").to_str().unwrap().parse().unwrap();
+        assert!(retry > 0, "{path}");
+    }
+    let (status, _, body) = run(&server, "support", json!({"message": "while closed"})).await;
+    assert_eq!(status, 503, "a run is refused before it starts: {body}");
+
+    sqlx::query(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true")).execute(&admin).await.unwrap();
+    let recovered_by = Instant::now() + Duration::from_secs(30);
+    while client.get(server.url("/api/runs")).send().await.unwrap().status() != 200 {
+        assert!(Instant::now() < recovered_by, "the server did not recover");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(!server.log_text().contains("request failed") && !server.log_text().contains("panicked"));
+    drop(server);
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&admin).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_nul_character_is_the_same_400_on_postgres_as_in_memory() {
+    let server = start_on_pg(&fresh_schema(), &database_url(), &[]).await;
+    let client = reqwest::Client::new();
+    for (path, field) in [
+        ("/api/audit?actor=%00", "actor"),
+        ("/api/audit?entityType=%00", "entityType"),
+        ("/api/audit?entityId=%00", "entityId"),
+        ("/api/audit?action=%00", "action"),
+        ("/api/runs?agent=%00", "agent"),
+        ("/api/runs?userId=%00", "userId"),
+        ("/api/runs?label=k:%00", "label"),
+        ("/api/runs?sessionId=%00", "sessionId"),
+        ("/api/jobs?handlerKey=%00", "handlerKey"),
+        ("/api/approvals/rules?toolName=%00", "toolName"),
+        ("/api/stats?agent=%00", "agent"),
+    ] {
+        let res = client.get(server.url(path)).send().await.unwrap();
+        let status = res.status().as_u16();
+        let doc: Value = res.json().await.unwrap();
+        assert_eq!((status, doc["field"].as_str()), (400, Some(field)), "{path}: {doc}");
+    }
+    for (key, value) in
+        [("displayName", json!("a\u{0}")), ("instructions", json!("b\u{0}")), ("metadata", json!({"k": "\u{0}"}))]
+    {
+        let mut body = json!({"name": "nul", "instructions": "Help.", "model": {"provider": "scripted", "model": "m"}});
+        body[key] = value;
+        let res = client.post(server.url("/api/agents")).json(&body).send().await.unwrap();
+        let status = res.status().as_u16();
+        let doc: Value = res.json().await.unwrap();
+        assert_eq!(status, 400, "{key}: {doc}");
+        assert!(doc["field"].as_str().unwrap().starts_with(key), "{doc}");
+    }
+    assert!(!server.log_text().contains("22021") && !server.log_text().contains("22P05"));
+}
+
 fn migrate(schema: &str, status: bool) -> std::process::Output {
     let mut cmd = Command::new(tracon_bin());
     cmd.arg("migrate");
@@ -783,14 +867,15 @@ async fn killed_mid_queue_every_job_ends_once_and_the_orphaned_runs_are_reconcil
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    // Every job ended once, and succeeded: none lost, none failed for good.
-    let jobs: Vec<(String, i32)> =
-        sqlx::query_as(&format!("SELECT status, attempts FROM {schema}.jobs WHERE handler_key = 'run.execute'"))
-            .fetch_all(&pool)
-            .await
-            .unwrap();
+    // Every job ended once, none lost, each settled as its run ended: the orphaned runs'
+    // jobs failed (never a success for work that did not finish), every other one succeeded.
+    let jobs: Vec<(String, Option<String>, String)> = sqlx::query_as(&format!(
+        "SELECT status, error_code, run_id::text FROM {schema}.jobs WHERE handler_key = 'run.execute'"
+    ))
+    .fetch_all(&pool)
+    .await
+    .unwrap();
     assert_eq!(jobs.len(), RUNS);
-    assert!(jobs.iter().all(|(status, _)| status == "Succeeded"), "{jobs:?}");
     // No run's model call was made twice, in either process.
     let calls = mock.requests("crash-model");
     for (i, run_id) in &runs {
@@ -800,15 +885,19 @@ async fn killed_mid_queue_every_job_ends_once_and_the_orphaned_runs_are_reconcil
             client.get(second.url(&format!("/api/runs/{run_id}"))).send().await.unwrap().json().await.unwrap();
         let was_in_flight = in_flight.iter().any(|m| m.contains(&marker));
         assert_eq!(made, 1, "run {i} ({run}) made {made} model calls");
+        let job = jobs.iter().find(|(_, _, id)| id == run_id).unwrap();
         if was_in_flight {
-            // The killed process was executing it: reconciliation closes it, nobody re-runs it.
+            // The killed process was executing it: reconciliation closes it, nobody re-runs it,
+            // and its job reports the failure.
             assert_eq!(run["status"], "Failed", "{run}");
             assert_eq!(run["error"]["errorClass"], "Orphaned", "{run}");
+            assert_eq!((job.0.as_str(), job.1.as_deref()), ("Failed", Some("tracon.run.orphaned")), "{job:?}");
             let log = client.get(second.url(&format!("/api/runs/{run_id}/events"))).send().await.unwrap();
             let log = support::parse_frames(&log.text().await.unwrap());
             assert_eq!(log.last().unwrap().event, "run.failed", "the closing event follows the run's own");
         } else {
             assert_eq!(run["status"], "Completed", "{run}");
+            assert_eq!(job.0, "Succeeded", "{job:?}");
         }
     }
     assert_eq!(calls.len(), RUNS, "one model call per run across both processes");

@@ -44,7 +44,7 @@ use tracon_core::ports::tokio_rt;
 use tracon_core::setup::{self, HostDefaults};
 use tracon_core::store::Stores;
 use tracon_handlers::error::ApiError;
-use tracon_handlers::{AppState, HttpSettings};
+use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 use tracon_postgres::pg::{self, PgSettings};
 use tracon_postgres::protect::Protection;
 
@@ -168,8 +168,26 @@ impl Service<Request> for Function {
             );
             return Box::pin(std::future::ready(Ok(replayed.into_response())));
         }
-        Box::pin(self.router.call(without_stage(request, &self.base_path)))
+        let mut request = without_stage(request, &self.base_path);
+        if let Some(source) = source_address(&request) {
+            request.extensions_mut().insert(source);
+        }
+        Box::pin(self.router.call(request))
     }
+}
+
+/// The client's address as API Gateway saw it (`requestContext.identity.sourceIp`, or
+/// `requestContext.http.sourceIp`), for the limits kept per address (the inbound triggers'
+/// unverified requests, `PartitionBy: Address`). Serverless hosts never trust loopback, so
+/// the address grants nothing else.
+fn source_address(request: &Request) -> Option<PeerAddr> {
+    let ip = match request.request_context_ref()? {
+        RequestContext::ApiGatewayV1(c) => c.identity.source_ip.as_deref(),
+        RequestContext::ApiGatewayV2(c) => c.http.source_ip.as_deref(),
+        _ => None,
+    }?;
+    let ip: std::net::IpAddr = ip.trim().parse().ok()?;
+    Some(PeerAddr(std::net::SocketAddr::new(ip, 0)))
 }
 
 /// Makes the path the one Tracon's routes are written for, keeping the query string as

@@ -108,7 +108,9 @@ async fn migrate(config: &Config, args: MigrateArgs) -> Result<(), String> {
     match args.action {
         None => {
             let applied = pg::migrate(&pool, &settings.schema).await.map_err(|e| e.to_string())?;
-            report(&mut out, format_args!("{applied} applied (schema {})", settings.schema))
+            report(&mut out, format_args!("{applied} applied (schema {})", settings.schema))?;
+            let protection = tracon_postgres::protect::Protection::from_config(config).map_err(|e| e.to_string())?;
+            report_foreign_secret_names(config, &pg::stores_on(pool, protection), &mut out).await
         }
         Some(MigrateAction::Status) => {
             let pending = pg::pending(&pool, &settings.schema).await.map_err(|e| e.to_string())?;
@@ -119,6 +121,36 @@ async fn migrate(config: &Config, args: MigrateArgs) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// After migrating (a deploy step every host runs): the stored triggers and subscriptions
+/// whose secret key names lie outside their tenant's partition. They keep working for their
+/// tenant; a write that changes the name must move it (`tracon_core::secret_names`).
+async fn report_foreign_secret_names(
+    config: &Config,
+    stores: &tracon_core::store::Stores,
+    out: &mut impl std::io::Write,
+) -> Result<(), String> {
+    let triggers = tracon_handlers::triggers::TriggerSettings::from_config(config).map_err(|e| e.to_string())?;
+    let webhooks = tracon_core::webhooks::WebhookSettings::from_config(config).map_err(|e| e.to_string())?;
+    let found =
+        tracon_core::secret_names::report_foreign_references(stores, &triggers.secret_names, &webhooks.secret_names)
+            .await
+            .map_err(|e| format!("could not check the stored secret key names: {e}"))?;
+    for (kind, r) in &found {
+        let allowed = match *kind {
+            "trigger" => triggers.secret_names.tenant_prefix(&r.tenant),
+            _ => webhooks.secret_names.tenant_prefix(&r.tenant),
+        };
+        report(
+            out,
+            format_args!(
+                "warning: {kind} '{}' of tenant '{}' names '{}', outside its partition '{allowed}' (it keeps working for this tenant)",
+                r.record, r.tenant, r.key_name
+            ),
+        )?;
+    }
+    Ok(())
 }
 
 /// The CLI's own output (the only thing `tracon migrate` prints to stdout).

@@ -75,6 +75,10 @@ pub async fn serve(
         }
     }
 
+    if state.runtime.stores.persistent {
+        report_foreign_secret_names(&state).await;
+    }
+
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).with_graceful_shutdown(
         async move {
@@ -109,6 +113,26 @@ pub async fn serve(
     let _ = tokio::time::timeout(Duration::from_secs(5), &mut server).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Logs the stored triggers and subscriptions whose secret key names lie outside their
+/// tenant's partition (they keep working for that tenant; see `tracon_core::secret_names`).
+async fn report_foreign_secret_names(state: &tracon_handlers::AppState) {
+    let runtime = &state.runtime;
+    let triggers = &state.http.triggers.secret_names;
+    match tracon_core::secret_names::report_foreign_references(
+        &runtime.stores,
+        triggers,
+        &runtime.webhooks.secret_names,
+    )
+    .await
+    {
+        Ok(found) if !found.is_empty() => {
+            tracing::warn!(records = found.len(), "stored records name secrets outside their tenant's partition")
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = ?e, "could not check the stored secret key names"),
+    }
 }
 
 async fn shutdown_signal() {

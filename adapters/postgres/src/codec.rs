@@ -33,6 +33,26 @@ pub fn is_retryable_sqlstate(code: &str) -> bool {
     matches!(code, "40001" | "40P01")
 }
 
+/// A database error by its SQLSTATE, the same for both drivers: `detail` is for the log.
+///
+/// "The database is not available now" is every class a later attempt may get past:
+/// connection exceptions (`08`), insufficient resources (`53`: too many connections, disk
+/// full, out of memory), operator intervention (`57P`: shutdown, crash recovery, cannot
+/// connect now; `57014` a cancelled statement, which the statement timeout raises), and
+/// `55000` — what connecting to a database with `ALLOW_CONNECTIONS false` answers. U+0000 in
+/// text (`22021`, `22P05`) is the caller's input, refused like every store refuses it.
+pub fn sqlstate_error(code: &str, detail: String) -> StoreError {
+    match code {
+        "23505" => StoreError::Conflict("The record already exists or was changed concurrently.".into()),
+        "23503" => StoreError::NotFound,
+        "22021" | "22P05" => StoreError::InvalidText { field: "text".into() },
+        c if c.starts_with("08") || c.starts_with("53") || c.starts_with("57P") || matches!(c, "57014" | "55000") => {
+            StoreError::Unavailable { detail: format!("SQLSTATE {c}: {detail}") }
+        }
+        c => StoreError::Internal { detail: format!("SQLSTATE {c}: {detail}") },
+    }
+}
+
 /// A unique violation while appending events means two writers used the same sequence.
 pub fn duplicate_event(e: StoreError) -> StoreError {
     match e {
@@ -48,6 +68,16 @@ pub fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
 /// A protected value that could not be opened: the read fails closed.
 pub fn unreadable(e: ProtectionError) -> StoreError {
     StoreError::Internal { detail: format!("content protection: {e}") }
+}
+
+/// A stored record's key name, as the start-up check of secret names reads it.
+pub fn secret_reference(
+    tenant: String,
+    record: String,
+    key_name: String,
+) -> Result<tracon_core::secret_names::SecretReference, StoreError> {
+    let tenant = TenantId::parse(&tenant).map_err(|e| corrupt("tenant id", e.0))?;
+    Ok(tracon_core::secret_names::SecretReference { tenant, record, key_name })
 }
 
 pub fn to_json<T: Serialize>(v: &T) -> Result<serde_json::Value, StoreError> {

@@ -710,6 +710,10 @@ pub const WEBHOOK_DELIVERIES: &str = "SELECT tenant_id, id, subscription_id, eve
      last_attempt_at, completed_at FROM webhook_deliveries WHERE tenant_id = $1 AND subscription_id = $2 \
      ORDER BY created_at DESC, id DESC OFFSET $3 LIMIT $4";
 
+/// Every tenant's subscriptions and the key names they store (see [`TRIGGER_SECRET_NAMES`]).
+pub const WEBHOOK_SECRET_NAMES: &str = "SELECT tenant_id, id::text AS record, secret_configuration_name AS key_name \
+     FROM webhook_subscriptions ORDER BY tenant_id, created_at, id";
+
 // ---- triggers ----------------------------------------------------------------------------------
 
 macro_rules! trigger_columns {
@@ -744,6 +748,10 @@ pub const TRIGGER_PUT: &str = concat!(
 
 /// One row affected when the trigger existed.
 pub const TRIGGER_DELETE: &str = "DELETE FROM triggers WHERE tenant_id = $1 AND name = $2";
+
+/// Every tenant's triggers and the key names they store (the start-up check of names
+/// outside their tenant's partition; never on a request path).
+pub const TRIGGER_SECRET_NAMES: &str = "SELECT tenant_id, name AS record, signing_secret_configuration_name AS key_name FROM triggers ORDER BY tenant_id, name";
 
 // ---- schema ------------------------------------------------------------------------------------
 

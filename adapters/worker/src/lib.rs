@@ -180,6 +180,15 @@ async fn fetch(req: HttpRequest, env: Env, ctx: Context) -> worker::Result<axum:
             return Ok(startup_failure(&message));
         }
     };
+    let mut req = req;
+    // Cloudflare sets `CF-Connecting-IP` to the client's address at its edge (a client's own
+    // header of that name is replaced), for the limits kept per address. A Worker never
+    // trusts loopback, so the address grants nothing else.
+    let source =
+        req.headers().get("cf-connecting-ip").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
+    if let Some(ip) = source {
+        req.extensions_mut().insert(tracon_handlers::PeerAddr(std::net::SocketAddr::new(ip, 0)));
+    }
     Ok(platform::WithContext::new(Rc::new(ctx), router.call(req)).await?)
 }
 

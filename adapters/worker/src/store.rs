@@ -79,14 +79,7 @@ impl Conn {
 /// Maps a driver error by SQLSTATE, like the sqlx stores do.
 fn map_err(e: tokio_postgres::Error) -> StoreError {
     match e.code() {
-        Some(code) => match code.code() {
-            "23505" => StoreError::Conflict("The record already exists or was changed concurrently.".into()),
-            "23503" => StoreError::NotFound,
-            c if c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03" | "53300" | "57014") => {
-                StoreError::Unavailable { detail: format!("SQLSTATE {c}: {e}") }
-            }
-            c => StoreError::Internal { detail: format!("SQLSTATE {c}: {e}") },
-        },
+        Some(code) => tracon_postgres::codec::sqlstate_error(code.code(), e.to_string()),
         // A connection that broke (closed, or an I/O error on the socket) may work again;
         // anything else without a SQLSTATE — a value that does not decode, a missing column
         // — will not, and must not send callers into a retry loop.
@@ -220,6 +213,7 @@ impl DefinitionStore for WorkerStores {
         definition: AgentDefinition,
         now: DateTime<Utc>,
     ) -> Result<StoredDefinition, StoreError> {
+        tracon_core::store::check_definition_text(&definition)?;
         let body = to_json(&definition)?;
         send(self.target.with(async |c| {
             c.execute(sql::DEF_CREATE, &[&tenant.as_str(), &definition.name, &body, &now]).await.map_err(|e| {
@@ -241,6 +235,7 @@ impl DefinitionStore for WorkerStores {
         definition: AgentDefinition,
         now: DateTime<Utc>,
     ) -> Result<StoredDefinition, StoreError> {
+        tracon_core::store::check_definition_text(&definition)?;
         let body = to_json(&definition)?;
         // Two concurrent saves can pick the same next version; the loser retries on top.
         let mut attempts = 0;
@@ -431,6 +426,7 @@ impl RunStore for WorkerStores {
         skip: usize,
         take: usize,
     ) -> Result<Vec<RunRecord>, StoreError> {
+        filter.check_text()?;
         let f = Filter::new(filter)?;
         send(self.target.with(async |c| {
             let params: [&(dyn ToSql + Sync); 10] = [
@@ -452,6 +448,7 @@ impl RunStore for WorkerStores {
     }
 
     async fn stats(&self, tenant: &TenantId, filter: &RunFilter) -> Result<RunStats, StoreError> {
+        filter.check_text()?;
         let f = Filter::new(filter)?;
         send(self.target.with(async |c| {
             let params: [&(dyn ToSql + Sync); 8] =
@@ -1113,6 +1110,7 @@ impl AuditStore for WorkerStores {
         skip: usize,
         take: usize,
     ) -> Result<Vec<AuditEntry>, StoreError> {
+        filter.check_text()?;
         let skip = i64::try_from(skip).unwrap_or(i64::MAX);
         let take = i64::try_from(take).unwrap_or(i64::MAX);
         send(self.target.with(async |c| {
@@ -1299,6 +1297,7 @@ impl ApprovalStore for WorkerStores {
     }
 
     async fn list_rules(&self, tenant: &TenantId, tool: Option<&str>) -> Result<Vec<ApprovalRule>, StoreError> {
+        tracon_core::store::check_text_opt("toolName", tool)?;
         send(self.target.with(async |c| {
             let rows = c.query(sql::RULE_LIST, &[&tenant.as_str(), &tool]).await.map_err(map_err)?;
             rows.iter().map(approval_rule).collect()
@@ -1499,6 +1498,7 @@ impl JobStore for WorkerStores {
         skip: usize,
         take: usize,
     ) -> Result<Vec<JobRecord>, StoreError> {
+        filter.check_text()?;
         let status = filter.status.map(|s| s.as_str());
         let handler_key = filter.handler_key.as_deref();
         let (skip, take) = (job_limit(skip), job_limit(take));

@@ -64,6 +64,19 @@ fn transport(what: &str, e: JsValue) -> ProviderError {
 
 /// Sends `request` (built by reqwest, so headers and body are exactly what native sends).
 pub(crate) async fn send(request: reqwest::RequestBuilder) -> Result<Reply, ProviderError> {
+    send_with(request, web_sys::RequestRedirect::Follow).await
+}
+
+/// [`send`] without following redirects: a `3xx` comes back as the answer (webhook
+/// deliveries, which must never be re-sent somewhere else).
+pub(crate) async fn send_unredirected(request: reqwest::RequestBuilder) -> Result<Reply, ProviderError> {
+    send_with(request, web_sys::RequestRedirect::Manual).await
+}
+
+async fn send_with(
+    request: reqwest::RequestBuilder,
+    redirect: web_sys::RequestRedirect,
+) -> Result<Reply, ProviderError> {
     let request = request.build().map_err(|e| ProviderError::from_reqwest(&e))?;
     let headers = Headers::new().map_err(|e| transport("headers", e))?;
     for (name, value) in request.headers() {
@@ -73,6 +86,7 @@ pub(crate) async fn send(request: reqwest::RequestBuilder) -> Result<Reply, Prov
     let init = RequestInit::new();
     init.set_method(request.method().as_str());
     init.set_headers(&headers);
+    init.set_redirect(redirect);
     if let Some(body) = request.body().and_then(|b| b.as_bytes()) {
         init.set_body(&Uint8Array::from(body));
     }

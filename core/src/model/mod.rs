@@ -13,7 +13,7 @@
 pub mod anthropic;
 pub mod error;
 #[cfg(target_arch = "wasm32")]
-mod fetch;
+pub(crate) mod fetch;
 pub mod openai;
 pub mod registry;
 pub mod scripted;

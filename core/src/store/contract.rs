@@ -1310,6 +1310,48 @@ pub async fn tenants_are_created_listed_updated_and_deleted(s: Stores) {
     assert_eq!(t.get(&records[1].id).await.unwrap().unwrap().display_name, "Acme again");
 }
 
+/// U+0000 cannot be stored in Postgres `text` or `jsonb`: every store answers `InvalidText`
+/// for it, before it writes or reads anything, so memory and Postgres never disagree.
+pub async fn text_holding_nul_is_refused_alike_by_every_store(s: Stores) {
+    let t = a();
+    let invalid = |r: Result<(), StoreError>| matches!(r, Err(StoreError::InvalidText { .. }));
+    let nul = Some("a\u{0}b".to_owned());
+    for filter in [
+        RunFilter { agent: nul.clone(), ..RunFilter::default() },
+        RunFilter { session_id: nul.clone(), ..RunFilter::default() },
+        RunFilter { user_id: nul.clone(), ..RunFilter::default() },
+        RunFilter { labels: BTreeMap::from([("k".to_owned(), "\u{0}".to_owned())]), ..RunFilter::default() },
+    ] {
+        assert!(invalid(s.runs.list_runs(&t, &filter, 0, 10).await.map(drop)), "{filter:?}");
+        assert!(invalid(s.runs.stats(&t, &filter).await.map(drop)), "{filter:?}");
+    }
+    for filter in [
+        AuditFilter { actor: nul.clone(), ..AuditFilter::default() },
+        AuditFilter { entity_type: nul.clone(), ..AuditFilter::default() },
+        AuditFilter { entity_id: nul.clone(), ..AuditFilter::default() },
+        AuditFilter { action: nul.clone(), ..AuditFilter::default() },
+    ] {
+        assert!(invalid(s.audit.list(&t, &filter, 0, 10).await.map(drop)), "{filter:?}");
+    }
+    let jobs = crate::jobs::JobFilter { handler_key: nul.clone(), ..Default::default() };
+    assert!(invalid(s.jobs.list(&t, &jobs, 0, 10).await.map(drop)));
+    assert!(invalid(s.approvals.list_rules(&t, nul.as_deref()).await.map(drop)));
+    let mut d = def("nul-agent", "Help.\u{0}");
+    assert!(invalid(s.definitions.create(&t, d.clone(), t0()).await.map(drop)));
+    d.instructions = Some("Help.".into());
+    d.metadata.insert("owner".into(), "\u{0}".into());
+    assert!(invalid(s.definitions.create(&t, d.clone(), t0()).await.map(drop)));
+    assert!(s.definitions.get(&t, &name("nul-agent")).await.unwrap().is_none(), "nothing was written");
+    d.metadata.clear();
+    s.definitions.create(&t, d.clone(), t0()).await.unwrap();
+    d.display_name = Some("N\u{0}".into());
+    assert!(invalid(s.definitions.update(&t, d, t0()).await.map(drop)));
+    assert_eq!(s.definitions.versions(&t, &name("nul-agent")).await.unwrap().len(), 1);
+    // Escaped text is ordinary text.
+    let fine = RunFilter { agent: Some("\\u0000".to_owned()), ..RunFilter::default() };
+    assert!(s.runs.list_runs(&t, &fine, 0, 10).await.unwrap().is_empty());
+}
+
 /// One `#[tokio::test]` per contract check, for stores made by `$make` (an expression
 /// evaluating to a future of a fresh [`Stores`]).
 #[macro_export]
@@ -1355,6 +1397,7 @@ macro_rules! store_contract_tests {
             approval_rule_conditions_round_trip,
             tenants_are_created_listed_updated_and_deleted,
             quota_thresholds_are_claimed_once_per_tenant_quota_period_and_percentage,
+            text_holding_nul_is_refused_alike_by_every_store,
         );
     };
     (@tests $make:expr; $($check:ident),* $(,)?) => {

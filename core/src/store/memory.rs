@@ -58,6 +58,7 @@ impl DefinitionStore for MemoryDefinitionStore {
         definition: AgentDefinition,
         now: DateTime<Utc>,
     ) -> Result<StoredDefinition, StoreError> {
+        crate::store::check_definition_text(&definition)?;
         let mut rows = lock(&self.rows);
         let key = (tenant.clone(), definition.name.clone());
         if rows.contains_key(&key) {
@@ -74,6 +75,7 @@ impl DefinitionStore for MemoryDefinitionStore {
         definition: AgentDefinition,
         now: DateTime<Utc>,
     ) -> Result<StoredDefinition, StoreError> {
+        crate::store::check_definition_text(&definition)?;
         let mut rows = lock(&self.rows);
         let key = (tenant.clone(), definition.name.clone());
         let history = rows.get_mut(&key).ok_or(StoreError::NotFound)?;
@@ -235,6 +237,7 @@ impl RunStore for MemoryRunStore {
         skip: usize,
         take: usize,
     ) -> Result<Vec<RunRecord>, StoreError> {
+        filter.check_text()?;
         let inner = lock(&self.inner);
         let mut rows: Vec<&RunRecord> = inner
             .rows
@@ -248,6 +251,7 @@ impl RunStore for MemoryRunStore {
     }
 
     async fn stats(&self, tenant: &TenantId, filter: &RunFilter) -> Result<RunStats, StoreError> {
+        filter.check_text()?;
         let inner = lock(&self.inner);
         let mut stats = RunStats::default();
         for ((t, _), e) in &inner.rows {
@@ -635,6 +639,7 @@ impl AuditStore for MemoryAuditStore {
         skip: usize,
         take: usize,
     ) -> Result<Vec<AuditEntry>, StoreError> {
+        filter.check_text()?;
         let chains = lock(&self.chains);
         let chain = chains.get(tenant).map(Vec::as_slice).unwrap_or_default();
         Ok(chain.iter().rev().filter(|e| filter.matches(e)).skip(skip).take(take).cloned().collect())
@@ -738,6 +743,7 @@ impl ApprovalStore for MemoryApprovalStore {
     }
 
     async fn list_rules(&self, tenant: &TenantId, tool: Option<&str>) -> Result<Vec<ApprovalRule>, StoreError> {
+        crate::store::check_text_opt("toolName", tool)?;
         Ok(lock(&self.rules)
             .iter()
             .filter(|r| r.tenant == *tenant && tool.is_none_or(|t| r.tool_name == t))
@@ -890,6 +896,7 @@ impl JobStore for MemoryJobStore {
         skip: usize,
         take: usize,
     ) -> Result<Vec<JobRecord>, StoreError> {
+        filter.check_text()?;
         let rows = lock(&self.rows);
         let mut jobs: Vec<JobRecord> = rows
             .iter()

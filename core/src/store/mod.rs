@@ -51,6 +51,32 @@ pub enum StoreError {
     Unavailable { detail: String },
     #[error("store failure")]
     Internal { detail: String },
+    /// A text value no store can hold: U+0000 ([`crate::text`]). Every store refuses it the
+    /// same way, before it writes or queries anything; `field` names where it was.
+    #[error("'{field}' contains U+0000")]
+    InvalidText { field: String },
+}
+
+/// `Err(InvalidText)` when `value` holds U+0000 (see [`crate::text`]).
+pub fn check_text(field: &str, value: &str) -> Result<(), StoreError> {
+    if crate::text::has_nul(value) {
+        return Err(StoreError::InvalidText { field: field.to_owned() });
+    }
+    Ok(())
+}
+
+/// [`check_text`] for an optional value.
+pub fn check_text_opt(field: &str, value: Option<&str>) -> Result<(), StoreError> {
+    value.map_or(Ok(()), |v| check_text(field, v))
+}
+
+/// [`check_text`] over every string of a definition (its `jsonb` column cannot hold U+0000).
+pub fn check_definition_text(definition: &AgentDefinition) -> Result<(), StoreError> {
+    let value = serde_json::to_value(definition).map_err(|e| StoreError::Internal { detail: e.to_string() })?;
+    match crate::text::nul_path(&value) {
+        Some(path) => Err(StoreError::InvalidText { field: path }),
+        None => Ok(()),
+    }
 }
 
 // ---- definitions ------------------------------------------------------------------------
@@ -236,6 +262,14 @@ pub struct RunFilter {
 }
 
 impl RunFilter {
+    /// [`check_text`] over the filter's text: what every store checks first.
+    pub fn check_text(&self) -> Result<(), StoreError> {
+        check_text_opt("agent", self.agent.as_deref())?;
+        check_text_opt("sessionId", self.session_id.as_deref())?;
+        check_text_opt("userId", self.user_id.as_deref())?;
+        self.labels.iter().try_for_each(|(k, v)| check_text("label", k).and_then(|()| check_text("label", v)))
+    }
+
     pub fn matches(&self, run: &RunRecord) -> bool {
         self.agent.as_deref().is_none_or(|a| run.agent_name == a)
             && self.status.is_none_or(|s| run.status == s)

@@ -135,6 +135,30 @@ pub async fn tenants_are_isolated_in_both_directions(s: Arc<dyn TriggerStore>) {
     assert_eq!(s.list(&tb, 0, 10).await.unwrap().len(), 1);
 }
 
+pub async fn secret_references_list_every_tenants_key_names_in_order(s: Arc<dyn TriggerStore>) {
+    assert!(s.secret_references().await.unwrap().is_empty());
+    s.put(&b(), &trigger("zeta", t0())).await.unwrap();
+    s.put(&a(), &trigger("slack", t0())).await.unwrap();
+    let mut legacy = trigger("alpha", t0());
+    legacy.signing_secret_configuration_name = "Tracon:TriggerSecrets:Shared".into();
+    s.put(&a(), &legacy).await.unwrap();
+    let got: Vec<(String, String, String)> = s
+        .secret_references()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.tenant.as_str().to_owned(), r.record, r.key_name))
+        .collect();
+    let want = [
+        ("tenant-a", "alpha", "Tracon:TriggerSecrets:Shared"),
+        ("tenant-a", "slack", "Tracon:TriggerSecrets:slack"),
+        ("tenant-b", "zeta", "Tracon:TriggerSecrets:zeta"),
+    ];
+    let want: Vec<(String, String, String)> =
+        want.iter().map(|(t, r, k)| ((*t).to_owned(), (*r).to_owned(), (*k).to_owned())).collect();
+    assert_eq!(got, want);
+}
+
 /// One `#[tokio::test]` per check of the trigger store contract, each on a fresh store from
 /// `$make` (an expression yielding a future of `Arc<dyn TriggerStore>`).
 #[macro_export]
@@ -147,6 +171,7 @@ macro_rules! trigger_store_contract_tests {
             the_list_is_ordered_by_name_and_paged,
             delete_removes_once,
             tenants_are_isolated_in_both_directions,
+            secret_references_list_every_tenants_key_names_in_order,
         );
     };
     (@tests $make:expr; $($check:ident),* $(,)?) => {

@@ -249,6 +249,28 @@ pub async fn tenants_never_see_each_others_subscriptions_or_deliveries(s: Arc<dy
     }
 }
 
+pub async fn secret_references_list_every_tenants_key_names_in_order(s: Arc<dyn WebhookStore>) {
+    assert!(s.secret_references().await.unwrap().is_empty());
+    s.create(&b(), &subscription(&b(), 1, &["run.completed"])).await.unwrap();
+    let mut later = subscription(&a(), 3, &["run.completed"]);
+    later.secret_configuration_name = "Tracon:WebhookSecrets:tenant-a:Orders".into();
+    s.create(&a(), &later).await.unwrap();
+    s.create(&a(), &subscription(&a(), 2, &["run.failed"])).await.unwrap();
+    let got: Vec<(String, String, String)> = s
+        .secret_references()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.tenant.as_str().to_owned(), r.record, r.key_name))
+        .collect();
+    let want = vec![
+        ("tenant-a".to_owned(), id(2).to_string(), "Tracon:WebhookSecrets:Orders".to_owned()),
+        ("tenant-a".to_owned(), id(3).to_string(), "Tracon:WebhookSecrets:tenant-a:Orders".to_owned()),
+        ("tenant-b".to_owned(), id(1).to_string(), "Tracon:WebhookSecrets:Orders".to_owned()),
+    ];
+    assert_eq!(got, want);
+}
+
 /// One `#[tokio::test]` per check of the webhook store contract, each on a fresh store from
 /// `$make` (an expression yielding a future of `Arc<dyn WebhookStore>`).
 #[macro_export]
@@ -262,6 +284,7 @@ macro_rules! webhook_store_contract_tests {
             a_delivery_entry_is_updated_in_place_and_listed_newest_first,
             deleting_a_subscription_removes_its_deliveries,
             tenants_never_see_each_others_subscriptions_or_deliveries,
+            secret_references_list_every_tenants_key_names_in_order,
         );
     };
     (@tests $make:expr; $($check:ident),* $(,)?) => {

@@ -85,7 +85,7 @@ impl WebhookDeliveries {
         body: &str,
     ) -> Sent {
         let settings = &self.runtime.webhooks;
-        let Some(secret) = settings.secret(&subscription.secret_configuration_name) else {
+        let Some(secret) = settings.secret(&subscription.tenant, &subscription.secret_configuration_name) else {
             return failed(Failure::new(
                 "tracon.webhook.secret-missing",
                 "The subscription's signing secret has no value in the configuration.",
@@ -137,16 +137,15 @@ impl WebhookDeliveries {
 
     #[cfg(not(target_arch = "wasm32"))]
     async fn post(&self, url: reqwest::Url, headers: reqwest::header::HeaderMap, body: String) -> Sent {
-        use crate::egress::{EgressClient, SendError};
+        use crate::egress::{EgressClient, Redirects, SendError};
         use futures::StreamExt;
 
         let settings = &self.runtime.webhooks;
+        // Redirects are never followed: a receiver's `3xx` is a failed attempt, so a delivery
+        // is never re-sent somewhere else (or as a bodiless GET).
         let client = self.client.get_or_init(|| {
-            let built = match &settings.resolver {
-                Some(r) => EgressClient::with_resolver(settings.egress.clone(), r.clone()),
-                None => EgressClient::new(settings.egress.clone()),
-            };
-            built.map_err(|e| e.to_string())
+            EgressClient::build(settings.egress.clone(), settings.resolver.clone(), Redirects::Refuse)
+                .map_err(|e| e.to_string())
         });
         let client = match client {
             Ok(c) => c,
@@ -180,11 +179,12 @@ impl WebhookDeliveries {
     #[cfg(target_arch = "wasm32")]
     async fn post(&self, url: reqwest::Url, headers: reqwest::header::HeaderMap, body: String) -> Sent {
         // The platform's fetch resolves and connects (Workers cannot reach private
-        // networks); the URL check above is the guard here. The body is not read.
+        // networks); the URL check above is the guard here. Redirects are not followed (a
+        // `3xx` is the answer) and the body is not read.
         let request = self.client.post(url).headers(headers).body(body);
-        match send_wrapper::SendWrapper::new(request.send()).await {
-            Ok(response) => answered(response.status().as_u16()),
-            Err(e) => failed(http_failure(&e)),
+        match send_wrapper::SendWrapper::new(crate::model::fetch::send_unredirected(request)).await {
+            Ok(reply) => answered(reply.status().as_u16()),
+            Err(e) => failed(foreign("tracon.webhook.request-failed", "HttpRequest", e.to_string(), true)),
         }
     }
 
@@ -312,6 +312,15 @@ fn failed(failure: Failure) -> Sent {
 fn answered(status: u16) -> Sent {
     if (200..300).contains(&status) {
         Sent { status_code: Some(status), error: None }
+    } else if (300..400).contains(&status) {
+        let failure = Failure::new(
+            "tracon.webhook.redirect",
+            format!(
+                "The receiver answered {status} (a redirect); deliveries do not follow redirects, so point the subscription at the final URL."
+            ),
+            true,
+        );
+        Sent { status_code: Some(status), error: Some(failure) }
     } else {
         let failure = Failure::new("tracon.webhook.http-status", format!("The receiver answered {status}."), true);
         Sent { status_code: Some(status), error: Some(failure) }
@@ -338,12 +347,12 @@ fn refusal(refused: &crate::egress::EgressError) -> Failure {
     }
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 fn http_failure(e: &reqwest::Error) -> Failure {
     if e.is_timeout() {
         tracing::warn!(error = %e, "webhook request timed out");
         return Failure::new("tracon.webhook.timeout", "The receiver did not answer in time.", true);
     }
-    #[cfg(not(target_arch = "wasm32"))]
     if e.is_connect() {
         tracing::warn!(error = %e, "webhook connection failed");
         return Failure::new("tracon.webhook.connect-failed", "Could not connect to the receiver.", true);
@@ -419,6 +428,10 @@ mod tests {
         assert_eq!(answered(204).error, None);
         let e = answered(500).error.unwrap();
         assert_eq!((e.code, e.retry), ("tracon.webhook.http-status", true));
-        assert!(answered(302).error.is_some());
+        let redirect = answered(302);
+        assert_eq!(
+            (redirect.status_code, redirect.error.map(|e| e.code)),
+            (Some(302), Some("tracon.webhook.redirect"))
+        );
     }
 }

@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use super::{DeliveryAttempt, SubscriptionChange, WebhookDelivery, WebhookStore, WebhookSubscription};
 use crate::names::TenantId;
+use crate::secret_names::SecretReference;
 use crate::store::StoreError;
 
 #[derive(Default)]
@@ -174,5 +175,19 @@ impl WebhookStore for MemoryWebhookStore {
             .collect();
         all.sort_by_key(|d| std::cmp::Reverse((d.created_at, d.id)));
         Ok(page(all, skip, take))
+    }
+
+    async fn secret_references(&self) -> Result<Vec<SecretReference>, StoreError> {
+        let rows = self.lock();
+        let mut all: Vec<&WebhookSubscription> = rows.subscriptions.values().collect();
+        all.sort_by(|a, b| (&a.tenant, a.created_at, a.id).cmp(&(&b.tenant, b.created_at, b.id)));
+        Ok(all
+            .into_iter()
+            .map(|s| SecretReference {
+                tenant: s.tenant.clone(),
+                record: s.id.to_string(),
+                key_name: s.secret_configuration_name.clone(),
+            })
+            .collect())
     }
 }

@@ -42,6 +42,7 @@ use crate::names::TenantId;
 use crate::ports::{Clock, new_id};
 use crate::quota::{QuotaNoticeSink, ThresholdNotice};
 use crate::runtime::Runtime;
+use crate::secret_names::SecretNamespace;
 use crate::store::StoreError;
 
 pub use deliver::WebhookDeliveries;
@@ -89,7 +90,6 @@ pub const MAX_HEADERS: usize = 20;
 pub const MAX_HEADER_NAME: usize = 128;
 pub const MAX_HEADER_VALUE: usize = 1024;
 pub const MAX_DESCRIPTION: usize = 500;
-pub const MAX_SECRET_NAME: usize = 200;
 
 // ---- records --------------------------------------------------------------------------------
 
@@ -255,6 +255,10 @@ pub trait WebhookStore: Send + Sync {
         skip: usize,
         take: usize,
     ) -> Result<Vec<WebhookDelivery>, StoreError>;
+    /// Every tenant's subscriptions with the secret key name each stores (by tenant, then
+    /// oldest first): the start-up check of names outside their tenant's partition
+    /// ([`crate::secret_names`]). Never on a request path.
+    async fn secret_references(&self) -> Result<Vec<crate::secret_names::SecretReference>, StoreError>;
 }
 
 // ---- settings -------------------------------------------------------------------------------
@@ -269,8 +273,10 @@ pub struct WebhookSettings {
     pub disable_after_failures: u32,
     /// `MaxAttempts` (5): attempts of one delivery, retried with the job queue's backoff.
     pub max_attempts: u32,
-    /// `AllowedConfigurationPrefix` (`Tracon:WebhookSecrets:`).
-    pub secret_prefix: String,
+    /// Which key names a tenant's subscriptions may name: `AllowedConfigurationPrefix`
+    /// (`Tracon:WebhookSecrets:`), partitioned per tenant, plus the operator's
+    /// `TenantPrefixes` grants ([`crate::secret_names`]).
+    pub secret_names: SecretNamespace,
     /// Where a secret's key name is resolved at delivery time (environment variables
     /// locally, Lambda environment, Worker vars and secrets).
     secrets: Config,
@@ -334,7 +340,7 @@ impl std::fmt::Debug for WebhookSettings {
             .field("egress", &self.egress)
             .field("disable_after_failures", &self.disable_after_failures)
             .field("max_attempts", &self.max_attempts)
-            .field("secret_prefix", &self.secret_prefix)
+            .field("secret_names", &self.secret_names)
             .finish_non_exhaustive()
     }
 }
@@ -345,7 +351,7 @@ impl Default for WebhookSettings {
             egress: EgressPolicy::strict(),
             disable_after_failures: 10,
             max_attempts: 5,
-            secret_prefix: DEFAULT_SECRET_PREFIX.to_owned(),
+            secret_names: SecretNamespace::new(DEFAULT_SECRET_PREFIX),
             secrets: Config::default(),
             #[cfg(not(target_arch = "wasm32"))]
             resolver: None,
@@ -361,20 +367,13 @@ impl WebhookSettings {
         if max_attempts == 0 {
             return Err(ConfigError::Message("Tracon__Webhooks__MaxAttempts must be positive.".into()));
         }
-        let secret_prefix =
-            config.get("Tracon:Webhooks:AllowedConfigurationPrefix").map(str::trim).unwrap_or(DEFAULT_SECRET_PREFIX);
-        if secret_prefix.is_empty() || !secret_prefix.ends_with(':') {
-            return Err(ConfigError::Message(
-                "Tracon__Webhooks__AllowedConfigurationPrefix must end with ':' (Tracon:WebhookSecrets:).".into(),
-            ));
-        }
         Ok(Self {
             egress: EgressPolicy::from_config(config)?,
             disable_after_failures: config
                 .parse::<u32>("Tracon:Webhooks:DisableAfterFailures")?
                 .unwrap_or(d.disable_after_failures),
             max_attempts,
-            secret_prefix: secret_prefix.to_owned(),
+            secret_names: SecretNamespace::from_config(config, "Tracon:Webhooks", DEFAULT_SECRET_PREFIX)?,
             secrets: config.clone(),
             quiet: Arc::new(QuietEvents::new(
                 config
@@ -392,19 +391,13 @@ impl WebhookSettings {
         self
     }
 
-    /// The value of a secret's configuration key, read now.
-    pub fn secret(&self, name: &str) -> Option<String> {
+    /// The value of `tenant`'s secret's configuration key, read now; `None` when the name is
+    /// not one the tenant may resolve, or has no value.
+    pub fn secret(&self, tenant: &TenantId, name: &str) -> Option<String> {
+        if !self.secret_names.may_resolve(tenant, name) {
+            return None;
+        }
         self.secrets.get(name).map(str::to_owned).filter(|v| !v.is_empty())
-    }
-
-    /// Whether `name` is an acceptable secret key name: under the prefix, then 1 or more
-    /// letters, digits, `-`, `_`, `.` or `:`.
-    pub fn secret_name_is_allowed(&self, name: &str) -> bool {
-        let prefix_len = self.secret_prefix.len();
-        name.len() <= MAX_SECRET_NAME
-            && name.len() > prefix_len
-            && name.get(..prefix_len).is_some_and(|p| p.eq_ignore_ascii_case(&self.secret_prefix))
-            && name[prefix_len..].chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
     }
 }
 
@@ -743,11 +736,18 @@ mod tests {
 
     #[test]
     fn secret_names_must_sit_under_the_prefix() {
-        let s = WebhookSettings::default();
-        assert!(s.secret_name_is_allowed("Tracon:WebhookSecrets:Orders"));
-        assert!(s.secret_name_is_allowed("tracon:webhooksecrets:orders-v2"));
+        let s = WebhookSettings::default().with_secrets(Config::from_pairs([
+            ("Tracon__WebhookSecrets__Orders", "whsec_default"),
+            ("Tracon__WebhookSecrets__acme__Orders", "whsec_acme"),
+        ]));
+        let (default, acme) = (TenantId::default_tenant(), TenantId::parse("acme").unwrap());
+        assert!(s.secret_names.check_write(&default, "Tracon:WebhookSecrets:Orders").is_ok());
+        assert!(s.secret_names.check_write(&acme, "Tracon:WebhookSecrets:acme:orders-v2").is_ok());
         for bad in ["Tracon:WebhookSecrets:", "Tracon:Other:X", "OPENAI_API_KEY", "Tracon:WebhookSecrets:a b"] {
-            assert!(!s.secret_name_is_allowed(bad), "{bad}");
+            assert!(s.secret_names.check_write(&default, bad).is_err(), "{bad}");
         }
+        assert!(s.secret_names.check_write(&acme, "Tracon:WebhookSecrets:Orders").is_err(), "the default tenant's");
+        assert_eq!(s.secret(&acme, "Tracon:WebhookSecrets:acme:Orders").as_deref(), Some("whsec_acme"));
+        assert_eq!(s.secret(&default, "OPENAI_API_KEY"), None);
     }
 }

@@ -202,6 +202,7 @@ impl ApprovalStore for PgApprovalStore {
     }
 
     async fn list_rules(&self, tenant: &TenantId, tool: Option<&str>) -> Result<Vec<ApprovalRule>, StoreError> {
+        tracon_core::store::check_text_opt("toolName", tool)?;
         let rows = sqlx::query(sql::RULE_LIST)
             .bind(tenant.as_str())
             .bind(tool)

@@ -77,6 +77,7 @@ impl AuditStore for PgAuditStore {
         skip: usize,
         take: usize,
     ) -> Result<Vec<AuditEntry>, StoreError> {
+        filter.check_text()?;
         let rows = sqlx::query(sql::AUDIT_LIST)
             .bind(tenant.as_str())
             .bind(filter.entity_type.as_deref())

@@ -64,6 +64,7 @@ impl DefinitionStore for PgDefinitionStore {
         definition: AgentDefinition,
         now: DateTime<Utc>,
     ) -> Result<StoredDefinition, StoreError> {
+        tracon_core::store::check_definition_text(&definition)?;
         let body = json(&definition)?;
         sqlx::query(sql::DEF_CREATE)
             .bind(tenant.as_str())
@@ -87,6 +88,7 @@ impl DefinitionStore for PgDefinitionStore {
         definition: AgentDefinition,
         now: DateTime<Utc>,
     ) -> Result<StoredDefinition, StoreError> {
+        tracon_core::store::check_definition_text(&definition)?;
         let body = json(&definition)?;
         // Two concurrent saves can pick the same next version; the loser retries on top.
         let mut attempts = 0;

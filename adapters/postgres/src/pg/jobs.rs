@@ -105,6 +105,7 @@ impl JobStore for PgJobStore {
         skip: usize,
         take: usize,
     ) -> Result<Vec<JobRecord>, StoreError> {
+        filter.check_text()?;
         let rows = sqlx::query(sql::JOB_LIST)
             .bind(tenant.as_str())
             .bind(filter.status.map(|s| s.as_str()))

@@ -279,12 +279,7 @@ pub fn stores_on(pool: PgPool, protection: Protection) -> Stores {
 pub fn map_err(e: sqlx::Error) -> StoreError {
     match &e {
         sqlx::Error::Database(db) => match db.code().as_deref() {
-            Some("23505") => StoreError::Conflict("The record already exists or was changed concurrently.".into()),
-            Some("23503") => StoreError::NotFound,
-            Some(code) if code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "53300" | "57014") => {
-                StoreError::Unavailable { detail: format!("SQLSTATE {code}: {db}") }
-            }
-            Some(code) => StoreError::Internal { detail: format!("SQLSTATE {code}: {db}") },
+            Some(code) => crate::codec::sqlstate_error(code, db.to_string()),
             None => StoreError::Internal { detail: db.to_string() },
         },
         sqlx::Error::Io(_)

@@ -211,12 +211,14 @@ impl RunStore for PgRunStore {
         skip: usize,
         take: usize,
     ) -> Result<Vec<RunRecord>, StoreError> {
+        filter.check_text()?;
         let q = bind_filter(sqlx::query(sql::RUN_LIST).bind(tenant.as_str()), filter)?;
         let rows = q.bind(skip as i64).bind(take as i64).fetch_all(&self.pool).await.map_err(map_err)?;
         rows.iter().map(|r| run_record(r, tenant)).collect()
     }
 
     async fn stats(&self, tenant: &TenantId, filter: &RunFilter) -> Result<RunStats, StoreError> {
+        filter.check_text()?;
         let q = bind_filter(sqlx::query(sql::RUN_STATS).bind(tenant.as_str()), filter)?;
         let rows = q.fetch_all(&self.pool).await.map_err(map_err)?;
         let mut s = RunStats::default();

@@ -4,6 +4,7 @@
 use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Row};
 use tracon_core::names::TenantId;
+use tracon_core::secret_names::SecretReference;
 use tracon_core::store::StoreError;
 use tracon_core::triggers::{TriggerName, TriggerRecord, TriggerStore};
 
@@ -97,4 +98,18 @@ impl TriggerStore for PgTriggerStore {
             .map_err(map_err)?;
         row.as_ref().map(record).transpose()
     }
+
+    async fn secret_references(&self) -> Result<Vec<SecretReference>, StoreError> {
+        let rows = sqlx::query(sql::TRIGGER_SECRET_NAMES).fetch_all(&self.pool).await.map_err(map_err)?;
+        rows.iter().map(secret_reference).collect()
+    }
+}
+
+/// A `(tenant_id, record, key_name)` row ([`sql::TRIGGER_SECRET_NAMES`], [`sql::WEBHOOK_SECRET_NAMES`]).
+pub(super) fn secret_reference(row: &PgRow) -> Result<SecretReference, StoreError> {
+    crate::codec::secret_reference(
+        row.try_get("tenant_id").map_err(map_err)?,
+        row.try_get("record").map_err(map_err)?,
+        row.try_get("key_name").map_err(map_err)?,
+    )
 }

@@ -240,4 +240,9 @@ impl WebhookStore for PgWebhookStore {
             .map_err(map_err)?;
         rows.iter().map(delivery).collect()
     }
+
+    async fn secret_references(&self) -> Result<Vec<tracon_core::secret_names::SecretReference>, StoreError> {
+        let rows = sqlx::query(sql::WEBHOOK_SECRET_NAMES).fetch_all(&self.pool).await.map_err(map_err)?;
+        rows.iter().map(super::triggers::secret_reference).collect()
+    }
 }

@@ -4,6 +4,7 @@
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 use tracon_core::names::TenantId;
+use tracon_core::secret_names::SecretReference;
 use tracon_core::store::StoreError;
 use tracon_core::triggers::{TriggerName, TriggerRecord, TriggerStore};
 use tracon_postgres::codec::triggers::{TriggerColumns, TriggerValues};
@@ -83,4 +84,17 @@ impl TriggerStore for WorkerStores {
         }))
         .await
     }
+
+    async fn secret_references(&self) -> Result<Vec<SecretReference>, StoreError> {
+        send(self.target.with(async |c| {
+            let rows = c.query(sql::TRIGGER_SECRET_NAMES, &[]).await.map_err(map_err)?;
+            rows.iter().map(secret_reference).collect()
+        }))
+        .await
+    }
+}
+
+/// A `(tenant_id, record, key_name)` row ([`sql::TRIGGER_SECRET_NAMES`], [`sql::WEBHOOK_SECRET_NAMES`]).
+pub(super) fn secret_reference(row: &Row) -> Result<SecretReference, StoreError> {
+    tracon_postgres::codec::secret_reference(get(row, "tenant_id")?, get(row, "record")?, get(row, "key_name")?)
 }

@@ -216,4 +216,12 @@ impl WebhookStore for WorkerStores {
         }))
         .await
     }
+
+    async fn secret_references(&self) -> Result<Vec<tracon_core::secret_names::SecretReference>, StoreError> {
+        send(self.target.with(async |c| {
+            let rows = c.query(sql::WEBHOOK_SECRET_NAMES, &[]).await.map_err(map_err)?;
+            rows.iter().map(super::triggers::secret_reference).collect()
+        }))
+        .await
+    }
 }
