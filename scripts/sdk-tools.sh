@@ -1,9 +1,11 @@
 # shellcheck shell=bash
 # The official OpenAI SDKs the compatibility tests use as clients (tests/tests/openai_sdk.rs):
 # the Python SDK from PyPI into target/tools/sdk-venv, the Node SDK from npm into
-# tests/sdk/node_modules (pinned by tests/sdk/package-lock.json). Sourced by scripts/test.
+# tests/sdk/node_modules (pinned by tests/sdk/package-lock.json); and schemathesis, which
+# holds the server to its OpenAPI document. Sourced by scripts/test.
 
 OPENAI_PYTHON_VERSION="3.51.0"
+SCHEMATHESIS_VERSION="4.32.5"
 
 install_sdk_tools() {
   local venv="$PWD/target/tools/sdk-venv"
@@ -18,4 +20,17 @@ install_sdk_tools() {
     (cd tests/sdk && npm ci --no-audit --no-fund --silent)
   fi
   export TRACON_SDK_PYTHON="$venv/bin/python"
+}
+
+# schemathesis (PyPI) checks the running server against its own OpenAPI document
+# (tests/tests/api_contract.rs), in target/tools/contract-venv.
+install_contract_tools() {
+  local venv="$PWD/target/tools/contract-venv"
+  if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -qw -- "$SCHEMATHESIS_VERSION"; then
+    echo "==> installing schemathesis $SCHEMATHESIS_VERSION (PyPI)"
+    mkdir -p "$PWD/target/tools"
+    { [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"; } &&
+      "$venv/bin/pip" install --quiet "schemathesis==$SCHEMATHESIS_VERSION"
+  fi
+  export TRACON_SCHEMATHESIS="$venv/bin/schemathesis"
 }

@@ -35,6 +35,7 @@ pub const MAX_PARAMETER_VALUE_LEN: usize = 16_384;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AgentDefinition {
     /// Unique within a tenant; lowercase letters, digits, `.`, `_`, `-`; at most 64 characters.
+    #[schema(pattern = "^[a-z0-9][a-z0-9._-]{0,63}$")]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub display_name: Option<String>,
@@ -122,13 +123,23 @@ pub enum ResponseFormat {
     #[serde(rename_all = "camelCase")]
     JsonSchema {
         name: String,
+        /// A JSON Schema object (the compiler checks it is a valid one).
         #[schema(value_type = Object)]
+        #[serde(deserialize_with = "schema_object")]
         schema: serde_json::Value,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         description: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         strict: Option<bool>,
     },
+}
+
+/// A response schema is a JSON object: anything else is refused as the body is read.
+fn schema_object<'de, D: serde::Deserializer<'de>>(d: D) -> Result<serde_json::Value, D::Error> {
+    match serde_json::Value::deserialize(d)? {
+        v @ serde_json::Value::Object(_) => Ok(v),
+        _ => Err(serde::de::Error::custom("a response schema is a JSON Schema object")),
+    }
 }
 
 /// A named placeholder the instructions may reference as `{{name}}`.

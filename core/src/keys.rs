@@ -162,6 +162,9 @@ pub fn parse_id(presented: &str) -> Option<&str> {
     well_formed.then_some(id)
 }
 
+/// What [`is_key_id`] accepts, as an ECMA regular expression (the OpenAPI document's).
+pub const ID_PATTERN: &str = "^[0-9a-f]{12}$";
+
 /// Whether `id` is a well-formed key id (for paths).
 pub fn is_key_id(id: &str) -> bool {
     id.len() == ID_LEN && id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())

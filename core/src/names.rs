@@ -27,6 +27,9 @@ pub struct InvalidName(pub String);
 pub struct AgentName(String);
 
 impl AgentName {
+    /// What [`Self::parse`] accepts, as an ECMA regular expression (the OpenAPI document's).
+    pub const PATTERN: &'static str = "^[a-z0-9][a-z0-9._-]{0,63}$";
+
     pub fn parse(value: &str) -> Result<Self, InvalidName> {
         if value.is_empty() {
             return Err(InvalidName("An agent name must not be empty.".into()));
@@ -80,6 +83,9 @@ impl AsRef<str> for AgentName {
 pub struct ToolName(String);
 
 impl ToolName {
+    /// What [`Self::parse`] accepts, as an ECMA regular expression (the OpenAPI document's).
+    pub const PATTERN: &'static str = "^[A-Za-z][A-Za-z0-9_-]{0,63}$";
+
     pub fn parse(value: &str) -> Result<Self, InvalidName> {
         if value.is_empty() || value.len() > MAX_TOOL_NAME_LEN {
             return Err(InvalidName(format!("A tool name is 1 to {MAX_TOOL_NAME_LEN} characters long.")));
@@ -130,6 +136,9 @@ impl TenantId {
 
     const INSTALLATION: &'static str = "*";
 
+    /// What [`Self::parse`] accepts, as an ECMA regular expression (the OpenAPI document's).
+    pub const PATTERN: &'static str = "^[A-Za-z0-9._-]{1,64}$";
+
     /// 1–64 characters of ASCII letters, digits, `-`, `_` or `.`.
     pub fn parse(value: &str) -> Result<Self, InvalidName> {
         let ok = !value.is_empty()
@@ -178,6 +187,9 @@ impl fmt::Display for RunId {
 pub struct SessionId(String);
 
 impl SessionId {
+    /// What [`Self::parse`] accepts, as an ECMA regular expression (the OpenAPI document's).
+    pub const PATTERN: &'static str = "^[A-Za-z0-9._:-]{1,128}$";
+
     pub fn parse(value: &str) -> Result<Self, InvalidName> {
         let ok = (1..=128).contains(&value.len())
             && value.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':'));
@@ -235,5 +247,49 @@ mod tests {
         for bad in ["", "1x", "_x", "a.b", "a b", &"a".repeat(65)] {
             assert!(ToolName::parse(bad).is_err(), "{bad}");
         }
+    }
+}
+
+#[cfg(test)]
+mod pattern_tests {
+    use super::*;
+
+    /// Each documented pattern accepts exactly what the parser accepts.
+    #[test]
+    fn the_documented_patterns_agree_with_the_parsers() {
+        let samples = [
+            "",
+            "a",
+            "A",
+            "0",
+            "support",
+            "Support",
+            "a.b_c-d",
+            "-x",
+            ".x",
+            "_x",
+            "a b",
+            "a/b",
+            "ä",
+            "conv:1",
+            "tenant-b",
+            "x:y:z",
+            "a%00",
+            "\u{0}",
+            &"a".repeat(64),
+            &"a".repeat(65),
+            &"a".repeat(128),
+            &"a".repeat(129),
+        ];
+        let agree = |pattern: &str, parses: &dyn Fn(&str) -> bool| {
+            let re = regex::Regex::new(pattern).unwrap();
+            for s in samples {
+                assert_eq!(re.is_match(s), parses(s), "{pattern} vs the parser on {s:?}");
+            }
+        };
+        agree(AgentName::PATTERN, &|s| AgentName::parse(s).is_ok());
+        agree(TenantId::PATTERN, &|s| TenantId::parse(s).is_ok());
+        agree(SessionId::PATTERN, &|s| SessionId::parse(s).is_ok());
+        agree(ToolName::PATTERN, &|s| ToolName::parse(s).is_ok());
     }
 }

@@ -40,6 +40,9 @@ pub const SIGNATURE_PREFIX: &str = "sha256=";
 pub struct TriggerName(String);
 
 impl TriggerName {
+    /// What [`Self::parse`] accepts, as an ECMA regular expression (the OpenAPI document's).
+    pub const PATTERN: &'static str = crate::names::AgentName::PATTERN;
+
     pub fn parse(value: &str) -> Result<Self, InvalidName> {
         let mut chars = value.chars();
         let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());

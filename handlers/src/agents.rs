@@ -293,6 +293,7 @@ async fn load_version(state: &AppState, tenant: &TenantId, name: &AgentName, raw
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RollbackRequest {
+    #[schema(minimum = 1)]
     pub version: u32,
 }
 

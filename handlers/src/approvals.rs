@@ -460,12 +460,15 @@ pub(crate) async fn in_band(
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateRule {
     /// A registered tool.
+    #[schema(pattern = "^[A-Za-z][A-Za-z0-9_-]{0,63}$")]
     pub tool_name: String,
     /// Narrows the rule to one agent.
     #[serde(default)]
+    #[schema(pattern = "^[a-z0-9][a-z0-9._-]{0,63}$")]
     pub agent_name: Option<String>,
     /// One exact call: SHA-256 (64 lowercase hex) of its canonical arguments.
     #[serde(default)]
+    #[schema(pattern = "^[0-9a-f]{64}$")]
     pub arguments_hash: Option<String>,
     /// All must hold (at most 16). Never together with `argumentsHash`.
     #[serde(default)]

@@ -171,12 +171,29 @@ impl<S: Send + Sync> FromRequestParts<S> for Paging {
         for pair in parts.uri.query().unwrap_or_default().split('&') {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             let parse = |v: &str, name: &str| {
-                v.parse::<i64>()
-                    .map_err(|_| ApiError::bad_request("validation_failed", format!("'{name}' must be an integer.")))
+                v.parse::<i64>().map_err(|_| {
+                    ApiError::bad_request("validation_failed", format!("'{name}' must be an integer."))
+                        .with("field", name)
+                })
+            };
+            let below = |name: &str, min: i64| {
+                ApiError::bad_request("validation_failed", format!("'{name}' must be at least {min}."))
+                    .with("field", name)
             };
             match key {
-                "skip" => paging.skip = parse(value, "skip")?.max(0) as usize,
-                "take" => paging.take = parse(value, "take")?.clamp(1, MAX_TAKE as i64) as usize,
+                "skip" => {
+                    let skip = parse(value, "skip")?;
+                    paging.skip = usize::try_from(skip).map_err(|_| below("skip", 0))?;
+                }
+                "take" => {
+                    // Above the maximum is clamped (a client asking for "everything" gets a
+                    // page); below one is a mistake.
+                    let take = parse(value, "take")?;
+                    if take < 1 {
+                        return Err(below("take", 1));
+                    }
+                    paging.take = usize::try_from(take).unwrap_or(MAX_TAKE).min(MAX_TAKE);
+                }
                 _ => {}
             }
         }

@@ -31,8 +31,10 @@ pub const MAX_NAME_LEN: usize = 100;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateApiKey {
     /// What the key is for (1–100 characters).
+    #[schema(min_length = 1, max_length = 100)]
     pub name: String,
     /// At least one scope.
+    #[schema(min_items = 1)]
     pub scopes: Vec<Scope>,
     /// When the key stops working (RFC 3339, in the future); none means it does not expire.
     #[serde(default)]

@@ -403,7 +403,9 @@ pub(crate) fn approval_error() -> ApiError {
 /// `chat.completion.chunk` frames ending with `data: [DONE]`. Errors use OpenAI's envelope.
 #[utoipa::path(post, path = "/v1/chat/completions", tag = "openai", request_body = Object,
     responses(
-        (status = 200, description = "A `chat.completion`, or (`stream: true`) its chunks as server-sent events", body = Object),
+        (status = 200, description = "A `chat.completion`, or (`stream: true`) its chunks as server-sent events", content(
+            (Object = "application/json"),
+            (String = "text/event-stream"))),
         (status = 400, description = "`{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`", body = Object),
         (status = 404, description = "No agent of that name", body = Object),
         (status = 409, description = "The run waits for a tool approval", body = Object),

@@ -816,7 +816,9 @@ fn status_name(status: RunStatus) -> &'static str {
 /// events. Errors use OpenAI's envelope.
 #[utoipa::path(post, path = "/v1/responses", tag = "openai", request_body = Object,
     responses(
-        (status = 200, description = "A `response`, or (`stream: true`) its events as server-sent events (`response.created` … `response.completed`)", body = Object),
+        (status = 200, description = "A `response`, or (`stream: true`) its events as server-sent events (`response.created` … `response.completed`)", content(
+            (Object = "application/json"),
+            (String = "text/event-stream"))),
         (status = 400, description = "`{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`", body = Object),
         (status = 404, description = "No agent of that name, or no such previous response or conversation", body = Object),
         (status = 409, description = "Another turn saved the conversation first (`session_conflict`), or the run waits for a tool approval", body = Object),

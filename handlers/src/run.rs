@@ -84,7 +84,9 @@ pub struct RunBody {
         ("Prefer" = Option<String>, Header, description = "`respond-async`: queue the run and answer 202 (hosts with a job consumer)"),
         ("Idempotency-Key" = Option<String>, Header, description = "1–255 visible ASCII characters: the run executes once and the answer is one JSON document, replayed for 24 hours")),
     responses(
-        (status = 200, description = "The live turn", content_type = "text/event-stream", body = String),
+        (status = 200, description = "The live turn as server-sent events (`run`, `update`, `approvals`, `done`, `error`); with an `Idempotency-Key`, the whole run as one JSON document", content(
+            (String = "text/event-stream"),
+            (RunAnswer = "application/json"))),
         (status = 202, description = "Queued (`Prefer: respond-async`, on hosts that run a job consumer): the run's id and where to follow it", body = QueuedRunAccepted),
         (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
@@ -299,18 +301,19 @@ async fn start(
         let outcome = runs::execute(&runtime, prepared, cancel, None).await;
         drop(guard);
         let session = outcome.session_id.as_ref().map(|s| s.as_str().to_owned()).or(session);
-        let body = serde_json::json!({
-            "runId": outcome.run_id,
-            "status": outcome.status,
-            "sessionId": session,
-            "text": outcome.text,
-            "usage": outcome.usage,
-            "cost": outcome.cost,
-            "finishReason": outcome.finish_reason,
-            "error": outcome.failure,
-            "approvals": outcome.approvals,
-            "clientToolCalls": outcome.client_tool_calls,
-        });
+        let answer = RunAnswer {
+            run_id: outcome.run_id,
+            status: outcome.status,
+            session_id: session,
+            text: outcome.text,
+            usage: outcome.usage,
+            cost: outcome.cost,
+            finish_reason: outcome.finish_reason,
+            error: outcome.failure,
+            approvals: outcome.approvals,
+            client_tool_calls: outcome.client_tool_calls,
+        };
+        let body = serde_json::to_value(&answer).map_err(|e| ApiError::internal("RunAnswer", &e.to_string()))?;
         return Ok(Started::Json { status: axum::http::StatusCode::OK, body });
     }
 
@@ -398,6 +401,28 @@ fn prefers_async(headers: &HeaderMap) -> bool {
         v.split(',')
             .any(|p| p.split(';').next().is_some_and(|token| token.trim().eq_ignore_ascii_case("respond-async")))
     })
+}
+
+/// A whole run in one JSON document: what a run under an `Idempotency-Key` answers (and
+/// replays) instead of the live stream.
+#[derive(Debug, serde::Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunAnswer {
+    #[schema(value_type = String, format = Uuid)]
+    pub run_id: tracon_core::names::RunId,
+    pub status: tracon_core::store::RunStatus,
+    /// The session the turn was saved to (or opened for a stop), if any.
+    pub session_id: Option<String>,
+    /// The final answer's text.
+    pub text: String,
+    pub usage: Option<tracon_core::model::Usage>,
+    pub cost: Option<tracon_core::pricing::CostSnapshot>,
+    pub finish_reason: Option<tracon_core::model::FinishReason>,
+    pub error: Option<tracon_core::failure::RunFailure>,
+    /// The tool calls waiting for a decision (status `AwaitingApproval`).
+    pub approvals: Vec<tracon_core::tools::pipeline::ApprovalRequest>,
+    /// The client-side calls the caller answers next, in `sessionId`.
+    pub client_tool_calls: Vec<tracon_core::events::ClientToolCall>,
 }
 
 /// The answer to a queued run.

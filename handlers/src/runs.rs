@@ -65,11 +65,9 @@ fn filter(uri: &Uri) -> ApiResult<RunFilter> {
         let bad = |what: &str| ApiError::bad_request("validation_failed", what.to_owned()).with("field", key.as_ref());
         match key.as_ref() {
             "agent" => f.agent = Some(value),
-            "status" => {
-                f.status = Some(RunStatus::parse(&value).ok_or_else(|| {
-                    bad("'status' is one of Running, Completed, Failed, Canceled, AwaitingApproval, AwaitingInput.")
-                })?)
-            }
+            "status" => f.status = Some(RunStatus::parse(&value).ok_or_else(|| {
+                bad("'status' is one of Queued, Running, Completed, Failed, Canceled, AwaitingApproval, AwaitingInput.")
+            })?),
             "sessionId" => f.session_id = Some(value),
             "userId" => f.user_id = Some(value),
             "label" => {

@@ -34,8 +34,10 @@ const MAX_MESSAGE: usize = 32 * 1024;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ScheduleInput {
     /// Unique in the tenant: 1–100 letters, digits, `-`, `_` and `.`.
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,100}$")]
     pub name: String,
     /// The agent each occurrence runs.
+    #[schema(pattern = "^[a-z0-9][a-z0-9._-]{0,63}$")]
     pub agent_name: String,
     /// The message each run gets (at most 32 KiB).
     pub message: String,

@@ -26,8 +26,10 @@ use crate::state::AppState;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateTenant {
     /// The tenant id every request and store call carries.
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,64}$")]
     pub id: String,
     /// 1–200 characters.
+    #[schema(min_length = 1, max_length = 200)]
     pub display_name: String,
 }
 
@@ -35,6 +37,7 @@ pub struct CreateTenant {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct UpdateTenant {
+    #[schema(min_length = 1, max_length = 200)]
     pub display_name: String,
 }
 

@@ -246,6 +246,7 @@ pub struct TriggerBody {
     /// `agent` (a queued agent run). `workflow` is refused: workflows do not exist here yet.
     pub target_kind: TargetKind,
     /// The agent the trigger starts.
+    #[schema(pattern = "^[a-z0-9][a-z0-9._-]{0,63}$")]
     pub target_name: String,
     /// The NAME of the configuration key holding the signing secret, in the tenant's own
     /// partition: `Tracon:TriggerSecrets:Slack` for the default tenant,

@@ -40,10 +40,12 @@ use crate::state::AppState;
 pub struct WebhookBody {
     /// `https://…`; a host that is, or resolves only to, a private, loopback or link-local
     /// address is refused.
+    #[schema(min_length = 1, max_length = 2048)]
     pub url: String,
     /// One or more of `run.completed`, `run.failed`, `approval.pending`,
     /// `workflow.request.pending`, `job.completed`, `job.failed`, `eval.completed`,
     /// `quota.threshold`, `run.score.low`, `test.ping`.
+    #[schema(min_items = 1)]
     pub events: Vec<String>,
     /// The NAME of the configuration key holding the signing secret, in the tenant's own
     /// partition: `Tracon:WebhookSecrets:Orders` for the default tenant,

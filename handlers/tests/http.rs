@@ -372,7 +372,7 @@ async fn a_response_schema_is_refused_with_the_reason_it_is_invalid() {
 }
 
 #[tokio::test]
-async fn lists_clamp_take_and_refuse_non_numeric_paging() {
+async fn lists_clamp_a_large_take_and_refuse_paging_outside_the_documented_range() {
     let app = app();
     for i in 0..3 {
         send(&app, request(Method::POST, "/api/agents", Some(stored(&format!("a{i}"))))).await;
@@ -380,10 +380,21 @@ async fn lists_clamp_take_and_refuse_non_numeric_paging() {
     let (_, page) = json_of(&app, request(Method::GET, "/api/agents?skip=1&take=2", None)).await;
     let names: Vec<&str> = page.as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
     assert_eq!(names, vec!["a0", "a1"]);
-    let (_, page) = json_of(&app, request(Method::GET, "/api/agents?take=0", None)).await;
-    assert_eq!(page.as_array().unwrap().len(), 1, "take is clamped to at least 1");
     let (_, page) = json_of(&app, request(Method::GET, "/api/agents?take=100000", None)).await;
-    assert_eq!(page.as_array().unwrap().len(), 4);
+    assert_eq!(page.as_array().unwrap().len(), 4, "take above 200 is clamped");
+    // What the document declares (skip ≥ 0, take ≥ 1, 64-bit integers) is what is enforced.
+    for (query, field) in
+        [("take=0", "take"), ("take=-3", "take"), ("skip=-1500", "skip"), ("skip=99999999999999999999", "skip")]
+    {
+        let doc = expect_problem(
+            &app,
+            request(Method::GET, &format!("/api/agents?{query}"), None),
+            StatusCode::BAD_REQUEST,
+            "validation_failed",
+        )
+        .await;
+        assert_eq!(doc["field"], field, "{query}: {doc}");
+    }
     expect_problem(
         &app,
         request(Method::GET, "/api/agents?skip=abc", None),
@@ -698,6 +709,59 @@ fn mounted_routes(router: &Router) -> BTreeSet<(String, String)> {
         }
     }
     out
+}
+
+#[test]
+fn the_document_is_well_formed_for_generated_clients() {
+    let doc: Value = serde_json::from_str(tracon_handlers::openapi::DOCUMENT).unwrap();
+    let mut ids = BTreeSet::new();
+    let mut linked = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let id = op["operationId"].as_str().unwrap_or_else(|| panic!("{method} {path} has no operationId"));
+            assert!(ids.insert(id.to_owned()), "operationId {id} repeats ({method} {path})");
+            let open = tracon_handlers::auth::requirement(&method.to_uppercase().parse().unwrap(), path)
+                == tracon_handlers::auth::Requirement::Open;
+            assert_eq!(
+                op["security"] == json!([]),
+                open,
+                "{method} {path}: an open route, and only one, has security: []"
+            );
+            if !open {
+                assert!(op["responses"]["401"].is_object(), "{method} {path} documents 401");
+            }
+            for response in op["responses"].as_object().unwrap().values() {
+                for link in response["links"].as_object().into_iter().flat_map(|l| l.values()) {
+                    linked += 1;
+                    assert!(link["operationId"].is_string(), "{method} {path}: {link}");
+                }
+            }
+        }
+    }
+    let targets: BTreeSet<String> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|i| i.as_object().unwrap().values())
+        .flat_map(|op| op["responses"].as_object().unwrap().values())
+        .flat_map(|r| r["links"].as_object().into_iter().flat_map(|l| l.values()))
+        .map(|l| l["operationId"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(targets.is_subset(&ids), "links name operations that exist: {:?}", targets.difference(&ids));
+    // The body patterns are the parsers' own (the parsers' tests check they agree).
+    let schemas = &doc["components"]["schemas"];
+    use tracon_core::names::{AgentName, TenantId, ToolName};
+    for (schema, field, pattern) in [
+        ("AgentDefinition", "name", AgentName::PATTERN),
+        ("CreateTenant", "id", TenantId::PATTERN),
+        ("CreateRule", "toolName", ToolName::PATTERN),
+        ("CreateRule", "agentName", AgentName::PATTERN),
+        ("ScheduleInput", "agentName", AgentName::PATTERN),
+        ("TriggerBody", "targetName", AgentName::PATTERN),
+    ] {
+        assert_eq!(schemas[schema]["properties"][field]["pattern"], pattern, "{schema}.{field}");
+    }
+    assert!(linked > 20, "{linked}");
 }
 
 #[test]
