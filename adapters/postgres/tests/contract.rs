@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tracon_core::idempotency::IdempotencyStore;
 use tracon_core::jobs::JobStore;
 use tracon_core::store::Stores;
-use tracon_postgres::pg::{PgIdempotencyStore, PgJobStore, PgSettings, stores};
+use tracon_postgres::pg::{PgSettings, stores};
 use tracon_postgres::protect::Protection;
 
 pub fn database_url() -> String {
@@ -31,21 +31,18 @@ async fn fresh(protection: Protection) -> Stores {
 
 /// A job store on a fresh, migrated schema.
 async fn fresh_jobs(protection: Protection) -> Arc<dyn JobStore> {
-    let pool = stores(&settings(), protection.clone()).await.unwrap().1;
-    Arc::new(PgJobStore::new(pool, Arc::new(protection)))
+    fresh(protection).await.jobs
 }
 
 /// A webhook store on a fresh, migrated schema (it holds no protected content, so it runs
 /// once, with protection off).
 async fn fresh_webhooks() -> Arc<dyn tracon_core::webhooks::WebhookStore> {
-    let pool = stores(&settings(), Protection::off()).await.unwrap().1;
-    Arc::new(tracon_postgres::pg::PgWebhookStore::new(pool))
+    fresh(Protection::off()).await.webhooks
 }
 
 /// An idempotency store on a fresh, migrated schema.
 async fn fresh_idempotency(protection: Protection) -> Arc<dyn IdempotencyStore> {
-    let pool = stores(&settings(), protection.clone()).await.unwrap().1;
-    Arc::new(PgIdempotencyStore::new(pool, Arc::new(protection)))
+    fresh(protection).await.idempotency
 }
 
 /// A trigger store on a fresh, migrated schema (through `Stores`, so `stores_on` is what

@@ -28,11 +28,10 @@ use axum::Router;
 use tower_service::Service;
 use tracon_core::config::Config;
 use tracon_core::setup::{self, HostDefaults};
-use tracon_core::store::Stores;
 use tracon_handlers::state::QueuedRunSettings;
 use tracon_handlers::{AppState, HttpSettings};
 use tracon_postgres::protect::Protection;
-use tracon_postgres::sql::is_schema_name;
+use tracon_postgres::settings::PgSettings;
 use wasm_bindgen::JsCast;
 use worker::{Context, Env, HttpRequest, MessageBatch, ScheduleContext, ScheduledEvent, event};
 
@@ -89,44 +88,17 @@ fn build(env: &Env) -> Result<App, String> {
     let hyperdrive = env.hyperdrive("HYPERDRIVE").map_err(|_| {
         "The HYPERDRIVE binding is missing: Tracon keeps every run and session in Postgres; bind a Hyperdrive configuration as HYPERDRIVE in wrangler.toml".to_owned()
     })?;
-    let schema = config.get("Tracon:PostgreSql:SchemaName").unwrap_or("tracon").to_owned();
-    if !is_schema_name(&schema) {
-        return Err(format!("Tracon__PostgreSql__SchemaName '{schema}' must be a lowercase identifier"));
-    }
-    let statement_timeout = config
-        .seconds("Tracon:PostgreSql:CommandTimeoutSeconds")
-        .map_err(|e| e.to_string())?
-        .unwrap_or(std::time::Duration::from_secs(30));
-    let tls = !config.get("Tracon:PostgreSql:Tls").is_some_and(|v| v.eq_ignore_ascii_case("off"));
+    let settings = PgSettings::from_config("", &config).map_err(|e| e.to_string())?;
     let target = store::PgTarget {
         host: hyperdrive.host(),
         port: hyperdrive.port(),
         user: hyperdrive.user(),
         password: hyperdrive.password(),
         database: hyperdrive.database(),
-        schema,
-        tls,
-        statement_timeout_ms: statement_timeout.as_millis(),
-        application_name: config.get("Tracon:PostgreSql:ApplicationName").unwrap_or("tracon").to_owned(),
+        settings,
     };
-    let protection = Arc::new(Protection::from_config(&config).map_err(|e| e.to_string())?);
-    let pg = Arc::new(store::WorkerStores { target, protection });
-    let stores = Stores {
-        definitions: pg.clone(),
-        runs: pg.clone(),
-        sessions: pg.clone(),
-        keys: pg.clone(),
-        audit: pg.clone(),
-        approvals: pg.clone(),
-        tenants: pg.clone(),
-        quota_notices: pg.clone(),
-        jobs: pg.clone(),
-        schedules: pg.clone(),
-        webhooks: pg.clone(),
-        triggers: pg.clone(),
-        idempotency: pg,
-        persistent: true,
-    };
+    let protection = Protection::from_config(&config).map_err(|e| e.to_string())?;
+    let stores = tracon_postgres::store::stores(Arc::new(store::WorkerDriver { target }), protection);
     let client = reqwest::Client::new();
     let runtime =
         setup::runtime_from_config(&config, platform::platform(), stores, client, &HostDefaults { demo_agent: false })?;

@@ -1,4 +1,5 @@
-//! The sqlx stores: connection pool, migrations, and the mapping of database errors.
+//! Postgres natively, on sqlx: the [`SqlxDriver`] the stores run over, the pool, migrations,
+//! and the mapping of database errors.
 //!
 //! [`PgSettings`] come from configuration (`DATABASE_URL`, `Tracon:PostgreSql:*`).
 //! [`connect`] builds a pool whose connections use the configured schema (`search_path`)
@@ -6,111 +7,23 @@
 //! lock, so concurrent starters serialise, and fails loudly when an applied migration was
 //! edited. Errors are mapped by SQLSTATE, never by message text.
 
-mod approvals;
-mod audit;
-mod definitions;
-mod idempotency;
-mod jobs;
-mod keys;
-mod runs;
-mod schedules;
-mod sessions;
-mod tenants;
-mod triggers;
-mod webhooks;
+mod driver;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Executor, PgPool};
-use tracon_core::config::{Config, ConfigError};
 use tracon_core::store::{StoreError, Stores};
 
 use crate::protect::Protection;
 use crate::sql::is_schema_name;
 
-pub use approvals::PgApprovalStore;
-pub use audit::PgAuditStore;
-pub use definitions::PgDefinitionStore;
-pub use idempotency::PgIdempotencyStore;
-pub use jobs::PgJobStore;
-pub use keys::PgApiKeyStore;
-pub use runs::PgRunStore;
-pub use sessions::PgSessionStore;
-pub use tenants::{PgQuotaNoticeStore, PgTenantStore};
-pub use triggers::PgTriggerStore;
-pub use webhooks::PgWebhookStore;
+pub use crate::settings::PgSettings;
+pub use driver::SqlxDriver;
 
 /// The migrations under `migrations/`, embedded in the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
-
-/// How to reach Postgres.
-#[derive(Clone)]
-pub struct PgSettings {
-    pub url: String,
-    pub schema: String,
-    pub auto_apply_migrations: bool,
-    pub max_connections: u32,
-    pub min_connections: u32,
-    pub acquire_timeout: Duration,
-    /// `statement_timeout` of every connection.
-    pub statement_timeout: Duration,
-    /// `application_name` of every connection (what `pg_stat_activity` shows).
-    pub application_name: String,
-}
-
-impl std::fmt::Debug for PgSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The URL may carry a password.
-        f.debug_struct("PgSettings")
-            .field("schema", &self.schema)
-            .field("auto_apply_migrations", &self.auto_apply_migrations)
-            .field("max_connections", &self.max_connections)
-            .finish_non_exhaustive()
-    }
-}
-
-impl PgSettings {
-    pub fn new(url: &str) -> Self {
-        Self {
-            url: url.to_owned(),
-            schema: "tracon".into(),
-            auto_apply_migrations: true,
-            max_connections: 10,
-            min_connections: 0,
-            acquire_timeout: Duration::from_secs(5),
-            statement_timeout: Duration::from_secs(30),
-            application_name: "tracon".into(),
-        }
-    }
-
-    /// `url` (from `--database-url` / `DATABASE_URL`) plus `Tracon:PostgreSql:SchemaName`,
-    /// `AutoApplyMigrations`, `MaxConnections`, `MinConnections`, `AcquireTimeoutSeconds`,
-    /// `CommandTimeoutSeconds`, `ApplicationName`.
-    pub fn from_config(url: &str, config: &Config) -> Result<Self, ConfigError> {
-        let d = Self::new(url);
-        let schema = config.get("Tracon:PostgreSql:SchemaName").unwrap_or("tracon").to_owned();
-        if !is_schema_name(&schema) {
-            return Err(ConfigError::Message(format!(
-                "Tracon:PostgreSql:SchemaName '{schema}' must be a lowercase identifier (letters, digits, '_')."
-            )));
-        }
-        Ok(Self {
-            schema,
-            auto_apply_migrations: config.bool("Tracon:PostgreSql:AutoApplyMigrations")?.unwrap_or(true),
-            max_connections: config.parse("Tracon:PostgreSql:MaxConnections")?.unwrap_or(d.max_connections).max(1),
-            min_connections: config.parse("Tracon:PostgreSql:MinConnections")?.unwrap_or(d.min_connections),
-            acquire_timeout: config.seconds("Tracon:PostgreSql:AcquireTimeoutSeconds")?.unwrap_or(d.acquire_timeout),
-            statement_timeout: config
-                .seconds("Tracon:PostgreSql:CommandTimeoutSeconds")?
-                .unwrap_or(d.statement_timeout),
-            application_name: config.get("Tracon:PostgreSql:ApplicationName").unwrap_or("tracon").to_owned(),
-            ..d
-        })
-    }
-}
 
 /// Why connecting or migrating failed (the message names no secret).
 #[derive(Debug, thiserror::Error)]
@@ -255,23 +168,7 @@ pub async fn stores(settings: &PgSettings, protection: Protection) -> Result<(St
 
 /// The stores over an existing, migrated pool.
 pub fn stores_on(pool: PgPool, protection: Protection) -> Stores {
-    let protection = Arc::new(protection);
-    Stores {
-        definitions: Arc::new(PgDefinitionStore::new(pool.clone())),
-        runs: Arc::new(PgRunStore::new(pool.clone(), protection.clone())),
-        sessions: Arc::new(PgSessionStore::new(pool.clone(), protection.clone())),
-        keys: Arc::new(PgApiKeyStore::new(pool.clone())),
-        audit: Arc::new(PgAuditStore::new(pool.clone())),
-        approvals: Arc::new(PgApprovalStore::new(pool.clone(), protection.clone())),
-        tenants: Arc::new(PgTenantStore::new(pool.clone())),
-        quota_notices: Arc::new(PgQuotaNoticeStore::new(pool.clone())),
-        jobs: Arc::new(PgJobStore::new(pool.clone(), protection.clone())),
-        schedules: Arc::new(schedules::PgScheduleStore::new(pool.clone(), protection.clone())),
-        webhooks: Arc::new(PgWebhookStore::new(pool.clone())),
-        triggers: Arc::new(PgTriggerStore::new(pool.clone())),
-        idempotency: Arc::new(PgIdempotencyStore::new(pool, protection)),
-        persistent: true,
-    }
+    crate::store::stores(Arc::new(SqlxDriver::new(pool)), protection)
 }
 
 /// Maps a database error by SQLSTATE (never by message text). The detail stays in
@@ -289,30 +186,6 @@ pub fn map_err(e: sqlx::Error) -> StoreError {
         | sqlx::Error::WorkerCrashed
         | sqlx::Error::Protocol(_) => StoreError::Unavailable { detail: e.to_string() },
         _ => StoreError::Internal { detail: e.to_string() },
-    }
-}
-
-/// Whether an error is a serialization failure or deadlock worth retrying.
-fn retryable(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if db.code().as_deref().is_some_and(crate::codec::is_retryable_sqlstate))
-}
-
-/// Runs `op`, retrying serialization failures and deadlocks a few times.
-pub(crate) async fn retrying<T, F, Fut>(mut op: F) -> Result<T, StoreError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
-{
-    let mut attempt = 0u32;
-    loop {
-        match op().await {
-            Ok(v) => return Ok(v),
-            Err(e) if retryable(&e) && attempt < 4 => {
-                attempt += 1;
-                tokio::time::sleep(Duration::from_millis(5 * 2u64.pow(attempt))).await;
-            }
-            Err(e) => return Err(map_err(e)),
-        }
     }
 }
 

@@ -1,33 +1,34 @@
 //! Agent definitions and their version history on Postgres: one row per version.
 
+use crate::driver::Row;
 use chrono::{DateTime, Utc};
-use sqlx::{PgPool, Row};
 use tracon_core::definition::AgentDefinition;
 use tracon_core::names::{AgentName, TenantId};
 use tracon_core::store::{DefinitionStore, StoreError, StoredDefinition};
 
-use super::{map_err, retrying};
+use super::Db;
 use crate::codec::corrupt;
+use crate::params;
 use crate::sql;
 
 pub struct PgDefinitionStore {
-    pool: PgPool,
+    db: Db,
 }
 
 impl PgDefinitionStore {
-    pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+    pub fn new(db: Db) -> Self {
+        Self { db }
     }
 }
 
-fn stored(row: &sqlx::postgres::PgRow) -> Result<StoredDefinition, StoreError> {
-    let version: i32 = row.try_get("version").map_err(map_err)?;
-    let definition: serde_json::Value = row.try_get("definition").map_err(map_err)?;
+fn stored(row: &Row) -> Result<StoredDefinition, StoreError> {
+    let version: i32 = row.get("version")?;
+    let definition: serde_json::Value = row.get("definition")?;
     Ok(StoredDefinition {
         definition: serde_json::from_value(definition).map_err(|e| corrupt("definition", e))?,
         version: version.max(0) as u32,
-        created_at: row.try_get("created_at").map_err(map_err)?,
-        updated_at: row.try_get("written_at").map_err(map_err)?,
+        created_at: row.get("created_at")?,
+        updated_at: row.get("written_at")?,
     })
 }
 
@@ -38,23 +39,12 @@ fn json(def: &AgentDefinition) -> Result<serde_json::Value, StoreError> {
 #[async_trait::async_trait]
 impl DefinitionStore for PgDefinitionStore {
     async fn get(&self, tenant: &TenantId, name: &AgentName) -> Result<Option<StoredDefinition>, StoreError> {
-        let row = sqlx::query(sql::DEF_GET)
-            .bind(tenant.as_str())
-            .bind(name.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_err)?;
+        let row = self.db.query_opt(sql::DEF_GET, &params![tenant.as_str(), name.as_str()]).await?;
         row.as_ref().map(stored).transpose()
     }
 
     async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<StoredDefinition>, StoreError> {
-        let rows = sqlx::query(sql::DEF_LIST)
-            .bind(tenant.as_str())
-            .bind(skip as i64)
-            .bind(take as i64)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
+        let rows = self.db.query(sql::DEF_LIST, &params![tenant.as_str(), skip as i64, take as i64]).await?;
         rows.iter().map(stored).collect()
     }
 
@@ -66,19 +56,14 @@ impl DefinitionStore for PgDefinitionStore {
     ) -> Result<StoredDefinition, StoreError> {
         tracon_core::store::check_definition_text(&definition)?;
         let body = json(&definition)?;
-        sqlx::query(sql::DEF_CREATE)
-            .bind(tenant.as_str())
-            .bind(&definition.name)
-            .bind(&body)
-            .bind(now)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| match map_err(e) {
+        self.db.execute(sql::DEF_CREATE, &params![tenant.as_str(), &definition.name, &body, now]).await.map_err(
+            |e| match e {
                 StoreError::Conflict(_) => {
                     StoreError::Conflict(format!("An agent named '{}' already exists.", definition.name))
                 }
                 other => other,
-            })?;
+            },
+        )?;
         Ok(StoredDefinition { definition, version: 1, created_at: now, updated_at: now })
     }
 
@@ -93,22 +78,15 @@ impl DefinitionStore for PgDefinitionStore {
         // Two concurrent saves can pick the same next version; the loser retries on top.
         let mut attempts = 0;
         loop {
-            let result = retrying(|| {
-                sqlx::query(sql::DEF_UPDATE)
-                    .bind(tenant.as_str())
-                    .bind(&definition.name)
-                    .bind(&body)
-                    .bind(now)
-                    .fetch_optional(&self.pool)
-            })
-            .await;
+            let result =
+                self.db.query_opt(sql::DEF_UPDATE, &params![tenant.as_str(), &definition.name, &body, now]).await;
             match result {
                 Ok(Some(row)) => {
-                    let version: i32 = row.try_get("version").map_err(map_err)?;
+                    let version: i32 = row.get("version")?;
                     return Ok(StoredDefinition {
                         definition,
                         version: version.max(0) as u32,
-                        created_at: row.try_get("created_at").map_err(map_err)?,
+                        created_at: row.get("created_at")?,
                         updated_at: now,
                     });
                 }
@@ -120,22 +98,12 @@ impl DefinitionStore for PgDefinitionStore {
     }
 
     async fn delete(&self, tenant: &TenantId, name: &AgentName) -> Result<bool, StoreError> {
-        let done = sqlx::query(sql::DEF_DELETE)
-            .bind(tenant.as_str())
-            .bind(name.as_str())
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(done.rows_affected() > 0)
+        let done = self.db.execute(sql::DEF_DELETE, &params![tenant.as_str(), name.as_str()]).await?;
+        Ok(done > 0)
     }
 
     async fn versions(&self, tenant: &TenantId, name: &AgentName) -> Result<Vec<StoredDefinition>, StoreError> {
-        let rows = sqlx::query(sql::DEF_VERSIONS)
-            .bind(tenant.as_str())
-            .bind(name.as_str())
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
+        let rows = self.db.query(sql::DEF_VERSIONS, &params![tenant.as_str(), name.as_str()]).await?;
         rows.iter().map(stored).collect()
     }
 
@@ -145,13 +113,13 @@ impl DefinitionStore for PgDefinitionStore {
         name: &AgentName,
         version: u32,
     ) -> Result<Option<StoredDefinition>, StoreError> {
-        let row = sqlx::query(sql::DEF_VERSION)
-            .bind(tenant.as_str())
-            .bind(name.as_str())
-            .bind(i32::try_from(version).unwrap_or(i32::MAX))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_err)?;
+        let row = self
+            .db
+            .query_opt(
+                sql::DEF_VERSION,
+                &params![tenant.as_str(), name.as_str(), i32::try_from(version).unwrap_or(i32::MAX)],
+            )
+            .await?;
         row.as_ref().map(stored).transpose()
     }
 }

@@ -10,23 +10,23 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{PgPool, Row};
 use tracon_core::idempotency::{Claim, IdempotencyStore, KeyRef};
 use tracon_core::store::StoreError;
 
-use super::{map_err, retrying};
+use super::Db;
 use crate::codec::{ClaimColumns, IDEMPOTENCY_CLAIM_ATTEMPTS, IDEMPOTENCY_CONTENDED, idempotency_response};
+use crate::params;
 use crate::protect::Protection;
 use crate::sql;
 
 pub struct PgIdempotencyStore {
-    pool: PgPool,
+    db: Db,
     protection: Arc<Protection>,
 }
 
 impl PgIdempotencyStore {
-    pub fn new(pool: PgPool, protection: Arc<Protection>) -> Self {
-        Self { pool, protection }
+    pub fn new(db: Db, protection: Arc<Protection>) -> Self {
+        Self { db, protection }
     }
 }
 
@@ -40,23 +40,19 @@ impl IdempotencyStore for PgIdempotencyStore {
         expires_at: DateTime<Utc>,
     ) -> Result<Claim, StoreError> {
         for _ in 0..IDEMPOTENCY_CLAIM_ATTEMPTS {
-            let row = retrying(|| {
-                sqlx::query(sql::IDEMPOTENCY_CLAIM)
-                    .bind(key.tenant.as_str())
-                    .bind(key.operation)
-                    .bind(key.key)
-                    .bind(request_hash)
-                    .bind(now)
-                    .bind(expires_at)
-                    .fetch_optional(&self.pool)
-            })
-            .await?;
+            let row = self
+                .db
+                .query_opt(
+                    sql::IDEMPOTENCY_CLAIM,
+                    &params![key.tenant.as_str(), key.operation, key.key, request_hash, now, expires_at],
+                )
+                .await?;
             if let Some(row) = row {
                 return ClaimColumns {
-                    claimed: row.try_get("claimed").map_err(map_err)?,
-                    request_hash: row.try_get("request_hash").map_err(map_err)?,
-                    response_status: row.try_get("response_status").map_err(map_err)?,
-                    response_body: row.try_get("response_body").map_err(map_err)?,
+                    claimed: row.get("claimed")?,
+                    request_hash: row.get("request_hash")?,
+                    response_status: row.get("response_status")?,
+                    response_body: row.get("response_body")?,
                 }
                 .claim(&self.protection, key);
             }
@@ -66,27 +62,18 @@ impl IdempotencyStore for PgIdempotencyStore {
 
     async fn complete(&self, key: KeyRef<'_>, status: u16, body: &Value, now: DateTime<Utc>) -> Result<(), StoreError> {
         let (status, body) = idempotency_response(&self.protection, key, status, body)?;
-        let done = sqlx::query(sql::IDEMPOTENCY_COMPLETE)
-            .bind(key.tenant.as_str())
-            .bind(key.operation)
-            .bind(key.key)
-            .bind(status)
-            .bind(body)
-            .bind(now)
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        if done.rows_affected() == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+        let done = self
+            .db
+            .execute(
+                sql::IDEMPOTENCY_COMPLETE,
+                &params![key.tenant.as_str(), key.operation, key.key, status, body, now],
+            )
+            .await?;
+        if done == 0 { Err(StoreError::NotFound) } else { Ok(()) }
     }
 
     async fn release(&self, key: KeyRef<'_>) -> Result<(), StoreError> {
-        sqlx::query(sql::IDEMPOTENCY_RELEASE)
-            .bind(key.tenant.as_str())
-            .bind(key.operation)
-            .bind(key.key)
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
+        self.db.execute(sql::IDEMPOTENCY_RELEASE, &params![key.tenant.as_str(), key.operation, key.key]).await?;
         Ok(())
     }
 }

@@ -6,26 +6,26 @@
 
 use std::sync::Arc;
 
+use crate::driver::Row;
 use chrono::{DateTime, Utc};
-use sqlx::postgres::PgRow;
-use sqlx::{PgPool, Row};
 use tracon_core::model::Message;
 use tracon_core::names::{RunId, TenantId};
 use tracon_core::store::{SessionItem, SessionParent, SessionRecord, SessionStore, SessionWrite, StoreError};
 
-use super::map_err;
+use super::Db;
 use crate::codec::{item_arrays, open_item};
+use crate::params;
 use crate::protect::Protection;
 use crate::sql;
 
 pub struct PgSessionStore {
-    pool: PgPool,
+    db: Db,
     protection: Arc<Protection>,
 }
 
 impl PgSessionStore {
-    pub fn new(pool: PgPool, protection: Arc<Protection>) -> Self {
-        Self { pool, protection }
+    pub fn new(db: Db, protection: Arc<Protection>) -> Self {
+        Self { db, protection }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -41,21 +41,25 @@ impl PgSessionStore {
         now: DateTime<Utc>,
     ) -> Result<SessionRecord, StoreError> {
         let (seqs, contents) = item_arrays(&self.protection, tenant, id, 0, messages)?;
-        sqlx::query(sql::SESSION_CREATE)
-            .bind(tenant.as_str())
-            .bind(id)
-            .bind(agent_name)
-            .bind(seqs.len() as i64)
-            .bind(now)
-            .bind(owner)
-            .bind(parent.map(|p| p.session_id.as_str()))
-            .bind(parent.map(|p| i64::try_from(p.sequence).unwrap_or(i64::MAX)))
-            .bind(run_id.map(|r| r.0))
-            .bind(&seqs)
-            .bind(&contents)
-            .execute(&self.pool)
+        self.db
+            .execute(
+                sql::SESSION_CREATE,
+                &params![
+                    tenant.as_str(),
+                    id,
+                    agent_name,
+                    seqs.len() as i64,
+                    now,
+                    owner,
+                    parent.map(|p| p.session_id.as_str()),
+                    parent.map(|p| i64::try_from(p.sequence).unwrap_or(i64::MAX)),
+                    run_id.map(|r| r.0),
+                    &seqs,
+                    &contents
+                ],
+            )
             .await
-            .map_err(|e| match map_err(e) {
+            .map_err(|e| match e {
                 StoreError::Conflict(_) => StoreError::Conflict("The session already exists.".into()),
                 other => other,
             })?;
@@ -72,19 +76,19 @@ impl PgSessionStore {
     }
 }
 
-fn record(row: &PgRow) -> Result<SessionRecord, StoreError> {
-    let version: i64 = row.try_get("version").map_err(map_err)?;
-    let count: i64 = row.try_get("item_count").map_err(map_err)?;
-    let parent_id: Option<String> = row.try_get("parent_session_id").map_err(map_err)?;
-    let parent_seq: Option<i64> = row.try_get("parent_sequence").map_err(map_err)?;
+fn record(row: &Row) -> Result<SessionRecord, StoreError> {
+    let version: i64 = row.get("version")?;
+    let count: i64 = row.get("item_count")?;
+    let parent_id: Option<String> = row.get("parent_session_id")?;
+    let parent_seq: Option<i64> = row.get("parent_sequence")?;
     Ok(SessionRecord {
-        id: row.try_get("id").map_err(map_err)?,
-        agent_name: row.try_get("agent_name").map_err(map_err)?,
+        id: row.get("id")?,
+        agent_name: row.get("agent_name")?,
         version: version.max(0) as u64,
         item_count: count.max(0) as u64,
-        created_at: row.try_get("created_at").map_err(map_err)?,
-        updated_at: row.try_get("updated_at").map_err(map_err)?,
-        owner_user_id: row.try_get("owner_user_id").map_err(map_err)?,
+        created_at: row.get("created_at")?,
+        updated_at: row.get("updated_at")?,
+        owner_user_id: row.get("owner_user_id")?,
         parent: match (parent_id, parent_seq) {
             (Some(session_id), Some(seq)) => Some(SessionParent { session_id, sequence: seq.max(0) as u64 }),
             _ => None,
@@ -95,31 +99,21 @@ fn record(row: &PgRow) -> Result<SessionRecord, StoreError> {
 #[async_trait::async_trait]
 impl SessionStore for PgSessionStore {
     async fn get(&self, tenant: &TenantId, id: &str) -> Result<Option<SessionRecord>, StoreError> {
-        let row = sqlx::query(sql::SESSION_GET)
-            .bind(tenant.as_str())
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_err)?;
+        let row = self.db.query_opt(sql::SESSION_GET, &params![tenant.as_str(), id]).await?;
         row.as_ref().map(record).transpose()
     }
 
     async fn items(&self, tenant: &TenantId, id: &str) -> Result<Vec<SessionItem>, StoreError> {
-        let rows = sqlx::query(sql::SESSION_ITEMS)
-            .bind(tenant.as_str())
-            .bind(id)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
+        let rows = self.db.query(sql::SESSION_ITEMS, &params![tenant.as_str(), id]).await?;
         rows.iter()
             .map(|row| {
-                let seq: i64 = row.try_get("sequence").map_err(map_err)?;
-                let content: Vec<u8> = row.try_get("content").map_err(map_err)?;
+                let seq: i64 = row.get("sequence")?;
+                let content: Vec<u8> = row.get("content")?;
                 Ok(SessionItem {
                     sequence: seq.max(0) as u64,
                     message: open_item(&self.protection, tenant, id, seq, &content)?,
-                    run_id: row.try_get::<Option<uuid::Uuid>, _>("run_id").map_err(map_err)?.map(RunId),
-                    created_at: row.try_get("created_at").map_err(map_err)?,
+                    run_id: row.get::<Option<uuid::Uuid>>("run_id")?.map(RunId),
+                    created_at: row.get("created_at")?,
                 })
             })
             .collect()
@@ -132,14 +126,7 @@ impl SessionStore for PgSessionStore {
         skip: usize,
         take: usize,
     ) -> Result<Vec<SessionRecord>, StoreError> {
-        let rows = sqlx::query(sql::SESSION_LIST)
-            .bind(tenant.as_str())
-            .bind(owner)
-            .bind(skip as i64)
-            .bind(take as i64)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_err)?;
+        let rows = self.db.query(sql::SESSION_LIST, &params![tenant.as_str(), owner, skip as i64, take as i64]).await?;
         rows.iter().map(record).collect()
     }
 
@@ -167,13 +154,13 @@ impl SessionStore for PgSessionStore {
         let expected = i64::try_from(expected_version).unwrap_or(i64::MAX);
         // Positions are known only at the generation read; the write below checks that the
         // generation is still the same, so they cannot be stale when it lands.
-        let count: Option<i64> = sqlx::query_scalar(sql::SESSION_COUNT_AT)
-            .bind(tenant.as_str())
-            .bind(id)
-            .bind(expected)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_err)?;
+        let count: Option<i64> = self
+            .db
+            .query_opt(sql::SESSION_COUNT_AT, &params![tenant.as_str(), id, expected])
+            .await?
+            .as_ref()
+            .map(Row::first)
+            .transpose()?;
         let Some(count) = count else {
             return match self.get(tenant, id).await? {
                 None => Err(StoreError::NotFound),
@@ -181,19 +168,23 @@ impl SessionStore for PgSessionStore {
             };
         };
         let (seqs, contents) = item_arrays(&self.protection, tenant, id, count.max(0) as u64, &write.messages)?;
-        let row = sqlx::query(sql::SESSION_APPEND)
-            .bind(tenant.as_str())
-            .bind(id)
-            .bind(expected)
-            .bind(seqs.len() as i64)
-            .bind(write.now)
-            .bind(&write.agent_name)
-            .bind(write.run_id.map(|r| r.0))
-            .bind(&seqs)
-            .bind(&contents)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(map_err)?;
+        let row = self
+            .db
+            .query_opt(
+                sql::SESSION_APPEND,
+                &params![
+                    tenant.as_str(),
+                    id,
+                    expected,
+                    seqs.len() as i64,
+                    write.now,
+                    &write.agent_name,
+                    write.run_id.map(|r| r.0),
+                    &seqs,
+                    &contents
+                ],
+            )
+            .await?;
         if row.is_none() {
             return Err(StoreError::Conflict("Another turn saved this session first.".into()));
         }
@@ -201,13 +192,8 @@ impl SessionStore for PgSessionStore {
     }
 
     async fn delete(&self, tenant: &TenantId, id: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query(sql::SESSION_DELETE)
-            .bind(tenant.as_str())
-            .bind(id)
-            .execute(&self.pool)
-            .await
-            .map_err(map_err)?;
-        Ok(done.rows_affected() > 0)
+        let done = self.db.execute(sql::SESSION_DELETE, &params![tenant.as_str(), id]).await?;
+        Ok(done > 0)
     }
 
     async fn branch(

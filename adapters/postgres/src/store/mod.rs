@@ -1,0 +1,63 @@
+//! Every store port on Postgres, written once over the [`Driver`] seam: the same code runs on
+//! sqlx natively and on tokio-postgres in the Worker. One file per aggregate; the statements
+//! are [`crate::sql`]'s, the column codecs [`crate::codec`]'s.
+//!
+//! [`stores`] bundles them over one driver, with content protection for the columns a tenant's
+//! users wrote.
+
+mod approvals;
+mod audit;
+mod definitions;
+mod idempotency;
+mod jobs;
+mod keys;
+mod runs;
+mod schedules;
+mod sessions;
+mod tenants;
+mod triggers;
+mod webhooks;
+
+use std::sync::Arc;
+
+use tracon_core::store::Stores;
+
+pub use approvals::PgApprovalStore;
+pub use audit::PgAuditStore;
+pub use definitions::PgDefinitionStore;
+pub use idempotency::PgIdempotencyStore;
+pub use jobs::PgJobStore;
+pub use keys::PgApiKeyStore;
+pub use runs::PgRunStore;
+pub use schedules::PgScheduleStore;
+pub use sessions::PgSessionStore;
+pub use tenants::{PgQuotaNoticeStore, PgTenantStore};
+pub use triggers::PgTriggerStore;
+pub use webhooks::PgWebhookStore;
+
+use crate::driver::Driver;
+use crate::protect::Protection;
+
+/// The driver every store of one bundle shares.
+pub type Db = Arc<dyn Driver>;
+
+/// Every store over `db` (persistent).
+pub fn stores(db: Db, protection: Protection) -> Stores {
+    let protection = Arc::new(protection);
+    Stores {
+        definitions: Arc::new(PgDefinitionStore::new(db.clone())),
+        runs: Arc::new(PgRunStore::new(db.clone(), protection.clone())),
+        sessions: Arc::new(PgSessionStore::new(db.clone(), protection.clone())),
+        keys: Arc::new(PgApiKeyStore::new(db.clone())),
+        audit: Arc::new(PgAuditStore::new(db.clone())),
+        approvals: Arc::new(PgApprovalStore::new(db.clone(), protection.clone())),
+        tenants: Arc::new(PgTenantStore::new(db.clone())),
+        quota_notices: Arc::new(PgQuotaNoticeStore::new(db.clone())),
+        jobs: Arc::new(PgJobStore::new(db.clone(), protection.clone())),
+        schedules: Arc::new(PgScheduleStore::new(db.clone(), protection.clone())),
+        webhooks: Arc::new(PgWebhookStore::new(db.clone())),
+        triggers: Arc::new(PgTriggerStore::new(db.clone())),
+        idempotency: Arc::new(PgIdempotencyStore::new(db, protection)),
+        persistent: true,
+    }
+}

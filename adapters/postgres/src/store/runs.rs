@@ -1,0 +1,479 @@
+//! Runs, their event log, tool calls and recorded input on Postgres.
+//!
+//! An event batch is one statement (one round trip) that inserts every event and moves the
+//! heartbeat. Run input, event payloads and tool arguments and results are protected
+//! values (see [`crate::protect`]).
+
+use std::sync::Arc;
+
+use crate::driver::Row;
+use chrono::{DateTime, Utc};
+use tracon_core::events::RecordedEvent;
+use tracon_core::names::{RunId, TenantId};
+use tracon_core::store::{
+    CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, RunStore, StaleRun, StoreError,
+    ToolCallRecord,
+};
+use tracon_core::tools::pipeline::LateCompletion;
+
+use super::Db;
+use crate::codec::{
+    add_stats_row, corrupt, duplicate_event, enum_parse, enum_text, event_arrays, from_json, input_place, open_event,
+    status_parse, to_json, tool_place, unreadable,
+};
+use crate::params;
+use crate::protect::Protection;
+use crate::sql;
+
+pub struct PgRunStore {
+    db: Db,
+    protection: Arc<Protection>,
+}
+
+impl PgRunStore {
+    pub fn new(db: Db, protection: Arc<Protection>) -> Self {
+        Self { db, protection }
+    }
+
+    /// Closes a run with its last events in one statement: [`sql::RUN_FINISH`], or
+    /// [`sql::RUN_CLOSE_STALE`] with its `stale_before` as `$15`. Rows affected.
+    async fn close(
+        &self,
+        statement: &'static str,
+        tenant: &TenantId,
+        id: RunId,
+        end: &RunEnd,
+        events: &[RecordedEvent],
+        stale_before: Option<DateTime<Utc>>,
+    ) -> Result<u64, StoreError> {
+        let usage = end.usage.as_ref().map(to_json).transpose()?;
+        let cost = end.cost.as_ref().map(to_json).transpose()?;
+        let error = end.error.as_ref().map(to_json).transpose()?;
+        let status = status_text(end.status)?;
+        let batch = event_arrays(&self.protection, tenant, id, events)?;
+        let duration = i64::try_from(end.duration_ms).unwrap_or(i64::MAX);
+        let p = params![
+            tenant,
+            id.0,
+            status,
+            end.ended_at,
+            duration,
+            usage,
+            cost,
+            end.model_provider,
+            end.model,
+            error,
+            batch.sequences,
+            batch.kinds,
+            batch.times,
+            batch.payloads,
+            stale_before
+        ];
+        // RUN_FINISH takes 14 parameters, RUN_CLOSE_STALE a 15th.
+        let p = if stale_before.is_some() { &p[..] } else { &p[..14] };
+        let done = self.db.execute(statement, p).await.map_err(duplicate_event)?;
+        Ok(done)
+    }
+}
+
+fn status_text(s: RunStatus) -> Result<String, StoreError> {
+    enum_text(&s)
+}
+
+fn run_record(row: &Row, tenant: &TenantId) -> Result<RunRecord, StoreError> {
+    let status: String = row.get("status")?;
+    let labels: serde_json::Value = row.get("labels")?;
+    let depth: i32 = row.get("depth")?;
+    let version: Option<i32> = row.get("agent_version")?;
+    let duration: Option<i64> = row.get("duration_ms")?;
+    Ok(RunRecord {
+        id: RunId(row.get("id")?),
+        tenant: Some(tenant.clone()),
+        agent_name: row.get("agent_name")?,
+        agent_version: version.map(|v| v.max(0) as u32),
+        status: status_parse(&status)?,
+        started_at: row.get("started_at")?,
+        ended_at: row.get("ended_at")?,
+        duration_ms: duration.map(|d| d.max(0) as u64),
+        usage: from_json(row.get("usage")?, "usage")?,
+        cost: from_json(row.get("cost")?, "cost")?,
+        model_provider: row.get("model_provider")?,
+        model: row.get("model")?,
+        error: from_json(row.get("error")?, "error")?,
+        session_id: row.get("session_id")?,
+        parent_run_id: row.get::<Option<uuid::Uuid>>("parent_run_id")?.map(RunId),
+        root_run_id: row.get::<Option<uuid::Uuid>>("root_run_id")?.map(RunId),
+        depth: depth.max(0) as u32,
+        user_id: row.get("user_id")?,
+        labels: serde_json::from_value(labels).map_err(|e| corrupt("labels", e))?,
+        heartbeat_at: row.get("heartbeat_at")?,
+        cancel_requested: row.get("cancel_requested")?,
+    })
+}
+
+/// The run filter's `$2`…`$8`, after the tenant.
+struct FilterParams {
+    status: Option<String>,
+    labels: serde_json::Value,
+}
+
+impl FilterParams {
+    fn of(f: &RunFilter) -> Result<Self, StoreError> {
+        Ok(Self { status: f.status.map(status_text).transpose()?, labels: to_json(&f.labels)? })
+    }
+}
+
+impl PgRunStore {
+    fn seal_opt(&self, tenant: &TenantId, column: &'static str, row: &str, v: Option<&str>) -> Option<Vec<u8>> {
+        v.map(|text| self.protection.seal(&tool_place(tenant, column, row), text))
+    }
+
+    fn open_opt(
+        &self,
+        tenant: &TenantId,
+        column: &'static str,
+        row: &str,
+        v: Option<Vec<u8>>,
+    ) -> Result<Option<String>, StoreError> {
+        v.map(|bytes| self.protection.open(&tool_place(tenant, column, row), &bytes).map_err(unreadable)).transpose()
+    }
+}
+
+#[async_trait::async_trait]
+impl RunStore for PgRunStore {
+    async fn create_run(
+        &self,
+        tenant: &TenantId,
+        run: &RunRecord,
+        input: Option<&RunInputRecord>,
+    ) -> Result<(), StoreError> {
+        let input = match input {
+            Some(i) => {
+                let json = serde_json::to_string(i).map_err(|e| corrupt("input", e))?;
+                let row = run.id.to_string();
+                Some(self.protection.seal(&input_place(tenant, &row), &json))
+            }
+            None => None,
+        };
+        self.db
+            .execute(
+                sql::RUN_INSERT,
+                &params![
+                    tenant.as_str(),
+                    run.id.0,
+                    &run.agent_name,
+                    run.agent_version.map(|v| i32::try_from(v).unwrap_or(i32::MAX)),
+                    status_text(run.status)?,
+                    run.started_at,
+                    run.session_id.as_deref(),
+                    run.parent_run_id.map(|r| r.0),
+                    run.root_run_id.map(|r| r.0),
+                    i32::try_from(run.depth).unwrap_or(i32::MAX),
+                    run.user_id.as_deref(),
+                    to_json(&run.labels)?,
+                    run.heartbeat_at,
+                    run.cancel_requested,
+                    input
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn finish_run(
+        &self,
+        tenant: &TenantId,
+        id: RunId,
+        end: &RunEnd,
+        events: &[RecordedEvent],
+    ) -> Result<(), StoreError> {
+        let closed = self.close(sql::RUN_FINISH, tenant, id, end, events, None).await?;
+        if closed == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+    }
+
+    async fn get_run(&self, tenant: &TenantId, id: RunId) -> Result<Option<RunRecord>, StoreError> {
+        let row = self.db.query_opt(sql::RUN_GET, &params![tenant.as_str(), id.0]).await?;
+        row.as_ref().map(|r| run_record(r, tenant)).transpose()
+    }
+
+    async fn list_runs(
+        &self,
+        tenant: &TenantId,
+        filter: &RunFilter,
+        skip: usize,
+        take: usize,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        filter.check_text()?;
+        let f = FilterParams::of(filter)?;
+        let (skip, take) = (skip as i64, take as i64);
+        let p = params![
+            tenant,
+            filter.agent,
+            f.status,
+            filter.session_id,
+            filter.user_id,
+            f.labels,
+            filter.from,
+            filter.to,
+            skip,
+            take
+        ];
+        let rows = self.db.query(sql::RUN_LIST, &p).await?;
+        rows.iter().map(|r| run_record(r, tenant)).collect()
+    }
+
+    async fn stats(&self, tenant: &TenantId, filter: &RunFilter) -> Result<RunStats, StoreError> {
+        filter.check_text()?;
+        let f = FilterParams::of(filter)?;
+        let p = params![
+            tenant,
+            filter.agent,
+            f.status,
+            filter.session_id,
+            filter.user_id,
+            f.labels,
+            filter.from,
+            filter.to
+        ];
+        let rows = self.db.query(sql::RUN_STATS, &p).await?;
+        let mut s = RunStats::default();
+        for row in rows {
+            add_stats_row(
+                &mut s,
+                &row.get::<String>("dim")?,
+                row.get("key")?,
+                row.get("n")?,
+                row.get("amount")?,
+                row.get("tokens")?,
+            )?;
+        }
+        Ok(s)
+    }
+
+    async fn append_events(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        events: &[RecordedEvent],
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let batch = event_arrays(&self.protection, tenant, run, events)?;
+        let done = self
+            .db
+            .execute(
+                sql::EVENTS_APPEND,
+                &params![tenant.as_str(), run.0, &batch.sequences, &batch.kinds, &batch.times, &batch.payloads, now],
+            )
+            .await
+            .map_err(duplicate_event)?;
+        if done == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+    }
+
+    async fn read_events(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<RecordedEvent>, StoreError> {
+        let rows = self
+            .db
+            .query(
+                sql::EVENTS_READ,
+                &params![tenant.as_str(), run.0, i64::try_from(after).unwrap_or(i64::MAX), limit as i64],
+            )
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let payload: Vec<u8> = row.get("payload")?;
+                open_event(&self.protection, tenant, run, row.get("sequence")?, row.get("occurred_at")?, &payload)
+            })
+            .collect()
+    }
+
+    async fn record_tool_call(&self, tenant: &TenantId, call: &ToolCallRecord) -> Result<(), StoreError> {
+        let row = format!("{}/{}", call.run_id, call.call_id);
+        let arguments = self.protection.seal(&tool_place(tenant, "arguments", &row), &call.arguments);
+        let effect = call.effect.as_ref().map(enum_text).transpose()?;
+        self.db
+            .execute(
+                sql::TOOL_UPSERT,
+                &params![
+                    tenant.as_str(),
+                    call.run_id.0,
+                    &call.call_id,
+                    &call.tool_name,
+                    effect,
+                    enum_text(&call.status)?,
+                    arguments,
+                    self.seal_opt(tenant, "result", &row, call.result.as_deref()),
+                    self.seal_opt(tenant, "error", &row, call.error.as_deref()),
+                    call.omitted_bytes.map(|b| i64::try_from(b).unwrap_or(i64::MAX)),
+                    call.started_at,
+                    i64::try_from(call.duration_ms).unwrap_or(i64::MAX),
+                    call.timed_out,
+                    call.late_completed_at,
+                    call.late_duration_ms.map(|d| i64::try_from(d).unwrap_or(i64::MAX)),
+                    self.seal_opt(tenant, "late_result", &row, call.late_result.as_deref()),
+                    self.seal_opt(tenant, "late_error", &row, call.late_error.as_deref())
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn complete_tool_call_late(&self, tenant: &TenantId, late: &LateCompletion) -> Result<(), StoreError> {
+        let row = format!("{}/{}", late.run_id, late.call_id);
+        let (result, error) = match &late.result {
+            Ok(text) => (self.seal_opt(tenant, "late_result", &row, Some(text)), None),
+            Err(e) => (None, self.seal_opt(tenant, "late_error", &row, Some(e))),
+        };
+        let done = self
+            .db
+            .execute(
+                sql::TOOL_LATE,
+                &params![
+                    tenant.as_str(),
+                    late.run_id.0,
+                    &late.call_id,
+                    late.completed_at,
+                    i64::try_from(late.duration_ms).unwrap_or(i64::MAX),
+                    result,
+                    error
+                ],
+            )
+            .await?;
+        if done == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+    }
+
+    async fn list_tool_calls(&self, tenant: &TenantId, run: RunId) -> Result<Vec<ToolCallRecord>, StoreError> {
+        let rows = self.db.query(sql::TOOL_LIST, &params![tenant.as_str(), run.0]).await?;
+        rows.iter()
+            .map(|r| {
+                let call_id: String = r.get("call_id")?;
+                let row = format!("{run}/{call_id}");
+                let effect: Option<String> = r.get("effect")?;
+                let status: String = r.get("status")?;
+                let arguments: Vec<u8> = r.get("arguments")?;
+                let omitted: Option<i64> = r.get("omitted_bytes")?;
+                let duration: i64 = r.get("duration_ms")?;
+                let late_duration: Option<i64> = r.get("late_duration_ms")?;
+                Ok(ToolCallRecord {
+                    run_id: run,
+                    arguments: self
+                        .protection
+                        .open(&tool_place(tenant, "arguments", &row), &arguments)
+                        .map_err(unreadable)?,
+                    tool_name: r.get("tool_name")?,
+                    effect: effect.map(|e| enum_parse(&e, "tool effect")).transpose()?,
+                    status: enum_parse(&status, "tool status")?,
+                    result: self.open_opt(tenant, "result", &row, r.get("result")?)?,
+                    error: self.open_opt(tenant, "error", &row, r.get("error")?)?,
+                    omitted_bytes: omitted.map(|o| o.max(0) as u64),
+                    started_at: r.get("started_at")?,
+                    duration_ms: duration.max(0) as u64,
+                    timed_out: r.get("timed_out")?,
+                    late_completed_at: r.get("late_completed_at")?,
+                    late_duration_ms: late_duration.map(|d| d.max(0) as u64),
+                    late_result: self.open_opt(tenant, "late_result", &row, r.get("late_result")?)?,
+                    late_error: self.open_opt(tenant, "late_error", &row, r.get("late_error")?)?,
+                    call_id,
+                })
+            })
+            .collect()
+    }
+
+    async fn record_input(&self, tenant: &TenantId, run: RunId, input: &RunInputRecord) -> Result<(), StoreError> {
+        let json = serde_json::to_string(input).map_err(|e| corrupt("input", e))?;
+        let row = run.to_string();
+        let sealed = self.protection.seal(&input_place(tenant, &row), &json);
+        let done = self.db.execute(sql::RUN_SET_INPUT, &params![tenant.as_str(), run.0, sealed]).await?;
+        if done == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+    }
+
+    async fn get_input(&self, tenant: &TenantId, run: RunId) -> Result<Option<RunInputRecord>, StoreError> {
+        let stored: Option<Option<Vec<u8>>> = self
+            .db
+            .query_opt(sql::RUN_GET_INPUT, &params![tenant.as_str(), run.0])
+            .await?
+            .as_ref()
+            .map(Row::first)
+            .transpose()?;
+        let Some(Some(bytes)) = stored else { return Ok(None) };
+        let row = run.to_string();
+        let json = self.protection.open(&input_place(tenant, &row), &bytes).map_err(unreadable)?;
+        serde_json::from_str(&json).map(Some).map_err(|e| corrupt("input", e))
+    }
+
+    async fn start_queued(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        now: DateTime<Utc>,
+    ) -> Result<Option<bool>, StoreError> {
+        self.db
+            .query_opt(sql::RUN_START_QUEUED, &params![tenant.as_str(), run.0, now])
+            .await?
+            .as_ref()
+            .map(Row::first)
+            .transpose()
+    }
+
+    async fn request_cancel(&self, tenant: &TenantId, run: RunId) -> Result<CancelOutcome, StoreError> {
+        let row = self.db.query_one(sql::RUN_CANCEL, &params![tenant.as_str(), run.0]).await?;
+        let status: Option<String> = row.get("status")?;
+        let requested: bool = row.get("requested")?;
+        match status {
+            None => Err(StoreError::NotFound),
+            Some(_) if requested => Ok(CancelOutcome::Requested),
+            Some(s) => Ok(CancelOutcome::AlreadyEnded(status_parse(&s)?)),
+        }
+    }
+
+    async fn is_cancel_requested(&self, tenant: &TenantId, run: RunId) -> Result<bool, StoreError> {
+        let flag: Option<bool> = self
+            .db
+            .query_opt(sql::RUN_CANCEL_FLAG, &params![tenant.as_str(), run.0])
+            .await?
+            .as_ref()
+            .map(Row::first)
+            .transpose()?;
+        Ok(flag.unwrap_or(false))
+    }
+
+    async fn heartbeat(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<(), StoreError> {
+        self.db.execute(sql::RUN_HEARTBEAT, &params![tenant.as_str(), run.0, now]).await?;
+        Ok(())
+    }
+
+    async fn stale_runs(&self, stale_before: DateTime<Utc>, limit: usize) -> Result<Vec<StaleRun>, StoreError> {
+        let rows =
+            self.db.query(sql::RUN_STALE, &params![stale_before, i64::try_from(limit).unwrap_or(i64::MAX)]).await?;
+        rows.iter()
+            .map(|row| {
+                let tenant: String = row.get("tenant_id")?;
+                let last: i64 = row.get("last_sequence")?;
+                Ok(StaleRun {
+                    tenant: TenantId::parse(&tenant).map_err(|_| corrupt("tenant", &tenant))?,
+                    id: RunId(row.get("id")?),
+                    started_at: row.get("started_at")?,
+                    last_sequence: u64::try_from(last).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    async fn close_stale(
+        &self,
+        tenant: &TenantId,
+        id: RunId,
+        stale_before: DateTime<Utc>,
+        end: &RunEnd,
+        events: &[RecordedEvent],
+    ) -> Result<bool, StoreError> {
+        Ok(self.close(sql::RUN_CLOSE_STALE, tenant, id, end, events, Some(stale_before)).await? > 0)
+    }
+}

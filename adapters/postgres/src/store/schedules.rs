@@ -1,0 +1,162 @@
+//! Schedules on Postgres: `schedules`, one row per schedule, the message sealed like other
+//! user content. The tick's scan (`due`) and compare-and-set (`advance`) are the only
+//! statements that cross tenants.
+
+use std::sync::Arc;
+
+use crate::driver::Row;
+use chrono::{DateTime, Utc};
+use tracon_core::names::{RunId, TenantId};
+use tracon_core::schedules::{ScheduleRecord, ScheduleStore};
+use tracon_core::store::StoreError;
+use uuid::Uuid;
+
+use super::Db;
+use crate::codec::{ScheduleColumns, duplicate_schedule};
+use crate::params;
+use crate::protect::Protection;
+use crate::sql;
+
+pub struct PgScheduleStore {
+    db: Db,
+    protection: Arc<Protection>,
+}
+
+impl PgScheduleStore {
+    pub fn new(db: Db, protection: Arc<Protection>) -> Self {
+        Self { db, protection }
+    }
+
+    fn record(&self, row: &Row) -> Result<ScheduleRecord, StoreError> {
+        ScheduleColumns {
+            tenant_id: row.get("tenant_id")?,
+            id: row.get("id")?,
+            name: row.get("name")?,
+            agent_name: row.get("agent_name")?,
+            message: row.get("message")?,
+            parameters: row.get("parameters")?,
+            run_at: row.get("run_at")?,
+            cron: row.get("cron")?,
+            time_zone: row.get("time_zone")?,
+            enabled: row.get("enabled")?,
+            next_run_at: row.get("next_run_at")?,
+            last_run_at: row.get("last_run_at")?,
+            last_run_id: row.get("last_run_id")?,
+            last_error: row.get("last_error")?,
+            created_at: row.get("created_at")?,
+            updated_at: row.get("updated_at")?,
+        }
+        .record(&self.protection)
+    }
+}
+
+#[async_trait::async_trait]
+impl ScheduleStore for PgScheduleStore {
+    async fn create(&self, s: &ScheduleRecord) -> Result<(), StoreError> {
+        let c = ScheduleColumns::of(s, &self.protection)?;
+        self.db
+            .execute(
+                sql::SCHEDULE_INSERT,
+                &params![
+                    &c.tenant_id,
+                    c.id,
+                    &c.name,
+                    &c.agent_name,
+                    &c.message,
+                    &c.parameters,
+                    c.run_at,
+                    &c.cron,
+                    &c.time_zone,
+                    c.enabled,
+                    c.next_run_at,
+                    c.last_run_at,
+                    c.last_run_id,
+                    &c.last_error,
+                    c.created_at,
+                    c.updated_at
+                ],
+            )
+            .await
+            .map_err(duplicate_schedule)?;
+        Ok(())
+    }
+
+    async fn get(&self, tenant: &TenantId, id: Uuid) -> Result<Option<ScheduleRecord>, StoreError> {
+        let row = self.db.query_opt(sql::SCHEDULE_GET, &params![tenant.as_str(), id]).await?;
+        row.as_ref().map(|r| self.record(r)).transpose()
+    }
+
+    async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<ScheduleRecord>, StoreError> {
+        let rows = self
+            .db
+            .query(
+                sql::SCHEDULE_LIST,
+                &params![
+                    tenant.as_str(),
+                    i64::try_from(skip).unwrap_or(i64::MAX),
+                    i64::try_from(take).unwrap_or(i64::MAX)
+                ],
+            )
+            .await?;
+        rows.iter().map(|r| self.record(r)).collect()
+    }
+
+    async fn update(&self, s: &ScheduleRecord) -> Result<(), StoreError> {
+        let c = ScheduleColumns::of(s, &self.protection)?;
+        let done = self
+            .db
+            .execute(
+                sql::SCHEDULE_UPDATE,
+                &params![
+                    &c.tenant_id,
+                    c.id,
+                    &c.name,
+                    &c.agent_name,
+                    &c.message,
+                    &c.parameters,
+                    c.run_at,
+                    &c.cron,
+                    &c.time_zone,
+                    c.enabled,
+                    c.next_run_at,
+                    c.updated_at
+                ],
+            )
+            .await
+            .map_err(duplicate_schedule)?;
+        if done == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+    }
+
+    async fn delete(&self, tenant: &TenantId, id: Uuid) -> Result<bool, StoreError> {
+        let done = self.db.execute(sql::SCHEDULE_DELETE, &params![tenant.as_str(), id]).await?;
+        Ok(done > 0)
+    }
+
+    async fn due(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<ScheduleRecord>, StoreError> {
+        let rows = self.db.query(sql::SCHEDULE_DUE, &params![now, i64::try_from(limit).unwrap_or(i64::MAX)]).await?;
+        rows.iter().map(|r| self.record(r)).collect()
+    }
+
+    async fn advance(
+        &self,
+        tenant: &TenantId,
+        id: Uuid,
+        expected: DateTime<Utc>,
+        next: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let done = self.db.execute(sql::SCHEDULE_ADVANCE, &params![tenant.as_str(), id, expected, next, now]).await?;
+        Ok(done > 0)
+    }
+
+    async fn record_outcome(
+        &self,
+        tenant: &TenantId,
+        id: Uuid,
+        run: Option<RunId>,
+        error: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.db.execute(sql::SCHEDULE_OUTCOME, &params![tenant.as_str(), id, run.map(|r| r.0), error]).await?;
+        Ok(())
+    }
+}
