@@ -10,7 +10,7 @@ use futures::FutureExt;
 
 use crate::identity::Caller;
 use crate::names::TenantId;
-use crate::store::RunRecord;
+use crate::runs::store::RunRecord;
 
 /// What the caller asks to do.
 #[derive(Debug, Clone, Copy)]

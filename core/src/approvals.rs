@@ -26,10 +26,12 @@ use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use crate::error::StoreError;
 use crate::identity::Caller;
 use crate::names::{RunId, TenantId};
-use crate::store::StoreError;
-use crate::tools::ToolEffect;
+use crate::sync::lock;
+use crate::tools::effect::ToolEffect;
+use std::sync::Mutex;
 
 /// Where a request stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -368,6 +370,118 @@ impl Gatekeeper {
                 true
             }
         }
+    }
+}
+
+// ---- memory --------------------------------------------------------------------------------
+
+/// Pending requests and rules, per tenant, in creation order.
+#[derive(Default)]
+pub struct MemoryApprovalStore {
+    requests: Mutex<Vec<ApprovalRecord>>,
+    rules: Mutex<Vec<ApprovalRule>>,
+}
+
+#[async_trait::async_trait]
+impl ApprovalStore for MemoryApprovalStore {
+    async fn create(&self, records: &[ApprovalRecord]) -> Result<(), StoreError> {
+        let mut rows = lock(&self.requests);
+        if records.iter().any(|r| rows.iter().any(|x| x.id == r.id)) {
+            return Err(StoreError::Conflict("An approval request with this id exists.".into()));
+        }
+        rows.extend(records.iter().cloned());
+        Ok(())
+    }
+
+    async fn get(&self, tenant: &TenantId, id: uuid::Uuid) -> Result<Option<ApprovalRecord>, StoreError> {
+        Ok(lock(&self.requests).iter().find(|r| r.tenant == *tenant && r.id == id).cloned())
+    }
+
+    async fn list_pending(
+        &self,
+        tenant: &TenantId,
+        now: DateTime<Utc>,
+        take: usize,
+    ) -> Result<Vec<ApprovalRecord>, StoreError> {
+        let rows = lock(&self.requests);
+        let mut pending: Vec<ApprovalRecord> = rows
+            .iter()
+            .filter(|r| r.tenant == *tenant && r.status == ApprovalStatus::Pending && now < r.expires_at)
+            .cloned()
+            .collect();
+        pending.sort_by_key(|r| (r.created_at, r.id));
+        pending.truncate(take);
+        Ok(pending)
+    }
+
+    async fn list_for_run(&self, tenant: &TenantId, run_id: RunId) -> Result<Vec<ApprovalRecord>, StoreError> {
+        let mut rows: Vec<ApprovalRecord> =
+            lock(&self.requests).iter().filter(|r| r.tenant == *tenant && r.run_id == run_id).cloned().collect();
+        rows.sort_by_key(|r| (r.created_at, r.id));
+        Ok(rows)
+    }
+
+    async fn decide(
+        &self,
+        tenant: &TenantId,
+        id: uuid::Uuid,
+        decision: &ApprovalDecision,
+        now: DateTime<Utc>,
+    ) -> Result<ApprovalRecord, StoreError> {
+        let mut rows = lock(&self.requests);
+        let row = rows.iter_mut().find(|r| r.tenant == *tenant && r.id == id).ok_or(StoreError::NotFound)?;
+        if row.status != ApprovalStatus::Pending || now >= row.expires_at {
+            return Err(StoreError::Conflict("This approval request can no longer be decided.".into()));
+        }
+        row.status = if decision.approved { ApprovalStatus::Approved } else { ApprovalStatus::Denied };
+        row.decided_at = Some(now);
+        row.decided_by = Some(decision.decided_by.clone());
+        row.reason.clone_from(&decision.reason);
+        Ok(row.clone())
+    }
+
+    async fn claim_resume(&self, tenant: &TenantId, run_id: RunId, resumed: RunId) -> Result<bool, StoreError> {
+        let mut rows = lock(&self.requests);
+        let mut of_run = rows.iter_mut().filter(|r| r.tenant == *tenant && r.run_id == run_id).peekable();
+        if of_run.peek().is_none() {
+            return Ok(false);
+        }
+        let of_run: Vec<&mut ApprovalRecord> = of_run.collect();
+        if of_run.iter().any(|r| r.status == ApprovalStatus::Pending || r.resumed_run_id.is_some()) {
+            return Ok(false);
+        }
+        for r in of_run {
+            r.resumed_run_id = Some(resumed);
+        }
+        Ok(true)
+    }
+
+    async fn create_rule(&self, rule: &ApprovalRule) -> Result<(), StoreError> {
+        let mut rules = lock(&self.rules);
+        if rules.iter().any(|r| r.id == rule.id) {
+            return Err(StoreError::Conflict("An approval rule with this id exists.".into()));
+        }
+        rules.push(rule.clone());
+        Ok(())
+    }
+
+    async fn list_rules(&self, tenant: &TenantId, tool: Option<&str>) -> Result<Vec<ApprovalRule>, StoreError> {
+        crate::error::check_text_opt("toolName", tool)?;
+        Ok(lock(&self.rules)
+            .iter()
+            .filter(|r| r.tenant == *tenant && tool.is_none_or(|t| r.tool_name == t))
+            .cloned()
+            .collect())
+    }
+
+    async fn get_rule(&self, tenant: &TenantId, id: uuid::Uuid) -> Result<Option<ApprovalRule>, StoreError> {
+        Ok(lock(&self.rules).iter().find(|r| r.tenant == *tenant && r.id == id).cloned())
+    }
+
+    async fn delete_rule(&self, tenant: &TenantId, id: uuid::Uuid) -> Result<ApprovalRule, StoreError> {
+        let mut rules = lock(&self.rules);
+        let at = rules.iter().position(|r| r.tenant == *tenant && r.id == id).ok_or(StoreError::NotFound)?;
+        Ok(rules.remove(at))
     }
 }
 

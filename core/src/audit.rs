@@ -12,8 +12,11 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::error::StoreError;
 use crate::names::TenantId;
-use crate::store::StoreError;
+use crate::sync::lock;
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 /// A field whose name contains one of these (case-insensitive, `_` and `-` ignored:
 /// `api_key`, `clientSecret`, `accessToken`) never enters the trail. A name containing
@@ -244,9 +247,9 @@ pub struct AuditFilter {
 }
 
 impl AuditFilter {
-    /// [`crate::store::check_text`] over the filter's text: what every store checks first.
+    /// [`crate::error::check_text`] over the filter's text: what every store checks first.
     pub fn check_text(&self) -> Result<(), StoreError> {
-        use crate::store::check_text_opt;
+        use crate::error::check_text_opt;
         check_text_opt("entityType", self.entity_type.as_deref())?;
         check_text_opt("entityId", self.entity_id.as_deref())?;
         check_text_opt("action", self.action.as_deref())?;
@@ -278,6 +281,50 @@ pub trait AuditStore: Send + Sync {
     ) -> Result<Vec<AuditEntry>, StoreError>;
     /// Every entry of the tenant in sequence order (for [`verify`]).
     async fn chain(&self, tenant: &TenantId) -> Result<Vec<AuditEntry>, StoreError>;
+}
+
+// ---- memory --------------------------------------------------------------------------------
+
+/// Each tenant's chain, in sequence order.
+#[derive(Default)]
+pub struct MemoryAuditStore {
+    chains: Mutex<HashMap<TenantId, Vec<AuditEntry>>>,
+}
+
+impl MemoryAuditStore {
+    /// Test support: edits or removes entries behind the chain's back.
+    pub fn tamper(&self, tenant: &TenantId, f: impl FnOnce(&mut Vec<AuditEntry>)) {
+        f(lock(&self.chains).entry(tenant.clone()).or_default());
+    }
+}
+
+#[async_trait::async_trait]
+impl AuditStore for MemoryAuditStore {
+    async fn append(&self, tenant: &TenantId, entry: NewAuditEntry) -> Result<AuditEntry, StoreError> {
+        let mut chains = lock(&self.chains);
+        let chain = chains.entry(tenant.clone()).or_default();
+        let (sequence, previous) = chain.last().map_or((1, [0; 32]), |e| (e.sequence + 1, e.hash));
+        let stored = AuditEntry::chained(tenant, sequence, &previous, entry);
+        chain.push(stored.clone());
+        Ok(stored)
+    }
+
+    async fn list(
+        &self,
+        tenant: &TenantId,
+        filter: &AuditFilter,
+        skip: usize,
+        take: usize,
+    ) -> Result<Vec<AuditEntry>, StoreError> {
+        filter.check_text()?;
+        let chains = lock(&self.chains);
+        let chain = chains.get(tenant).map(Vec::as_slice).unwrap_or_default();
+        Ok(chain.iter().rev().filter(|e| filter.matches(e)).skip(skip).take(take).cloned().collect())
+    }
+
+    async fn chain(&self, tenant: &TenantId) -> Result<Vec<AuditEntry>, StoreError> {
+        Ok(lock(&self.chains).get(tenant).cloned().unwrap_or_default())
+    }
 }
 
 #[cfg(test)]

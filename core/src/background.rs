@@ -13,15 +13,12 @@ use crate::runtime::Runtime;
 /// on one host runs on any other.
 pub fn job_handlers(runtime: &Arc<Runtime>) -> Vec<Arc<dyn JobHandler>> {
     let mut handlers: Vec<Arc<dyn JobHandler>> = vec![
-        Arc::new(crate::runs::QueuedRuns { runtime: runtime.clone() }),
+        Arc::new(crate::runs::queued::QueuedRuns { runtime: runtime.clone() }),
         Arc::new(crate::webhooks::WebhookDeliveries::new(runtime.clone())),
     ];
     handlers.extend(runtime.custom_job_handlers.iter().cloned());
     handlers
 }
-
-/// The handler keys the runtime itself serves.
-pub const BUILT_IN_JOB_KEYS: [&str; 2] = [crate::runs::RUN_JOB, crate::webhooks::DELIVER_JOB];
 
 /// Why [`enqueue`] queued nothing.
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +28,7 @@ pub enum EnqueueError {
     #[error("no job handler serves this key")]
     UnknownHandlerKey,
     #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
+    Store(#[from] crate::error::StoreError),
 }
 
 /// Queues a job for a handler key this runtime serves (built-in, or added with
@@ -46,8 +43,8 @@ pub async fn enqueue(
     payload: serde_json::Value,
     max_attempts: u32,
 ) -> Result<uuid::Uuid, EnqueueError> {
-    let served =
-        BUILT_IN_JOB_KEYS.contains(&handler_key) || runtime.custom_job_handlers.iter().any(|h| h.key() == handler_key);
+    let served = crate::jobs::BUILT_IN_JOB_KEYS.contains(&handler_key)
+        || runtime.custom_job_handlers.iter().any(|h| h.key() == handler_key);
     if !served {
         // The key may come from an untrusted source: logged, never echoed.
         tracing::warn!(handler_key, code = crate::jobs::UNKNOWN_HANDLER, "refused a job nobody serves");
@@ -73,7 +70,7 @@ pub async fn enqueue(
 /// (`JobRunner::with_observer`), so `job.completed` / `job.failed` webhooks fire wherever a
 /// job ran.
 pub fn job_observers(runtime: &Arc<Runtime>) -> Vec<Arc<dyn crate::jobs::JobObserver>> {
-    vec![Arc::new(crate::webhooks::JobEvents(crate::webhooks::Publisher::of(runtime)))]
+    vec![Arc::new(crate::webhooks::JobEvents(crate::webhooks::sources::publisher(runtime)))]
 }
 
 /// A `JobRunner` serving [`job_handlers`] and told [`job_observers`]: what a host's consumer
@@ -112,7 +109,7 @@ pub struct TickReport {
 /// runs. Each part's failure is logged and the others still run.
 pub async fn tick(runtime: &Arc<Runtime>, transport: &dyn JobTransport) -> TickReport {
     let mut report = TickReport::default();
-    match crate::schedules::enqueue_due(runtime, transport, TICK_BATCH).await {
+    match crate::schedules::due::enqueue_due(runtime, transport, TICK_BATCH).await {
         Ok(n) => report.schedules_enqueued = n,
         Err(e) => tracing::warn!(error = ?e, "the tick could not read the due schedules"),
     }
@@ -129,7 +126,7 @@ pub async fn tick(runtime: &Arc<Runtime>, transport: &dyn JobTransport) -> TickR
         }
         Err(e) => tracing::warn!(error = ?e, "the tick could not read the due jobs"),
     }
-    match crate::runs::reconcile_orphans(runtime, TICK_BATCH).await {
+    match crate::runs::reconcile::reconcile_orphans(runtime, TICK_BATCH).await {
         Ok(n) => report.runs_reconciled = n,
         Err(e) => tracing::warn!(error = ?e, "the tick could not reconcile orphaned runs"),
     }

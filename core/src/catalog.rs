@@ -15,10 +15,11 @@ use utoipa::ToSchema;
 
 use crate::compiler::{self, CompileFailure, CompiledAgent, ParameterError, Resolution};
 use crate::definition::AgentDefinition;
+use crate::definitions::DefinitionStore;
+use crate::error::StoreError;
 use crate::model::ProviderRegistry;
 use crate::names::{AgentName, TenantId};
 use crate::report::{Problem, ValidationReport};
-use crate::store::{DefinitionStore, StoreError};
 use crate::tools::ToolRegistry;
 
 const CACHE_CAPACITY: usize = 512;

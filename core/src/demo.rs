@@ -104,5 +104,5 @@ pub fn cancel_order_tool() -> Result<ToolRegistration, RegistrationError> {
             Ok(ToolOutput::Json(json!({"orderId": order_id, "status": "cancelled"})))
         }),
     )
-    .map(|r| r.requires_approval(true).effect(crate::tools::ToolEffect::Destructive))
+    .map(|r| r.requires_approval(true).effect(crate::tools::effect::ToolEffect::Destructive))
 }

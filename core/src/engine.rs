@@ -26,6 +26,7 @@ use tracing::Instrument;
 
 use crate::compiler::CompiledAgent;
 use crate::events::RunEvent;
+use crate::events::{ApprovalRequest, ToolCallStatus};
 use crate::failure::RunFailure;
 use crate::model::{
     FinishReason, Message, ModelEvent, ModelRequest, ModelStream, ProviderError, ProviderErrorKind, ReasoningBlock,
@@ -34,9 +35,9 @@ use crate::model::{
 use crate::names::{RunId, TenantId};
 use crate::ports::{Clock, millis_between};
 use crate::recorder::Recorder;
+use crate::runs::store::{RunStore, ToolCallRecord};
 use crate::runtime::Runtime;
-use crate::store::{RunStore, ToolCallRecord};
-use crate::tools::pipeline::{self, ApprovalRequest, CallEnv, CallOutcome, Gate, ToolCallStatus};
+use crate::tools::pipeline::{self, CallEnv, CallOutcome, Gate};
 
 /// Watches the store's cancel flag, so a cancel issued through any instance stops the run.
 pub struct CancelWatch {
@@ -587,7 +588,7 @@ async fn finish_call(
     env: &CallEnv,
     emitter: &mut Emitter,
     outcome: CallOutcome,
-    late: Option<futures::future::BoxFuture<'static, pipeline::LateCompletion>>,
+    late: Option<futures::future::BoxFuture<'static, crate::runs::store::LateCompletion>>,
 ) -> CallOutcome {
     let event = if outcome.status.is_failure() {
         RunEvent::ToolFailed {

@@ -11,7 +11,8 @@ use crate::failure::RunFailure;
 use crate::model::{FinishReason, Usage};
 use crate::names::RunId;
 use crate::pricing::CostSnapshot;
-use crate::tools::pipeline::{ApprovalRequest, ToolCallStatus};
+use crate::tools::effect::ToolEffect;
+use serde_json::Value;
 
 /// A call of a client-side tool, handed back to the run's caller.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -202,6 +203,82 @@ impl RunEvent {
                 | Self::RunCanceled { .. }
                 | Self::RunAwaitingApproval { .. }
         )
+    }
+}
+
+/// How a call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum ToolCallStatus {
+    Succeeded,
+    /// The authorization handler said no; the reason was the model's result.
+    Denied,
+    /// Arguments (or the tool name) were refused before the body ran.
+    Rejected,
+    TimedOut,
+    Failed,
+    /// The run was cancelled while the call ran.
+    Canceled,
+    /// Waiting for a person's decision; the body has not run.
+    AwaitingApproval,
+}
+
+impl ToolCallStatus {
+    /// Whether the run log records this as `ToolFailed` rather than `ToolInvoked`.
+    pub fn is_failure(self) -> bool {
+        matches!(self, Self::Rejected | Self::TimedOut | Self::Failed | Self::Canceled)
+    }
+}
+
+/// A call that waits for a person.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRequest {
+    pub request_id: uuid::Uuid,
+    pub call_id: String,
+    pub tool_name: String,
+    #[schema(value_type = Object)]
+    pub arguments: Value,
+    pub effect: ToolEffect,
+}
+
+/// What a tool body can write to its run's log: custom events, through the run's recorder.
+#[derive(Clone, Default)]
+pub struct EventWriter(Option<std::sync::Arc<dyn CustomEvents>>);
+
+/// Where a run's custom events go (the run's recorder).
+#[async_trait::async_trait]
+pub trait CustomEvents: Send + Sync {
+    /// Appends a custom event; an invalid `custom_type` is refused.
+    async fn record_custom(&self, custom_type: &str, payload: String) -> Result<Option<u64>, InvalidCustomEvent>;
+}
+
+impl EventWriter {
+    pub fn new(sink: std::sync::Arc<dyn CustomEvents>) -> Self {
+        Self(Some(sink))
+    }
+
+    /// A writer that records nothing (outside a run, or with recording off).
+    pub fn none() -> Self {
+        Self(None)
+    }
+
+    /// Appends a custom event. An invalid `custom_type` (or the reserved `tracon.` prefix)
+    /// is refused; with recording off the event is dropped and `Ok(None)` returned.
+    pub async fn custom(
+        &self,
+        custom_type: &str,
+        payload: impl Into<String>,
+    ) -> Result<Option<u64>, InvalidCustomEvent> {
+        match &self.0 {
+            Some(r) => r.record_custom(custom_type, payload.into()).await,
+            None => check_custom_type(custom_type).map(|()| None),
+        }
+    }
+}
+
+impl std::fmt::Debug for EventWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "EventWriter(run)" } else { "EventWriter(none)" })
     }
 }
 

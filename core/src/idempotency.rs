@@ -10,8 +10,11 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use crate::error::StoreError;
 use crate::names::TenantId;
-use crate::store::StoreError;
+use crate::sync::lock;
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 /// Longest key accepted.
 pub const MAX_KEY_LEN: usize = 255;
@@ -57,4 +60,70 @@ pub trait IdempotencyStore: Send + Sync {
     async fn complete(&self, key: KeyRef<'_>, status: u16, body: &Value, now: DateTime<Utc>) -> Result<(), StoreError>;
     /// Gives up a claim whose work did not happen (a duplicate may then claim it).
     async fn release(&self, key: KeyRef<'_>) -> Result<(), StoreError>;
+}
+
+// ---- memory --------------------------------------------------------------------------------
+
+/// One key's state: the request hash, the response once done, the expiry.
+#[derive(Debug, Clone)]
+struct IdempotencyRow {
+    request_hash: String,
+    response: Option<(u16, serde_json::Value)>,
+    expires_at: DateTime<Utc>,
+}
+
+/// Idempotency records per tenant, operation and key.
+#[derive(Default)]
+pub struct MemoryIdempotencyStore {
+    rows: Mutex<HashMap<(TenantId, String, String), IdempotencyRow>>,
+}
+
+fn idempotency_key(k: KeyRef<'_>) -> (TenantId, String, String) {
+    (k.tenant.clone(), k.operation.to_owned(), k.key.to_owned())
+}
+
+#[async_trait::async_trait]
+impl IdempotencyStore for MemoryIdempotencyStore {
+    async fn claim(
+        &self,
+        key: KeyRef<'_>,
+        request_hash: &str,
+        now: DateTime<Utc>,
+        expires_at: DateTime<Utc>,
+    ) -> Result<Claim, StoreError> {
+        let mut rows = lock(&self.rows);
+        let id = idempotency_key(key);
+        if let Some(row) = rows.get(&id).filter(|r| r.expires_at > now) {
+            return Ok(match &row.response {
+                None => Claim::InProgress { request_hash: row.request_hash.clone() },
+                Some((status, body)) => {
+                    Claim::Completed { request_hash: row.request_hash.clone(), status: *status, body: body.clone() }
+                }
+            });
+        }
+        rows.insert(id, IdempotencyRow { request_hash: request_hash.to_owned(), response: None, expires_at });
+        Ok(Claim::Claimed)
+    }
+
+    async fn complete(
+        &self,
+        key: KeyRef<'_>,
+        status: u16,
+        body: &serde_json::Value,
+        _now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let mut rows = lock(&self.rows);
+        let row = rows.get_mut(&idempotency_key(key)).ok_or(StoreError::NotFound)?;
+        row.response = Some((status, body.clone()));
+        Ok(())
+    }
+
+    async fn release(&self, key: KeyRef<'_>) -> Result<(), StoreError> {
+        let mut rows = lock(&self.rows);
+        let id = idempotency_key(key);
+        if rows.get(&id).is_some_and(|r| r.response.is_none()) {
+            rows.remove(&id);
+        }
+        Ok(())
+    }
 }

@@ -20,9 +20,11 @@ use tokio_util::sync::CancellationToken;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use crate::error::StoreError;
 use crate::names::{RunId, TenantId};
 use crate::ports::Clock;
-use crate::store::StoreError;
+use crate::sync::lock;
+use std::sync::Mutex;
 
 /// Where a job stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -66,6 +68,13 @@ pub struct JobError {
     pub code: String,
     pub message: String,
 }
+
+/// The handler key of a queued run's job ([`crate::runs::queued::QueuedRuns`]).
+pub const RUN_JOB: &str = "run.execute";
+/// The handler key of a webhook delivery's job ([`crate::webhooks::WebhookDeliveries`]).
+pub const DELIVER_JOB: &str = "webhook.deliver";
+/// The handler keys Tracon serves itself.
+pub const BUILT_IN_JOB_KEYS: [&str; 2] = [RUN_JOB, DELIVER_JOB];
 
 /// The code of a job whose handler key no consumer serves.
 pub const UNKNOWN_HANDLER: &str = "tracon.job.unknown-handler-key";
@@ -147,9 +156,9 @@ pub struct JobFilter {
 }
 
 impl JobFilter {
-    /// [`crate::store::check_text`] over the filter's text: what every store checks first.
+    /// [`crate::error::check_text`] over the filter's text: what every store checks first.
     pub fn check_text(&self) -> Result<(), StoreError> {
-        crate::store::check_text_opt("handlerKey", self.handler_key.as_deref())
+        crate::error::check_text_opt("handlerKey", self.handler_key.as_deref())
     }
 }
 
@@ -489,6 +498,207 @@ impl JobRunner {
                 tracing::error!(job = %job.id, error = ?e, "could not record a job's result; its lease will return it")
             }
         }
+    }
+}
+
+// ---- memory --------------------------------------------------------------------------------
+
+/// Jobs in creation order.
+#[derive(Default)]
+pub struct MemoryJobStore {
+    rows: Mutex<Vec<JobRecord>>,
+}
+
+impl MemoryJobStore {
+    /// Leases `job` when the rules allow it at `request.now`; closes it `Failed` when it is
+    /// out of attempts.
+    fn try_lease(job: &mut JobRecord, request: &LeaseRequest) -> Option<Lease> {
+        let now = request.now;
+        let leasable = match job.status {
+            JobStatus::Queued => job.available_at <= now,
+            JobStatus::Running => job.lease_expires_at.is_some_and(|at| at <= now),
+            _ => false,
+        };
+        if !leasable || !request.handler_keys.contains(&job.handler_key) {
+            return None;
+        }
+        if job.attempts >= job.max_attempts || job.cancel_requested {
+            job.status = if job.cancel_requested { JobStatus::Canceled } else { JobStatus::Failed };
+            if job.status == JobStatus::Failed && job.error.is_none() {
+                job.error = Some(JobError {
+                    code: "tracon.job.attempts-exhausted".into(),
+                    message: "The job's lease expired on its last attempt.".into(),
+                });
+            }
+            job.lease_owner = None;
+            job.lease_token = None;
+            job.lease_expires_at = None;
+            job.updated_at = now;
+            job.completed_at = Some(now);
+            return None;
+        }
+        let token = uuid::Uuid::new_v4();
+        job.status = JobStatus::Running;
+        job.attempts += 1;
+        job.lease_owner = Some(request.owner.clone());
+        job.lease_token = Some(token);
+        job.lease_expires_at = Some(now + request.lease_for);
+        job.heartbeat_at = Some(now);
+        job.updated_at = now;
+        Some(Lease { job: job.clone(), token })
+    }
+}
+
+#[async_trait::async_trait]
+impl JobStore for MemoryJobStore {
+    async fn enqueue(&self, job: &JobRecord) -> Result<(), StoreError> {
+        let mut rows = lock(&self.rows);
+        if rows.iter().any(|j| j.id == job.id) {
+            return Err(StoreError::Conflict("A job with this id exists.".into()));
+        }
+        rows.push(job.clone());
+        Ok(())
+    }
+
+    async fn get(&self, tenant: &TenantId, id: uuid::Uuid) -> Result<Option<JobRecord>, StoreError> {
+        Ok(lock(&self.rows).iter().find(|j| j.tenant == *tenant && j.id == id).cloned())
+    }
+
+    async fn list(
+        &self,
+        tenant: &TenantId,
+        filter: &JobFilter,
+        skip: usize,
+        take: usize,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        filter.check_text()?;
+        let rows = lock(&self.rows);
+        let mut jobs: Vec<JobRecord> = rows
+            .iter()
+            .filter(|j| {
+                j.tenant == *tenant
+                    && filter.status.is_none_or(|s| j.status == s)
+                    && filter.handler_key.as_deref().is_none_or(|k| j.handler_key == k)
+            })
+            .cloned()
+            .collect();
+        jobs.sort_by_key(|j| std::cmp::Reverse((j.created_at, j.id)));
+        Ok(jobs.into_iter().skip(skip).take(take).collect())
+    }
+
+    async fn lease(&self, request: &LeaseRequest, limit: usize) -> Result<Vec<Lease>, StoreError> {
+        let mut rows = lock(&self.rows);
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_by_key(|&i| (rows[i].available_at, rows[i].id));
+        let mut leases = Vec::new();
+        for i in order {
+            if leases.len() >= limit {
+                break;
+            }
+            if let Some(lease) = Self::try_lease(&mut rows[i], request) {
+                leases.push(lease);
+            }
+        }
+        Ok(leases)
+    }
+
+    async fn due(
+        &self,
+        now: DateTime<Utc>,
+        quiet_since: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<uuid::Uuid>, StoreError> {
+        let rows = lock(&self.rows);
+        let mut due: Vec<&JobRecord> = rows
+            .iter()
+            .filter(|j| match j.status {
+                JobStatus::Queued => j.available_at <= now && (j.attempts > 0 || j.created_at <= quiet_since),
+                JobStatus::Running => j.lease_expires_at.is_some_and(|at| at <= now),
+                _ => false,
+            })
+            .collect();
+        due.sort_by_key(|j| (j.available_at, j.id));
+        Ok(due.into_iter().take(limit).map(|j| j.id).collect())
+    }
+
+    async fn lease_one(&self, id: uuid::Uuid, request: &LeaseRequest) -> Result<Option<Lease>, StoreError> {
+        let mut rows = lock(&self.rows);
+        Ok(rows.iter_mut().find(|j| j.id == id).and_then(|j| Self::try_lease(j, request)))
+    }
+
+    async fn heartbeat(
+        &self,
+        id: uuid::Uuid,
+        token: uuid::Uuid,
+        until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Option<bool>, StoreError> {
+        let mut rows = lock(&self.rows);
+        let Some(job) = rows.iter_mut().find(|j| j.id == id && j.lease_token == Some(token)) else { return Ok(None) };
+        if job.status != JobStatus::Running {
+            return Ok(None);
+        }
+        job.lease_expires_at = Some(until);
+        job.heartbeat_at = Some(now);
+        job.updated_at = now;
+        Ok(Some(job.cancel_requested))
+    }
+
+    async fn finish(
+        &self,
+        id: uuid::Uuid,
+        token: uuid::Uuid,
+        outcome: &Outcome,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let mut rows = lock(&self.rows);
+        let Some(job) = rows.iter_mut().find(|j| j.id == id && j.lease_token == Some(token)) else { return Ok(false) };
+        if job.status != JobStatus::Running {
+            return Ok(false);
+        }
+        job.lease_owner = None;
+        job.lease_token = None;
+        job.lease_expires_at = None;
+        job.updated_at = now;
+        match outcome {
+            Outcome::Succeeded(result) => {
+                job.status = JobStatus::Succeeded;
+                job.result.clone_from(result);
+                job.error = None;
+                job.completed_at = Some(now);
+            }
+            Outcome::Retry { error, retry_at } if job.attempts < job.max_attempts && !job.cancel_requested => {
+                job.status = JobStatus::Queued;
+                job.available_at = *retry_at;
+                job.error = Some(error.clone());
+            }
+            Outcome::Retry { error, .. } | Outcome::Failed(error) => {
+                job.status = if job.cancel_requested { JobStatus::Canceled } else { JobStatus::Failed };
+                job.error = Some(error.clone());
+                job.completed_at = Some(now);
+            }
+            Outcome::Canceled => {
+                job.status = JobStatus::Canceled;
+                job.completed_at = Some(now);
+            }
+        }
+        Ok(true)
+    }
+
+    async fn cancel(&self, tenant: &TenantId, id: uuid::Uuid, now: DateTime<Utc>) -> Result<JobRecord, StoreError> {
+        let mut rows = lock(&self.rows);
+        let job = rows.iter_mut().find(|j| j.tenant == *tenant && j.id == id).ok_or(StoreError::NotFound)?;
+        match job.status {
+            JobStatus::Queued => {
+                job.status = JobStatus::Canceled;
+                job.cancel_requested = true;
+                job.completed_at = Some(now);
+            }
+            JobStatus::Running => job.cancel_requested = true,
+            _ => return Err(StoreError::Conflict("The job has already ended.".into())),
+        }
+        job.updated_at = now;
+        Ok(job.clone())
     }
 }
 

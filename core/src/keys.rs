@@ -16,8 +16,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::error::StoreError;
 use crate::names::TenantId;
-use crate::store::StoreError;
+use crate::sync::lock;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 /// What a key may be used for: a closed set. Each endpoint needs exactly one of these
 /// (the table is `tracon_handlers::auth::requirement`); administration scopes do not
@@ -199,6 +202,81 @@ pub trait ApiKeyStore: Send + Sync {
     ) -> Result<ApiKeyRecord, StoreError>;
     /// Records a use (best effort; callers throttle it).
     async fn touch(&self, id: &str, at: DateTime<Utc>) -> Result<(), StoreError>;
+}
+
+// ---- memory --------------------------------------------------------------------------------
+
+/// Keys by id; the id is globally unique, the tenant is a field checked on every scoped call.
+#[derive(Default)]
+pub struct MemoryApiKeyStore {
+    rows: Mutex<BTreeMap<String, ApiKeyRecord>>,
+}
+
+impl MemoryApiKeyStore {
+    fn scoped<'a>(
+        rows: &'a mut BTreeMap<String, ApiKeyRecord>,
+        tenant: &TenantId,
+        id: &str,
+    ) -> Result<&'a mut ApiKeyRecord, StoreError> {
+        rows.get_mut(id).filter(|k| &k.tenant == tenant).ok_or(StoreError::NotFound)
+    }
+}
+
+#[async_trait::async_trait]
+impl ApiKeyStore for MemoryApiKeyStore {
+    async fn create(&self, key: &ApiKeyRecord) -> Result<(), StoreError> {
+        let mut rows = lock(&self.rows);
+        if rows.contains_key(&key.id) {
+            return Err(StoreError::Conflict(format!("an API key with id '{}' already exists", key.id)));
+        }
+        rows.insert(key.id.clone(), key.clone());
+        Ok(())
+    }
+
+    async fn find(&self, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        Ok(lock(&self.rows).get(id).cloned())
+    }
+
+    async fn get(&self, tenant: &TenantId, id: &str) -> Result<Option<ApiKeyRecord>, StoreError> {
+        Ok(lock(&self.rows).get(id).filter(|k| &k.tenant == tenant).cloned())
+    }
+
+    async fn list(&self, tenant: &TenantId) -> Result<Vec<ApiKeyRecord>, StoreError> {
+        let mut keys: Vec<ApiKeyRecord> = lock(&self.rows).values().filter(|k| &k.tenant == tenant).cloned().collect();
+        keys.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.id.cmp(&a.id)));
+        Ok(keys)
+    }
+
+    async fn revoke(&self, tenant: &TenantId, id: &str, at: DateTime<Utc>) -> Result<ApiKeyRecord, StoreError> {
+        let mut rows = lock(&self.rows);
+        let key = Self::scoped(&mut rows, tenant, id)?;
+        key.revoked_at.get_or_insert(at);
+        Ok(key.clone())
+    }
+
+    async fn rotate(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+        hash: [u8; 32],
+        at: DateTime<Utc>,
+    ) -> Result<ApiKeyRecord, StoreError> {
+        let mut rows = lock(&self.rows);
+        let key = Self::scoped(&mut rows, tenant, id)?;
+        if key.revoked_at.is_some() {
+            return Err(StoreError::Conflict("a revoked API key cannot be rotated".into()));
+        }
+        key.hash = hash;
+        key.rotated_at = Some(at);
+        Ok(key.clone())
+    }
+
+    async fn touch(&self, id: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
+        if let Some(key) = lock(&self.rows).get_mut(id) {
+            key.last_used_at = Some(at);
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

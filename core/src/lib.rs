@@ -5,7 +5,10 @@
 //! - [`tools`] — the `Tool` trait, registrations, and the call [`tools::pipeline`].
 //! - [`model`] — the provider port and the OpenAI, Anthropic and scripted providers.
 //! - [`engine`] — the streaming tool-call loop; [`events`] its event vocabulary.
-//! - [`store`] — store ports (tenant-first) and the in-memory implementations.
+//! - [`error`] — [`error::StoreError`], what every store port returns;
+//! - [`definitions`], [`runs`], [`sessions`], [`keys`], [`audit`], … — each aggregate's
+//!   records, port and in-memory store side by side; [`stores`] bundles the ports;
+//! - [`runs`] — also the run lifecycle every run-starting surface calls;
 //! - [`ports`] — clock and spawner, supplied by the adapter.
 //! - [`runtime`] — the builder an adapter calls at start-up.
 //!
@@ -20,10 +23,14 @@ pub mod background;
 pub mod catalog;
 pub mod compiler;
 pub mod config;
+#[cfg(feature = "contract-tests")]
+pub mod contract;
 pub mod definition;
+pub mod definitions;
 pub mod demo;
 pub mod egress;
 pub mod engine;
+pub mod error;
 pub mod events;
 pub mod failure;
 pub mod idempotency;
@@ -43,8 +50,10 @@ pub mod runtime;
 pub mod schedules;
 pub mod schema;
 pub mod secret_names;
+pub mod sessions;
 pub mod setup;
-pub mod store;
+pub mod stores;
+pub(crate) mod sync;
 pub mod tenants;
 pub mod text;
 pub mod tools;

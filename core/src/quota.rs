@@ -23,8 +23,11 @@ use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
 use serde::Serialize;
 
 use crate::config::{Config, ConfigError};
+use crate::error::StoreError;
 use crate::names::{RunId, TenantId};
-use crate::store::{RunFilter, RunStore, StoreError};
+use crate::runs::store::{RunFilter, RunStore};
+use crate::sync::lock;
+use std::sync::Mutex;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Metric {
@@ -358,6 +361,31 @@ fn notice_id(tenant: &TenantId, quota: &str, period_start: DateTime<Utc>, thresh
     use sha2::{Digest, Sha256};
     let digest = Sha256::digest(format!("{}\n{quota}\n{}\n{threshold}", tenant.as_str(), period_start.timestamp()));
     digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+// ---- memory --------------------------------------------------------------------------------
+
+/// One announced threshold: tenant, quota, period start, percentage.
+type NoticeKey = (TenantId, String, DateTime<Utc>, u32);
+
+/// Thresholds already announced.
+#[derive(Default)]
+pub struct MemoryQuotaNoticeStore {
+    claimed: Mutex<std::collections::HashSet<NoticeKey>>,
+}
+
+#[async_trait::async_trait]
+impl crate::quota::QuotaNoticeStore for MemoryQuotaNoticeStore {
+    async fn claim(
+        &self,
+        tenant: &TenantId,
+        quota: &str,
+        period_start: DateTime<Utc>,
+        threshold: u32,
+        _at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        Ok(lock(&self.claimed).insert((tenant.clone(), quota.to_owned(), period_start, threshold)))
+    }
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use crate::config::{Config, ConfigError};
 use crate::events::{InvalidCustomEvent, RecordedEvent, RunEvent, check_custom_type};
 use crate::names::{RunId, TenantId};
 use crate::ports::Clock;
-use crate::store::RunStore;
+use crate::runs::store::RunStore;
 
 /// What is recorded, and how writes are batched (`Tracon:RunRecording:*`).
 #[derive(Debug, Clone)]
@@ -274,36 +274,9 @@ impl Recorder {
     }
 }
 
-/// What a tool body can write to its run's log.
-#[derive(Clone, Default)]
-pub struct EventWriter(Option<Arc<Recorder>>);
-
-impl EventWriter {
-    pub fn new(recorder: Arc<Recorder>) -> Self {
-        Self(Some(recorder))
-    }
-
-    /// A writer that records nothing (outside a run, or with recording off).
-    pub fn none() -> Self {
-        Self(None)
-    }
-
-    /// Appends a custom event. An invalid `custom_type` (or the reserved `tracon.` prefix)
-    /// is refused; with recording off the event is dropped and `Ok(None)` returned.
-    pub async fn custom(
-        &self,
-        custom_type: &str,
-        payload: impl Into<String>,
-    ) -> Result<Option<u64>, InvalidCustomEvent> {
-        match &self.0 {
-            Some(r) => r.record_custom(custom_type, payload.into()).await,
-            None => check_custom_type(custom_type).map(|()| None),
-        }
-    }
-}
-
-impl std::fmt::Debug for EventWriter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "EventWriter(run)" } else { "EventWriter(none)" })
+#[async_trait::async_trait]
+impl crate::events::CustomEvents for Recorder {
+    async fn record_custom(&self, custom_type: &str, payload: String) -> Result<Option<u64>, InvalidCustomEvent> {
+        Recorder::record_custom(self, custom_type, payload).await
     }
 }

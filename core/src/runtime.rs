@@ -19,7 +19,7 @@ use crate::ports::Platform;
 use crate::pricing::Pricing;
 use crate::quota::{QuotaNoticeSink, Quotas};
 use crate::recorder::{RecordingSettings, RunEventSink};
-use crate::store::Stores;
+use crate::stores::Stores;
 use crate::tools::pipeline::{DEFAULT_TOOL_TIMEOUT, RequiredPermissions, ToolArgumentsValidator, ToolAuthorizer};
 use crate::tools::{ToolRegistration, ToolRegistry};
 
@@ -200,9 +200,7 @@ impl RuntimeBuilder {
     /// error: dispatch is an exact key match, never an order.
     pub fn add_job_handler(mut self, handler: Arc<dyn crate::jobs::JobHandler>) -> Self {
         let key = handler.key();
-        if crate::background::BUILT_IN_JOB_KEYS.contains(&key)
-            || self.custom_job_handlers.iter().any(|h| h.key() == key)
-        {
+        if crate::jobs::BUILT_IN_JOB_KEYS.contains(&key) || self.custom_job_handlers.iter().any(|h| h.key() == key) {
             self.errors.push(format!("Two job handlers serve the key '{key}'."));
         } else {
             self.custom_job_handlers.push(handler);

@@ -162,36 +162,6 @@ impl SecretNamespace {
     }
 }
 
-/// The stored triggers and webhook subscriptions whose key names a write would refuse today
-/// (saved before names were partitioned by tenant), each logged as a warning that names the
-/// record and the partition it should move to. They keep working for their own tenant; the
-/// operator moves them (or grants the prefix). Start-up and `tracon migrate` call this.
-pub async fn report_foreign_references(
-    stores: &crate::store::Stores,
-    triggers: &SecretNamespace,
-    webhooks: &SecretNamespace,
-) -> Result<Vec<(&'static str, SecretReference)>, crate::store::StoreError> {
-    let mut foreign = Vec::new();
-    for (kind, namespace, references) in [
-        ("trigger", triggers, stores.triggers.secret_references().await?),
-        ("webhook", webhooks, stores.webhooks.secret_references().await?),
-    ] {
-        for r in references.into_iter().filter(|r| namespace.is_foreign(&r.tenant, &r.key_name)) {
-            tracing::warn!(
-                kind,
-                tenant = %r.tenant,
-                record = %r.record,
-                key_name = %r.key_name,
-                allowed_prefix = %namespace.tenant_prefix(&r.tenant),
-                "a stored record names a secret key outside its tenant's partition; it keeps working for this tenant, \
-                 but a write that changes the name must use the allowed prefix"
-            );
-            foreign.push((kind, r));
-        }
-    }
-    Ok(foreign)
-}
-
 /// The rest of `name` after `prefix`, compared case-insensitively; `None` when it does not
 /// start with it or nothing follows.
 fn strip_prefix_ci<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {

@@ -18,7 +18,7 @@ use crate::model::scripted::{SCRIPTED, ScriptedProvider};
 use crate::ports::Platform;
 use crate::pricing::Pricing;
 use crate::runtime::{Runtime, RuntimeBuilder, RuntimeSettings};
-use crate::store::Stores;
+use crate::stores::Stores;
 
 /// Default demo models when a provider key is set but no default model is configured.
 const DEMO_OPENAI_MODEL: &str = "gpt-4o-mini";
@@ -124,4 +124,34 @@ pub fn runtime_from_config(
     defaults: &HostDefaults,
 ) -> Result<Runtime, String> {
     builder_from_config(config, platform, stores, client, defaults)?.build().map_err(|e| e.to_string())
+}
+
+/// The stored triggers and webhook subscriptions whose key names a write would refuse today
+/// (saved before names were partitioned by tenant, [`crate::secret_names`]), each logged as a warning that names the
+/// record and the partition it should move to. They keep working for their own tenant; the
+/// operator moves them (or grants the prefix). Start-up and `tracon migrate` call this.
+pub async fn report_foreign_references(
+    stores: &crate::stores::Stores,
+    triggers: &crate::secret_names::SecretNamespace,
+    webhooks: &crate::secret_names::SecretNamespace,
+) -> Result<Vec<(&'static str, crate::secret_names::SecretReference)>, crate::error::StoreError> {
+    let mut foreign = Vec::new();
+    for (kind, namespace, references) in [
+        ("trigger", triggers, stores.triggers.secret_references().await?),
+        ("webhook", webhooks, stores.webhooks.secret_references().await?),
+    ] {
+        for r in references.into_iter().filter(|r| namespace.is_foreign(&r.tenant, &r.key_name)) {
+            tracing::warn!(
+                kind,
+                tenant = %r.tenant,
+                record = %r.record,
+                key_name = %r.key_name,
+                allowed_prefix = %namespace.tenant_prefix(&r.tenant),
+                "a stored record names a secret key outside its tenant's partition; it keeps working for this tenant, \
+                 but a write that changes the name must use the allowed prefix"
+            );
+            foreign.push((kind, r));
+        }
+    }
+    Ok(foreign)
 }

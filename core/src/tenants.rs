@@ -8,8 +8,11 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use crate::error::StoreError;
 use crate::names::TenantId;
-use crate::store::StoreError;
+use crate::sync::lock;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
 
 /// Longest display name.
 pub const MAX_DISPLAY_NAME: usize = 200;
@@ -36,4 +39,43 @@ pub trait TenantStore: Send + Sync {
     async fn update(&self, id: &TenantId, display_name: &str, now: DateTime<Utc>) -> Result<TenantRecord, StoreError>;
     /// Removes the record (not the tenant's data); `NotFound` when there is none.
     async fn delete(&self, id: &TenantId) -> Result<TenantRecord, StoreError>;
+}
+
+// ---- memory --------------------------------------------------------------------------------
+
+#[derive(Default)]
+pub struct MemoryTenantStore {
+    rows: Mutex<BTreeMap<TenantId, TenantRecord>>,
+}
+
+#[async_trait::async_trait]
+impl TenantStore for MemoryTenantStore {
+    async fn create(&self, record: &TenantRecord) -> Result<(), StoreError> {
+        let mut rows = lock(&self.rows);
+        if rows.contains_key(&record.id) {
+            return Err(StoreError::Conflict(format!("A tenant named '{}' exists.", record.id)));
+        }
+        rows.insert(record.id.clone(), record.clone());
+        Ok(())
+    }
+
+    async fn get(&self, id: &TenantId) -> Result<Option<TenantRecord>, StoreError> {
+        Ok(lock(&self.rows).get(id).cloned())
+    }
+
+    async fn list(&self, skip: usize, take: usize) -> Result<Vec<TenantRecord>, StoreError> {
+        Ok(lock(&self.rows).values().skip(skip).take(take).cloned().collect())
+    }
+
+    async fn update(&self, id: &TenantId, display_name: &str, now: DateTime<Utc>) -> Result<TenantRecord, StoreError> {
+        let mut rows = lock(&self.rows);
+        let row = rows.get_mut(id).ok_or(StoreError::NotFound)?;
+        row.display_name = display_name.to_owned();
+        row.updated_at = now;
+        Ok(row.clone())
+    }
+
+    async fn delete(&self, id: &TenantId) -> Result<TenantRecord, StoreError> {
+        lock(&self.rows).remove(id).ok_or(StoreError::NotFound)
+    }
 }

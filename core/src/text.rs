@@ -6,7 +6,7 @@
 //! it alike (the store contract suite holds memory and Postgres to that), so a NUL that
 //! slips past an edge can never be a `500` on one store and a `200` on another.
 //!
-//! [`StoreError::InvalidText`]: crate::store::StoreError::InvalidText
+//! [`StoreError::InvalidText`]: crate::error::StoreError::InvalidText
 
 use serde_json::Value;
 

@@ -22,9 +22,9 @@ use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
+use crate::error::StoreError;
 use crate::names::{InvalidName, TenantId, truncate_for_message};
 use crate::secret_names::SecretReference;
-use crate::store::StoreError;
 
 /// Longest trigger name.
 pub const MAX_TRIGGER_NAME_LEN: usize = 64;

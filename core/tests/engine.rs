@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracon_core::definition::AgentDefinition;
 use tracon_core::events::RunEvent;
+use tracon_core::events::ToolCallStatus;
 use tracon_core::failure::ErrorClass;
 use tracon_core::identity::Caller;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
@@ -19,12 +20,12 @@ use tracon_core::model::{ModelProvider, ProviderError, Usage};
 use tracon_core::names::{AgentName, TenantId};
 use tracon_core::ports::tokio_rt;
 use tracon_core::pricing::{ModelPrice, Pricing};
-use tracon_core::runs::{self, RunOutcome, RunRequest};
+use tracon_core::runs;
+use tracon_core::runs::outcome::RunOutcome;
+use tracon_core::runs::request::RunRequest;
+use tracon_core::runs::store::RunStatus;
 use tracon_core::runtime::{Runtime, RuntimeBuilder, RuntimeSettings};
-use tracon_core::store::RunStatus;
-use tracon_core::tools::pipeline::{
-    ToolArgumentsValidator, ToolAuthorizationRequest, ToolAuthorizer, ToolCallStatus, ToolDecision,
-};
+use tracon_core::tools::pipeline::{ToolArgumentsValidator, ToolAuthorizationRequest, ToolAuthorizer, ToolDecision};
 use tracon_core::tools::{ToolError, ToolOutput, ToolRegistration, tool_fn};
 
 fn echo_tool(name: &str) -> ToolRegistration {
@@ -68,9 +69,9 @@ impl Harness {
     }
 
     async fn run_with(&self, name: &str, message: &str, cancel: CancellationToken) -> (RunOutcome, Vec<RunEvent>) {
-        let prepared = runs::prepare(&self.runtime, request(name, message)).await.unwrap();
+        let prepared = runs::prepare::prepare(&self.runtime, request(name, message)).await.unwrap();
         let (tx, mut rx) = mpsc::channel(1024);
-        let outcome = runs::execute(&self.runtime, prepared, cancel, Some(tx)).await;
+        let outcome = runs::execute::execute(&self.runtime, prepared, cancel, Some(tx)).await;
         let mut events = Vec::new();
         while let Some(e) = rx.recv().await {
             events.push(e);
@@ -353,7 +354,7 @@ async fn a_call_that_needs_approval_stops_the_turn_before_any_body_runs() {
     )
     .unwrap()
     .requires_approval(true)
-    .effect(tracon_core::tools::ToolEffect::Write);
+    .effect(tracon_core::tools::effect::ToolEffect::Write);
     let lookup = ToolRegistration::new(
         "lookup",
         "Looks up.",
@@ -522,9 +523,9 @@ async fn a_dropped_event_receiver_cancels_the_run() {
         vec![],
         agent(&[]),
     );
-    let prepared = runs::prepare(&h.runtime, request("a", "go")).await.unwrap();
+    let prepared = runs::prepare::prepare(&h.runtime, request("a", "go")).await.unwrap();
     let (tx, rx) = mpsc::channel(1);
     drop(rx);
-    let outcome = runs::execute(&h.runtime, prepared, CancellationToken::new(), Some(tx)).await;
+    let outcome = runs::execute::execute(&h.runtime, prepared, CancellationToken::new(), Some(tx)).await;
     assert_eq!(outcome.status, RunStatus::Canceled);
 }

@@ -11,12 +11,12 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use tracon_core::jobs::MemoryJobStore;
 use tracon_core::jobs::{
     JobFailure, JobHandler, JobRecord, JobRunner, JobSettings, JobStatus, JobStore, UNKNOWN_HANDLER,
 };
 use tracon_core::names::TenantId;
 use tracon_core::ports::Clock;
-use tracon_core::store::memory::MemoryJobStore;
 
 /// A clock that stands still until the test moves it (timers still run in real time).
 struct ShiftedClock(AtomicI64, DateTime<Utc>);
@@ -184,10 +184,10 @@ struct NoHeartbeat(MemoryJobStore);
 
 #[async_trait::async_trait]
 impl JobStore for NoHeartbeat {
-    async fn enqueue(&self, job: &JobRecord) -> Result<(), tracon_core::store::StoreError> {
+    async fn enqueue(&self, job: &JobRecord) -> Result<(), tracon_core::error::StoreError> {
         self.0.enqueue(job).await
     }
-    async fn get(&self, t: &TenantId, id: uuid::Uuid) -> Result<Option<JobRecord>, tracon_core::store::StoreError> {
+    async fn get(&self, t: &TenantId, id: uuid::Uuid) -> Result<Option<JobRecord>, tracon_core::error::StoreError> {
         self.0.get(t, id).await
     }
     async fn list(
@@ -196,21 +196,21 @@ impl JobStore for NoHeartbeat {
         f: &tracon_core::jobs::JobFilter,
         skip: usize,
         take: usize,
-    ) -> Result<Vec<JobRecord>, tracon_core::store::StoreError> {
+    ) -> Result<Vec<JobRecord>, tracon_core::error::StoreError> {
         self.0.list(t, f, skip, take).await
     }
     async fn lease(
         &self,
         r: &tracon_core::jobs::LeaseRequest,
         limit: usize,
-    ) -> Result<Vec<tracon_core::jobs::Lease>, tracon_core::store::StoreError> {
+    ) -> Result<Vec<tracon_core::jobs::Lease>, tracon_core::error::StoreError> {
         self.0.lease(r, limit).await
     }
     async fn lease_one(
         &self,
         id: uuid::Uuid,
         r: &tracon_core::jobs::LeaseRequest,
-    ) -> Result<Option<tracon_core::jobs::Lease>, tracon_core::store::StoreError> {
+    ) -> Result<Option<tracon_core::jobs::Lease>, tracon_core::error::StoreError> {
         self.0.lease_one(id, r).await
     }
     async fn heartbeat(
@@ -219,8 +219,8 @@ impl JobStore for NoHeartbeat {
         _: uuid::Uuid,
         _: DateTime<Utc>,
         _: DateTime<Utc>,
-    ) -> Result<Option<bool>, tracon_core::store::StoreError> {
-        Err(tracon_core::store::StoreError::Unavailable { detail: "connection refused".into() })
+    ) -> Result<Option<bool>, tracon_core::error::StoreError> {
+        Err(tracon_core::error::StoreError::Unavailable { detail: "connection refused".into() })
     }
     async fn finish(
         &self,
@@ -228,7 +228,7 @@ impl JobStore for NoHeartbeat {
         token: uuid::Uuid,
         o: &tracon_core::jobs::Outcome,
         now: DateTime<Utc>,
-    ) -> Result<bool, tracon_core::store::StoreError> {
+    ) -> Result<bool, tracon_core::error::StoreError> {
         self.0.finish(id, token, o, now).await
     }
     async fn cancel(
@@ -236,7 +236,7 @@ impl JobStore for NoHeartbeat {
         t: &TenantId,
         id: uuid::Uuid,
         now: DateTime<Utc>,
-    ) -> Result<JobRecord, tracon_core::store::StoreError> {
+    ) -> Result<JobRecord, tracon_core::error::StoreError> {
         self.0.cancel(t, id, now).await
     }
     async fn due(
@@ -244,7 +244,7 @@ impl JobStore for NoHeartbeat {
         now: DateTime<Utc>,
         quiet: DateTime<Utc>,
         limit: usize,
-    ) -> Result<Vec<uuid::Uuid>, tracon_core::store::StoreError> {
+    ) -> Result<Vec<uuid::Uuid>, tracon_core::error::StoreError> {
         self.0.due(now, quiet, limit).await
     }
 }

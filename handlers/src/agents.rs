@@ -13,10 +13,11 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tracon_core::catalog::{AgentSource, CatalogEntry};
 use tracon_core::definition::AgentDefinition;
+use tracon_core::definitions::StoredDefinition;
+use tracon_core::error::StoreError;
 use tracon_core::identity::Caller;
 use tracon_core::names::{AgentName, TenantId};
 use tracon_core::report::ValidationReport;
-use tracon_core::store::{StoreError, StoredDefinition};
 use utoipa::ToSchema;
 
 use crate::audit;

@@ -23,12 +23,13 @@ use tracon_core::approvals::{
     self, ApprovalDecision, ApprovalRecord, ApprovalRule, ApprovalStatus, Condition, MAX_CONDITIONS, MAX_DESCRIPTION,
 };
 use tracon_core::attribution::Attribution;
+use tracon_core::error::StoreError;
 use tracon_core::identity::Caller;
 use tracon_core::names::{AgentName, RunId, SessionId, TenantId};
 use tracon_core::ports::new_id;
-use tracon_core::runs::{self, Resume, RunRequest, StartError};
-use tracon_core::store::StoreError;
-use tracon_core::tools::ToolEffect;
+use tracon_core::runs;
+use tracon_core::runs::request::{Resume, RunRequest, StartError};
+use tracon_core::tools::effect::ToolEffect;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
@@ -356,7 +357,7 @@ pub(crate) async fn resumption(
 async fn start_in_background(state: &AppState, request: RunRequest) -> Option<RunId> {
     let runtime = state.runtime.clone();
     let from = request.resume.as_ref().map(|r| r.from_run);
-    let prepared = match runs::prepare(&runtime, request).await {
+    let prepared = match runs::prepare::prepare(&runtime, request).await {
         Ok(p) => p,
         Err(e) => {
             tracing::warn!(from_run = ?from, error = ?describe(&e), "the approved run could not resume");
@@ -369,7 +370,7 @@ async fn start_in_background(state: &AppState, request: RunRequest) -> Option<Ru
     let task_runtime = runtime.clone();
     let resumed = async move {
         let _guard = guard;
-        runs::execute(&task_runtime, prepared, cancel, None).await;
+        runs::execute::execute(&task_runtime, prepared, cancel, None).await;
     }
     .instrument(span);
     if state.http.background_outlives_response {

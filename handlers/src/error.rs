@@ -11,9 +11,9 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use tracon_core::catalog::CatalogError;
+use tracon_core::error::StoreError;
 use tracon_core::failure::new_ref;
 use tracon_core::report::Problem;
-use tracon_core::store::StoreError;
 use utoipa::ToSchema;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";

@@ -10,9 +10,9 @@ use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tracon_core::error::StoreError;
 use tracon_core::jobs::{JobError, JobFilter, JobRecord, JobStatus};
 use tracon_core::names::RunId;
-use tracon_core::store::StoreError;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 

@@ -13,9 +13,9 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use tracon_core::error::StoreError;
 use tracon_core::identity::Caller;
 use tracon_core::keys::{self, ApiKeyRecord, Scope};
-use tracon_core::store::StoreError;
 use utoipa::ToSchema;
 
 use crate::audit;

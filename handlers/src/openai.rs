@@ -40,8 +40,9 @@ use tracon_core::failure::{ErrorClass, RunFailure};
 use tracon_core::identity::Caller;
 use tracon_core::model::{FinishReason, Message, ToolCall, Usage};
 use tracon_core::names::AgentName;
-use tracon_core::runs::{self, RunRequest};
-use tracon_core::store::RunStatus;
+use tracon_core::runs;
+use tracon_core::runs::request::RunRequest;
+use tracon_core::runs::store::RunStatus;
 
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Tenant};
@@ -456,7 +457,8 @@ pub async fn chat_completions(
         tool_results: Vec::new(),
     };
     let runtime = state.runtime.clone();
-    let mut prepared = runs::prepare(&runtime, request).await.map_err(|e| start_error(ask.agent.as_str(), e))?;
+    let mut prepared =
+        runs::prepare::prepare(&runtime, request).await.map_err(|e| start_error(ask.agent.as_str(), e))?;
     prepared.supplied_history = Some(ask.history);
     if let Some(extra) = &ask.caller_instructions {
         prepared.agent = Arc::new(with_caller_instructions(&prepared.agent, extra));
@@ -469,7 +471,7 @@ pub async fn chat_completions(
     let (guard, cancel) = state.drain.enter(run_id);
 
     if !ask.stream {
-        let outcome = runs::execute(&runtime, prepared, cancel, None).await;
+        let outcome = runs::execute::execute(&runtime, prepared, cancel, None).await;
         drop(guard);
         return match (outcome.status, &outcome.failure) {
             (RunStatus::Completed, _) => {
@@ -501,7 +503,7 @@ pub async fn chat_completions(
     runtime.platform.spawner.spawn(Box::pin(
         async move {
             let _guard = guard;
-            runs::execute(&task_runtime, prepared, run_cancel, Some(tx)).await;
+            runs::execute::execute(&task_runtime, prepared, run_cancel, Some(tx)).await;
         }
         .instrument(span),
     ));

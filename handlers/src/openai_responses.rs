@@ -45,14 +45,18 @@ use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
 use tracing::Instrument;
 use tracon_core::access::{RunAction, is_allowed};
+use tracon_core::error::StoreError;
 use tracon_core::events::ClientToolCall;
 use tracon_core::events::RunEvent;
 use tracon_core::identity::Caller;
 use tracon_core::model::{Message, ToolCall, Usage};
 use tracon_core::names::{AgentName, RunId, SessionId, TenantId};
 use tracon_core::ports::{Clock, new_id};
-use tracon_core::runs::{self, LoadedSession, RunRequest};
-use tracon_core::store::{RunRecord, RunStatus, SessionItem, SessionRecord, SessionWrite, StoreError};
+use tracon_core::runs;
+use tracon_core::runs::prepare::LoadedSession;
+use tracon_core::runs::request::RunRequest;
+use tracon_core::runs::store::{RunRecord, RunStatus};
+use tracon_core::sessions::{SessionItem, SessionRecord, SessionWrite};
 
 use crate::error::ApiError;
 use crate::extract::{ApiJson, Tenant};
@@ -905,7 +909,8 @@ pub async fn create_response(
         tool_results: Vec::new(),
     };
     let runtime = state.runtime.clone();
-    let mut prepared = runs::prepare(&runtime, request).await.map_err(|e| start_error(ask.agent.as_str(), e))?;
+    let mut prepared =
+        runs::prepare::prepare(&runtime, request).await.map_err(|e| start_error(ask.agent.as_str(), e))?;
     if let Some(extra) = &ask.extra_instructions {
         prepared.agent = Arc::new(with_caller_instructions(&prepared.agent, extra));
     }
@@ -945,7 +950,7 @@ pub async fn create_response(
                 writer.on_event(event);
             }
         };
-        let (outcome, ()) = futures::join!(runs::execute(&runtime, prepared, cancel, Some(tx)), collect);
+        let (outcome, ()) = futures::join!(runs::execute::execute(&runtime, prepared, cancel, Some(tx)), collect);
         drop(guard);
         return match (outcome.status, &outcome.failure) {
             (RunStatus::Completed, _) => {
@@ -967,7 +972,7 @@ pub async fn create_response(
     runtime.platform.spawner.spawn(Box::pin(
         async move {
             let _guard = guard;
-            runs::execute(&task_runtime, prepared, run_cancel, Some(tx)).await;
+            runs::execute::execute(&task_runtime, prepared, run_cancel, Some(tx)).await;
         }
         .instrument(span),
     ));

@@ -18,7 +18,7 @@
 
 use tracon_core::config::{Config, ConfigError};
 use tracon_core::identity::{AuthMethod, Caller, Role};
-use tracon_core::store::SessionRecord;
+use tracon_core::sessions::SessionRecord;
 
 use crate::error::ApiError;
 

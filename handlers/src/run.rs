@@ -27,8 +27,9 @@ use tracon_core::catalog::CatalogError;
 use tracon_core::idempotency;
 use tracon_core::identity::Caller;
 use tracon_core::names::{SessionId, TenantId};
-use tracon_core::runs::{self, RunRequest, StartError};
-use tracon_core::store::DocumentInput;
+use tracon_core::runs;
+use tracon_core::runs::request::{RunRequest, StartError};
+use tracon_core::runs::store::DocumentInput;
 use utoipa::ToSchema;
 
 use crate::agents::agent_name;
@@ -74,7 +75,7 @@ pub struct RunBody {
     /// frame's `clientToolCalls`): with `sessionId` and no `message`, the stream is the run
     /// that continues the turn. A call left out is answered as failed.
     #[serde(default)]
-    pub tool_results: Vec<tracon_core::runs::ClientToolResult>,
+    pub tool_results: Vec<tracon_core::runs::request::ClientToolResult>,
 }
 
 /// Run an agent and stream the live turn as server-sent events
@@ -283,22 +284,23 @@ async fn start(
         && !answering
         && prefers_async(headers)
     {
-        let accepted =
-            runs::enqueue(&runtime, request, jobs.max_attempts).await.map_err(|e| start_error(name.as_str(), e))?;
+        let accepted = runs::queued::enqueue(&runtime, request, jobs.max_attempts)
+            .await
+            .map_err(|e| start_error(name.as_str(), e))?;
         if let Err(e) = jobs.transport.wake(accepted.job_id).await {
             // The row is the truth: the consumer's poll finds the job anyway.
             tracing::warn!(job = %accepted.job_id, error = %e, "could not wake the job consumer");
         }
         return Ok(Started::Json { status: axum::http::StatusCode::ACCEPTED, body: accepted_body(accepted) });
     }
-    let prepared = runs::prepare(&runtime, request).await.map_err(|e| start_error(name.as_str(), e))?;
+    let prepared = runs::prepare::prepare(&runtime, request).await.map_err(|e| start_error(name.as_str(), e))?;
 
     let run_id = prepared.run_id;
     tracing::Span::current().record("run_id", tracing::field::display(run_id));
     let (guard, cancel) = state.drain.enter(run_id);
     if json {
         let session = prepared.request.session_id.as_ref().map(|s| s.as_str().to_owned());
-        let outcome = runs::execute(&runtime, prepared, cancel, None).await;
+        let outcome = runs::execute::execute(&runtime, prepared, cancel, None).await;
         drop(guard);
         let session = outcome.session_id.as_ref().map(|s| s.as_str().to_owned()).or(session);
         let answer = RunAnswer {
@@ -327,7 +329,7 @@ async fn start(
     runtime.platform.spawner.spawn(Box::pin(
         async move {
             let _guard = guard;
-            runs::execute(&task_runtime, prepared, run_cancel, Some(tx)).await;
+            runs::execute::execute(&task_runtime, prepared, run_cancel, Some(tx)).await;
         }
         .instrument(span),
     ));
@@ -410,7 +412,7 @@ fn prefers_async(headers: &HeaderMap) -> bool {
 pub struct RunAnswer {
     #[schema(value_type = String, format = Uuid)]
     pub run_id: tracon_core::names::RunId,
-    pub status: tracon_core::store::RunStatus,
+    pub status: tracon_core::runs::store::RunStatus,
     /// The session the turn was saved to (or opened for a stop), if any.
     pub session_id: Option<String>,
     /// The final answer's text.
@@ -420,7 +422,7 @@ pub struct RunAnswer {
     pub finish_reason: Option<tracon_core::model::FinishReason>,
     pub error: Option<tracon_core::failure::RunFailure>,
     /// The tool calls waiting for a decision (status `AwaitingApproval`).
-    pub approvals: Vec<tracon_core::tools::pipeline::ApprovalRequest>,
+    pub approvals: Vec<tracon_core::events::ApprovalRequest>,
     /// The client-side calls the caller answers next, in `sessionId`.
     pub client_tool_calls: Vec<tracon_core::events::ClientToolCall>,
 }
@@ -440,7 +442,7 @@ pub struct QueuedRunAccepted {
     pub events_location: String,
 }
 
-fn accepted_body(accepted: runs::Accepted) -> serde_json::Value {
+fn accepted_body(accepted: runs::outcome::Accepted) -> serde_json::Value {
     let location = format!("/api/runs/{}", accepted.run_id);
     let body = QueuedRunAccepted {
         run_id: accepted.run_id,

@@ -20,7 +20,9 @@ use serde::Serialize;
 use tracon_core::access::{RunAction, is_allowed};
 use tracon_core::identity::Caller;
 use tracon_core::names::{RunId, TenantId};
-use tracon_core::store::{CancelOutcome, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, ToolCallRecord};
+use tracon_core::runs::store::{
+    CancelOutcome, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, ToolCallRecord,
+};
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, ApiResult, ProblemDetails};
@@ -224,7 +226,7 @@ pub async fn cancel(
             format!("The run has already ended ({status:?})."),
         )
         .with("status", status)),
-        Err(tracon_core::store::StoreError::NotFound) => Err(run_not_found()),
+        Err(tracon_core::error::StoreError::NotFound) => Err(run_not_found()),
         Err(e) => Err(e.into()),
     }
 }

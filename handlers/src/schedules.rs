@@ -12,10 +12,10 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use tracon_core::error::StoreError;
 use tracon_core::identity::Caller;
 use tracon_core::names::{AgentName, RunId, TenantId};
 use tracon_core::schedules::{ScheduleRecord, TimingView};
-use tracon_core::store::StoreError;
 use utoipa::ToSchema;
 use uuid::Uuid;
 

@@ -11,11 +11,12 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use tracon_core::access::{RunAction, is_allowed};
+use tracon_core::error::StoreError;
 use tracon_core::identity::Caller;
 use tracon_core::names::SessionId;
 use tracon_core::names::TenantId;
 use tracon_core::ports::new_id;
-use tracon_core::store::{SessionItem, SessionRecord, StoreError};
+use tracon_core::sessions::{SessionItem, SessionRecord};
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, ApiResult, ProblemDetails};

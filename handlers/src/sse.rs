@@ -29,13 +29,13 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
+use tracon_core::events::ToolCallStatus;
 use tracon_core::events::{ClientToolCall, RecordedEvent, RunEvent};
 use tracon_core::failure::ErrorClass;
 use tracon_core::model::{FinishReason, Usage};
 use tracon_core::names::RunId;
 use tracon_core::ports::Clock;
 use tracon_core::pricing::CostSnapshot;
-use tracon_core::tools::pipeline::ToolCallStatus;
 
 pub const EVENT_STREAM: &str = "text/event-stream";
 

@@ -10,9 +10,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::Deserialize;
+use tracon_core::error::StoreError;
 use tracon_core::identity::Caller;
 use tracon_core::names::TenantId;
-use tracon_core::store::StoreError;
 use tracon_core::tenants::{MAX_DISPLAY_NAME, TenantRecord};
 use utoipa::ToSchema;
 

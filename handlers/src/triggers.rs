@@ -46,7 +46,8 @@ use tracon_core::config::{Config, ConfigError};
 use tracon_core::idempotency::{Claim, KeyRef};
 use tracon_core::identity::Caller;
 use tracon_core::names::{AgentName, TenantId};
-use tracon_core::runs::{self, RunRequest, StartError};
+use tracon_core::runs;
+use tracon_core::runs::request::{RunRequest, StartError};
 use tracon_core::secret_names::{SecretNamespace, colon_spelling};
 use tracon_core::triggers::{self as core_triggers, PayloadError, PayloadMode, TargetKind, TriggerName, TriggerRecord};
 use utoipa::ToSchema;
@@ -744,7 +745,7 @@ async fn start(
         queued: None,
         tool_results: Vec::new(),
     };
-    let accepted = runs::enqueue(&state.runtime, request, jobs.max_attempts).await.map_err(|e| match e {
+    let accepted = runs::queued::enqueue(&state.runtime, request, jobs.max_attempts).await.map_err(|e| match e {
         StartError::Agent(CatalogError::NotFound) => unavailable("The trigger's target agent does not exist."),
         StartError::Agent(CatalogError::Store(s)) | StartError::Store(s) => s.into(),
         StartError::Agent(_) => unavailable("The trigger's target agent cannot start (its definition or parameters)."),

@@ -17,13 +17,13 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use tracon_core::error::StoreError;
 use tracon_core::identity::Caller;
 use tracon_core::names::TenantId;
 use tracon_core::ports::new_id;
-use tracon_core::store::StoreError;
 use tracon_core::webhooks::deliver::is_reserved_header;
 use tracon_core::webhooks::{
-    DeliveryStatus, EVENTS, MAX_DESCRIPTION, MAX_HEADER_NAME, MAX_HEADER_VALUE, MAX_HEADERS, MAX_URL_LEN, Publisher,
+    DeliveryStatus, EVENTS, MAX_DESCRIPTION, MAX_HEADER_NAME, MAX_HEADER_VALUE, MAX_HEADERS, MAX_URL_LEN,
     SubscriptionChange, TEST_PING, WebhookDelivery, WebhookSubscription,
 };
 use utoipa::ToSchema;
@@ -336,7 +336,10 @@ pub async fn test(
         ));
     }
     let data = json!({ "subscriptionId": id, "message": "A test delivery from Tracon." });
-    let delivery = match Publisher::of(&state.runtime).deliver_to(&tenant, &subscription, TEST_PING, data).await {
+    let delivery = match tracon_core::webhooks::sources::publisher(&state.runtime)
+        .deliver_to(&tenant, &subscription, TEST_PING, data)
+        .await
+    {
         Ok(d) => d,
         Err(StoreError::NotFound) => return Err(webhook_not_found()),
         Err(e) => return Err(e.into()),

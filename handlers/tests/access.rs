@@ -284,7 +284,7 @@ async fn tenant_b(app: &Router, state: &AppState, b: &str) -> Theirs {
         call_id: "call_0".into(),
         tool_name: "b-tool".into(),
         arguments: json!({"b": "secret instructions"}),
-        effect: tracon_core::tools::ToolEffect::Write,
+        effect: tracon_core::tools::effect::ToolEffect::Write,
         requested_by: None,
         created_at: now,
         expires_at: now + chrono::Duration::hours(1),
@@ -681,7 +681,7 @@ async fn the_run_policy_hides_denied_runs_as_missing_and_fails_closed() {
             .await;
     assert_eq!(status, StatusCode::OK);
     let tenant = TenantId::default_tenant();
-    let filter = tracon_core::store::RunFilter::default();
+    let filter = tracon_core::runs::store::RunFilter::default();
     let secret_run = state.runtime.stores.runs.list_runs(&tenant, &filter, 0, 10).await.unwrap()[0].id.to_string();
     let missing_run = tracon_core::ports::new_id(state.runtime.platform.clock.as_ref()).to_string();
 

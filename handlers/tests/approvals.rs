@@ -17,12 +17,13 @@ use tower::ServiceExt;
 use tracon_core::approvals::{ApprovalContext, ApprovalPolicy, PolicyVerdict};
 use tracon_core::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
 use tracon_core::definition::AgentDefinition;
+use tracon_core::error::StoreError;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{Message, ModelProvider};
 use tracon_core::names::TenantId;
 use tracon_core::ports::{Clock, Platform, tokio_rt};
 use tracon_core::runtime::RuntimeBuilder;
-use tracon_core::store::{StoreError, Stores};
+use tracon_core::stores::Stores;
 use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 
@@ -48,7 +49,7 @@ impl Clock for ShiftedClock {
 /// An audit store whose appends can be made to fail.
 #[derive(Default)]
 struct FlakyAudit {
-    inner: tracon_core::store::memory::MemoryAuditStore,
+    inner: tracon_core::audit::MemoryAuditStore,
     failing: std::sync::atomic::AtomicBool,
 }
 

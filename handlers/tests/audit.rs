@@ -14,14 +14,15 @@ use axum::http::{Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
+use tracon_core::audit::MemoryAuditStore;
 use tracon_core::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
+use tracon_core::error::StoreError;
 use tracon_core::model::ModelProvider;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::names::TenantId;
 use tracon_core::ports::tokio_rt;
 use tracon_core::runtime::RuntimeBuilder;
-use tracon_core::store::memory::MemoryAuditStore;
-use tracon_core::store::{StoreError, Stores};
+use tracon_core::stores::Stores;
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 
 const TOKEN: &str = "a-long-enough-test-token";

@@ -17,9 +17,9 @@ use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{Message, ModelProvider};
 use tracon_core::names::TenantId;
 use tracon_core::ports::tokio_rt;
-use tracon_core::runs::CLIENT_UNANSWERED;
+use tracon_core::runs::request::CLIENT_UNANSWERED;
+use tracon_core::runs::store::RunFilter;
 use tracon_core::runtime::{Runtime, RuntimeBuilder};
-use tracon_core::store::RunFilter;
 use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 

@@ -16,8 +16,8 @@ use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{Message, ModelProvider};
 use tracon_core::names::TenantId;
 use tracon_core::ports::tokio_rt;
+use tracon_core::runs::store::RunFilter;
 use tracon_core::runtime::{Runtime, RuntimeBuilder};
-use tracon_core::store::RunFilter;
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 
 /// What the model was sent: the system text and the messages.

@@ -20,8 +20,9 @@ use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{Message, ModelProvider};
 use tracon_core::names::TenantId;
 use tracon_core::ports::tokio_rt;
+use tracon_core::runs::store::RunFilter;
 use tracon_core::runtime::{Runtime, RuntimeBuilder};
-use tracon_core::store::{RunFilter, SessionWrite};
+use tracon_core::sessions::SessionWrite;
 use tracon_handlers::ownership::SessionOwnership;
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 

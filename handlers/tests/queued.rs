@@ -17,7 +17,7 @@ use tracon_core::jobs::{JobHandler, JobRunner, JobSettings, JobTransport};
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{Message, ModelProvider, ProviderError, ProviderErrorKind};
 use tracon_core::ports::tokio_rt;
-use tracon_core::runs::QueuedRuns;
+use tracon_core::runs::queued::QueuedRuns;
 use tracon_core::runtime::{Runtime, RuntimeBuilder};
 use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
 use tracon_handlers::state::QueuedRunSettings;
@@ -239,8 +239,8 @@ async fn the_job_of_a_run_whose_process_died_waits_for_it_and_settles_as_it_ende
     let stale = h.runtime.stores.runs.stale_runs(stale_before, 10).await.unwrap();
     assert_eq!(stale.len(), 1);
     let failure = tracon_core::failure::RunFailure::new(tracon_core::failure::ErrorClass::Orphaned, "gone");
-    let end = tracon_core::store::RunEnd {
-        status: tracon_core::store::RunStatus::Failed,
+    let end = tracon_core::runs::store::RunEnd {
+        status: tracon_core::runs::store::RunStatus::Failed,
         ended_at: chrono::Utc::now(),
         duration_ms: 1,
         usage: None,

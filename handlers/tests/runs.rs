@@ -20,18 +20,21 @@ use tokio::sync::Semaphore;
 use tower::ServiceExt;
 use tracon_core::attribution::HeaderLabels;
 use tracon_core::definition::AgentDefinition;
+use tracon_core::definitions::{DefinitionStore, StoredDefinition};
+use tracon_core::error::StoreError;
 use tracon_core::events::RecordedEvent;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{FinishReason, Message, ModelEvent, ModelProvider, ModelRequest, ModelStream, ProviderError};
 use tracon_core::names::{AgentName, RunId, TenantId};
 use tracon_core::ports::tokio_rt;
 use tracon_core::recorder::{RecordingSettings, RunEventSink};
-use tracon_core::runtime::{RuntimeBuilder, RuntimeSettings};
-use tracon_core::store::{
-    CancelOutcome, DefinitionStore, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStore, SessionItem,
-    SessionRecord, SessionStore, SessionWrite, StaleRun, StoreError, StoredDefinition, Stores, ToolCallRecord,
+use tracon_core::runs::store::LateCompletion;
+use tracon_core::runs::store::{
+    CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStore, StaleRun, ToolCallRecord,
 };
-use tracon_core::tools::pipeline::LateCompletion;
+use tracon_core::runtime::{RuntimeBuilder, RuntimeSettings};
+use tracon_core::sessions::{SessionItem, SessionRecord, SessionStore, SessionWrite};
+use tracon_core::stores::Stores;
 use tracon_core::tools::{ToolError, ToolOutput, ToolRegistration, tool_fn};
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 

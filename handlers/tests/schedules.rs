@@ -22,8 +22,8 @@ use tracon_core::model::ModelProvider;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::names::{RunId, TenantId};
 use tracon_core::ports::{Clock, Platform, tokio_rt};
+use tracon_core::runs::store::{RunRecord, RunStatus};
 use tracon_core::runtime::{Runtime, RuntimeBuilder};
-use tracon_core::store::{RunRecord, RunStatus};
 use tracon_handlers::state::QueuedRunSettings;
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 
@@ -109,7 +109,7 @@ async fn call(app: &Router, method: Method, path: &str, body: Option<Value>) -> 
 }
 
 async fn scheduled_runs(runtime: &Runtime) -> Vec<RunRecord> {
-    let filter = tracon_core::store::RunFilter::default();
+    let filter = tracon_core::runs::store::RunFilter::default();
     let runs = runtime.stores.runs.list_runs(&TenantId::default_tenant(), &filter, 0, 100).await.unwrap();
     runs.into_iter().filter(|r| r.labels.contains_key("schedule")).collect()
 }

@@ -19,14 +19,15 @@ use tower::ServiceExt;
 use tracon_core::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
 use tracon_core::config::Config;
 use tracon_core::definition::AgentDefinition;
+use tracon_core::error::StoreError;
 use tracon_core::jobs::{JobHandler, JobRunner, JobSettings, JobTransport};
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{Message, ModelProvider};
 use tracon_core::names::TenantId;
 use tracon_core::ports::tokio_rt;
-use tracon_core::runs::QueuedRuns;
+use tracon_core::runs::queued::QueuedRuns;
 use tracon_core::runtime::RuntimeBuilder;
-use tracon_core::store::{StoreError, Stores};
+use tracon_core::stores::Stores;
 use tracon_handlers::state::QueuedRunSettings;
 use tracon_handlers::triggers::TriggerSettings;
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
@@ -674,7 +675,7 @@ async fn a_record_saved_before_the_partition_keeps_working_for_its_tenant_and_is
     store_trigger(&h.state, "acme", "legacy", "Tracon:TriggerSecrets:Slack").await;
     define(&h.app, "fine", slack("wholeBody", None)).await;
     let runtime = &h.state.runtime;
-    let found = tracon_core::secret_names::report_foreign_references(
+    let found = tracon_core::setup::report_foreign_references(
         &runtime.stores,
         &h.state.http.triggers.secret_names,
         &runtime.webhooks.secret_names,

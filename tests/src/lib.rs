@@ -9,3 +9,4 @@
 pub mod bench;
 pub mod chaos;
 pub mod mock;
+pub mod modules;

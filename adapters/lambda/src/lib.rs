@@ -42,7 +42,7 @@ use tower::Service;
 use tracon_core::config::{Config, env_name};
 use tracon_core::ports::tokio_rt;
 use tracon_core::setup::{self, HostDefaults};
-use tracon_core::store::Stores;
+use tracon_core::stores::Stores;
 use tracon_handlers::error::ApiError;
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 use tracon_postgres::pg::{self, PgSettings};

@@ -9,7 +9,7 @@ use lambda_http::{Context, RequestExt};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 use tracon_core::config::Config;
-use tracon_core::store::Stores;
+use tracon_core::stores::Stores;
 use tracon_handlers::{AppState, agents_router, all_routes, runs_router, sessions_router};
 use tracon_lambda::{BasePath, Function};
 

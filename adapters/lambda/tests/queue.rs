@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tracon_core::config::Config;
 use tracon_core::jobs::{JobRecord, JobSettings, JobStatus, JobTransport};
 use tracon_core::names::TenantId;
-use tracon_core::store::Stores;
+use tracon_core::stores::Stores;
 use tracon_lambda::consumer;
 use tracon_lambda::queue::SqsTransport;
 use uuid::Uuid;

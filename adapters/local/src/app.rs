@@ -7,7 +7,7 @@ use tracon_core::config::Config;
 use tracon_core::ports::tokio_rt;
 use tracon_core::runtime::Runtime;
 use tracon_core::setup::{self, HostDefaults};
-use tracon_core::store::{Stores, memory};
+use tracon_core::stores::Stores;
 use tracon_handlers::{AppState, HttpSettings};
 use tracon_postgres::pg::{self, PgSettings};
 use tracon_postgres::protect::Protection;
@@ -36,22 +36,10 @@ fn memory_stores(config: &Config) -> Result<Stores, String> {
     let max_runs = config
         .parse::<usize>("Tracon:Storage:Memory:MaxRuns")
         .map_err(|e| e.to_string())?
-        .unwrap_or(memory::DEFAULT_MAX_RUNS);
+        .unwrap_or(tracon_core::runs::memory::DEFAULT_MAX_RUNS);
     Ok(Stores {
-        definitions: Arc::new(memory::MemoryDefinitionStore::default()),
-        runs: Arc::new(memory::MemoryRunStore::with_max_runs(max_runs)),
-        sessions: Arc::new(memory::MemorySessionStore::default()),
-        keys: Arc::new(memory::MemoryApiKeyStore::default()),
-        audit: Arc::new(memory::MemoryAuditStore::default()),
-        approvals: Arc::new(memory::MemoryApprovalStore::default()),
-        tenants: Arc::new(memory::MemoryTenantStore::default()),
-        quota_notices: Arc::new(memory::MemoryQuotaNoticeStore::default()),
-        jobs: Arc::new(memory::MemoryJobStore::default()),
-        idempotency: Arc::new(memory::MemoryIdempotencyStore::default()),
-        schedules: Arc::new(tracon_core::schedules::MemoryScheduleStore::default()),
-        triggers: Arc::new(tracon_core::triggers::MemoryTriggerStore::default()),
-        webhooks: Arc::new(tracon_core::webhooks::memory::MemoryWebhookStore::default()),
-        persistent: false,
+        runs: Arc::new(tracon_core::runs::memory::MemoryRunStore::with_max_runs(max_runs)),
+        ..Stores::in_memory()
     })
 }
 

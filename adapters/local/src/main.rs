@@ -128,15 +128,14 @@ async fn migrate(config: &Config, args: MigrateArgs) -> Result<(), String> {
 /// tenant; a write that changes the name must move it (`tracon_core::secret_names`).
 async fn report_foreign_secret_names(
     config: &Config,
-    stores: &tracon_core::store::Stores,
+    stores: &tracon_core::stores::Stores,
     out: &mut impl std::io::Write,
 ) -> Result<(), String> {
     let triggers = tracon_handlers::triggers::TriggerSettings::from_config(config).map_err(|e| e.to_string())?;
     let webhooks = tracon_core::webhooks::WebhookSettings::from_config(config).map_err(|e| e.to_string())?;
-    let found =
-        tracon_core::secret_names::report_foreign_references(stores, &triggers.secret_names, &webhooks.secret_names)
-            .await
-            .map_err(|e| format!("could not check the stored secret key names: {e}"))?;
+    let found = tracon_core::setup::report_foreign_references(stores, &triggers.secret_names, &webhooks.secret_names)
+        .await
+        .map_err(|e| format!("could not check the stored secret key names: {e}"))?;
     for (kind, r) in &found {
         let allowed = match *kind {
             "trigger" => triggers.secret_names.tenant_prefix(&r.tenant),

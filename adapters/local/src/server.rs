@@ -120,12 +120,7 @@ pub async fn serve(
 async fn report_foreign_secret_names(state: &tracon_handlers::AppState) {
     let runtime = &state.runtime;
     let triggers = &state.http.triggers.secret_names;
-    match tracon_core::secret_names::report_foreign_references(
-        &runtime.stores,
-        triggers,
-        &runtime.webhooks.secret_names,
-    )
-    .await
+    match tracon_core::setup::report_foreign_references(&runtime.stores, triggers, &runtime.webhooks.secret_names).await
     {
         Ok(found) if !found.is_empty() => {
             tracing::warn!(records = found.len(), "stored records name secrets outside their tenant's partition")

@@ -11,13 +11,14 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracon_core::approvals::{ApprovalDecision, ApprovalRecord, ApprovalRule, ApprovalStatus, Condition};
 use tracon_core::audit::AuditEntry;
+use tracon_core::error::StoreError;
 use tracon_core::events::{RecordedEvent, RunEvent};
 use tracon_core::idempotency::{Claim, KeyRef};
 use tracon_core::jobs::{JobError, JobRecord, JobStatus, Lease};
 use tracon_core::keys::{ApiKeyRecord, Scope};
 use tracon_core::model::Message;
 use tracon_core::names::{RunId, TenantId};
-use tracon_core::store::{RunStats, RunStatus, StoreError};
+use tracon_core::runs::store::{RunStats, RunStatus};
 use tracon_core::tenants::TenantRecord;
 use uuid::Uuid;
 
@@ -986,7 +987,7 @@ mod tests {
             call_id: "c1".into(),
             tool_name: "refund".into(),
             arguments: serde_json::json!({"amount": 80}),
-            effect: tracon_core::tools::ToolEffect::Write,
+            effect: tracon_core::tools::effect::ToolEffect::Write,
             requested_by: None,
             created_at: DateTime::from_timestamp(1_800_000_000, 0).unwrap(),
             expires_at: DateTime::from_timestamp(1_800_003_600, 0).unwrap(),

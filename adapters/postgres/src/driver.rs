@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use tracon_core::store::StoreError;
+use tracon_core::error::StoreError;
 use uuid::Uuid;
 
 /// A statement parameter, borrowed from the store call that binds it. Every variant carries

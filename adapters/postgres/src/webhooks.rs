@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
+use tracon_core::error::StoreError;
 use tracon_core::names::TenantId;
-use tracon_core::store::StoreError;
 use tracon_core::webhooks::{DeliveryError, DeliveryStatus, SubscriptionChange, WebhookDelivery, WebhookSubscription};
 use uuid::Uuid;
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tracon_core::idempotency::IdempotencyStore;
 use tracon_core::jobs::JobStore;
-use tracon_core::store::Stores;
+use tracon_core::stores::Stores;
 use tracon_postgres::pg::{PgSettings, stores};
 use tracon_postgres::protect::Protection;
 

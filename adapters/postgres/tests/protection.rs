@@ -7,11 +7,14 @@ use std::collections::BTreeMap;
 
 use chrono::Utc;
 use sqlx::PgPool;
+use tracon_core::error::StoreError;
+use tracon_core::events::ToolCallStatus;
 use tracon_core::events::{RecordedEvent, RunEvent};
 use tracon_core::model::Message;
 use tracon_core::names::{RunId, TenantId};
-use tracon_core::store::{RunInputRecord, RunRecord, RunStatus, SessionWrite, StoreError, Stores, ToolCallRecord};
-use tracon_core::tools::pipeline::ToolCallStatus;
+use tracon_core::runs::store::{RunInputRecord, RunRecord, RunStatus, ToolCallRecord};
+use tracon_core::sessions::SessionWrite;
+use tracon_core::stores::Stores;
 use tracon_postgres::pg::{PgSettings, connect, migrate, stores_on};
 use tracon_postgres::protect::Protection;
 
@@ -109,7 +112,7 @@ async fn write_run(stores: &Stores, text: &str) -> RunId {
         call_id: "c1".into(),
         tool_name: "lookup".into(),
         arguments: serde_json::json!({"q": text}),
-        effect: tracon_core::tools::ToolEffect::Read,
+        effect: tracon_core::tools::effect::ToolEffect::Read,
         requested_by: None,
         created_at: Utc::now(),
         expires_at: Utc::now() + chrono::Duration::hours(1),

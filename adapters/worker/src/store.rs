@@ -18,7 +18,7 @@ use futures::future::RemoteHandle;
 use send_wrapper::SendWrapper;
 use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 use tokio_postgres::{Client, Column};
-use tracon_core::store::StoreError;
+use tracon_core::error::StoreError;
 use tracon_postgres::driver::{ATTEMPTS, Cell, Driver, Param, Row, Transaction, backoff};
 use tracon_postgres::settings::PgSettings;
 use worker::{SecureTransport, Socket};

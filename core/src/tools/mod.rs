@@ -4,6 +4,7 @@
 //! select from by name. Every call goes through [`pipeline`] — authorization → argument
 //! validation → timeout → approval → body — so no tool body re-implements any of them.
 
+pub mod effect;
 pub mod output;
 pub mod pipeline;
 
@@ -13,24 +14,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use utoipa::ToSchema;
 
 use crate::identity::Caller;
 use crate::names::{RunId, TenantId, ToolName};
 pub use output::ToolOutput;
 
-/// What a tool does to the world. Information, not a gate: shown as a badge and recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
-pub enum ToolEffect {
-    #[default]
-    Read,
-    Write,
-    Destructive,
-    External,
-}
+use effect::ToolEffect;
 
 /// What a tool body can see of the run it serves.
 #[derive(Debug, Clone)]
@@ -44,7 +35,7 @@ pub struct ToolContext {
     /// never looks at it keeps running (and a late result is still recorded).
     pub cancel: CancellationToken,
     /// The run's event log, for a tool's own `Custom` events.
-    pub events: crate::recorder::EventWriter,
+    pub events: crate::events::EventWriter,
 }
 
 /// A tool failure.

@@ -22,16 +22,17 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use utoipa::ToSchema;
 
-use super::{ToolContext, ToolEffect, ToolError, ToolRegistration, output};
+use super::effect::ToolEffect;
+use super::{ToolContext, ToolError, ToolRegistration, output};
+use crate::events::{ApprovalRequest, ToolCallStatus};
 use crate::identity::Caller;
 use crate::model::ToolCall;
 use crate::names::{RunId, TenantId};
 use crate::ports::{Platform, millis_between, new_id};
+use crate::runs::store::LateCompletion;
 
 /// Installation default for a tool without its own timeout.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -103,29 +104,6 @@ pub trait ToolArgumentsValidator: Send + Sync {
     async fn validate(&self, tool: &ToolRegistration, arguments: &Value) -> Result<Option<String>, String>;
 }
 
-/// How a call ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub enum ToolCallStatus {
-    Succeeded,
-    /// The authorization handler said no; the reason was the model's result.
-    Denied,
-    /// Arguments (or the tool name) were refused before the body ran.
-    Rejected,
-    TimedOut,
-    Failed,
-    /// The run was cancelled while the call ran.
-    Canceled,
-    /// Waiting for a person's decision; the body has not run.
-    AwaitingApproval,
-}
-
-impl ToolCallStatus {
-    /// Whether the run log records this as `ToolFailed` rather than `ToolInvoked`.
-    pub fn is_failure(self) -> bool {
-        matches!(self, Self::Rejected | Self::TimedOut | Self::Failed | Self::Canceled)
-    }
-}
-
 /// The settled result of one call, as the model sees it and the record keeps it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallOutcome {
@@ -142,30 +120,6 @@ pub struct CallOutcome {
     pub omitted_bytes: Option<u64>,
     pub started_at: DateTime<Utc>,
     pub duration_ms: u64,
-}
-
-/// A call that waits for a person.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ApprovalRequest {
-    pub request_id: uuid::Uuid,
-    pub call_id: String,
-    pub tool_name: String,
-    #[schema(value_type = Object)]
-    pub arguments: Value,
-    pub effect: ToolEffect,
-}
-
-/// A call that finished after its timeout.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LateCompletion {
-    pub tenant: TenantId,
-    pub run_id: RunId,
-    pub call_id: String,
-    pub completed_at: DateTime<Utc>,
-    pub duration_ms: u64,
-    /// The canonical result text, or the display-safe error.
-    pub result: Result<String, String>,
 }
 
 /// Everything the pipeline needs from the run it serves.
@@ -188,7 +142,7 @@ pub struct CallEnv {
     /// Whether a call of a tool that requires approval asks (policies, then rules).
     pub gatekeeper: Arc<crate::approvals::Gatekeeper>,
     /// Where tool bodies write their own events.
-    pub events: crate::recorder::EventWriter,
+    pub events: crate::events::EventWriter,
 }
 
 /// What [`execute`] returns: the outcome, and for a call that timed out, the still-running

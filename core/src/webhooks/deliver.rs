@@ -19,10 +19,10 @@ use super::{
     DELIVER_JOB, DELIVERY_HEADER, DeliveryAttempt, DeliveryError, DeliveryJob, DeliveryStatus, EVENT_HEADER,
     SIGNATURE_HEADER, TIMESTAMP_HEADER, WebhookDelivery, WebhookSubscription, sign,
 };
+use crate::error::StoreError;
 use crate::failure::new_ref;
 use crate::jobs::{JobFailure, JobHandler, JobRecord};
 use crate::runtime::Runtime;
-use crate::store::StoreError;
 
 /// What one request came to.
 #[derive(Debug, Clone, PartialEq)]

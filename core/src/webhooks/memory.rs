@@ -8,9 +8,9 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{DeliveryAttempt, SubscriptionChange, WebhookDelivery, WebhookStore, WebhookSubscription};
+use crate::error::StoreError;
 use crate::names::TenantId;
 use crate::secret_names::SecretReference;
-use crate::store::StoreError;
 
 #[derive(Default)]
 struct Rows {

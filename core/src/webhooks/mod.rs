@@ -23,6 +23,7 @@
 
 pub mod deliver;
 pub mod memory;
+pub mod sources;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -37,18 +38,17 @@ use uuid::Uuid;
 
 use crate::config::{Config, ConfigError};
 use crate::egress::EgressPolicy;
+use crate::error::StoreError;
 use crate::jobs::{JobObserver, JobRecord, JobStore, Outcome};
 use crate::names::TenantId;
 use crate::ports::{Clock, new_id};
 use crate::quota::{QuotaNoticeSink, ThresholdNotice};
-use crate::runtime::Runtime;
 use crate::secret_names::SecretNamespace;
-use crate::store::StoreError;
 
 pub use deliver::WebhookDeliveries;
 
 /// The handler key of a delivery's job.
-pub const DELIVER_JOB: &str = "webhook.deliver";
+pub use crate::jobs::DELIVER_JOB;
 
 pub const RUN_COMPLETED: &str = "run.completed";
 pub const RUN_FAILED: &str = "run.failed";
@@ -460,16 +460,6 @@ pub struct Publisher {
 }
 
 impl Publisher {
-    pub fn of(runtime: &Runtime) -> Self {
-        Self {
-            webhooks: runtime.stores.webhooks.clone(),
-            jobs: runtime.stores.jobs.clone(),
-            clock: runtime.platform.clock.clone(),
-            max_attempts: runtime.webhooks.max_attempts,
-            quiet: runtime.webhooks.quiet.clone(),
-        }
-    }
-
     /// For each enabled subscription of `tenant` to `event`: a delivery entry and its job.
     /// Returns the deliveries created.
     pub async fn publish(
@@ -597,59 +587,7 @@ pub fn envelope(event_id: Uuid, event: &str, tenant: &TenantId, at: DateTime<Utc
     .to_string()
 }
 
-// ---- event sources ----------------------------------------------------------------------------
-
-/// What a run's end publishes: `run.completed`, `run.failed`, or `approval.pending` (the run
-/// stopped for a decision); nothing for a cancellation. Called from the one place every run
-/// ends ([`crate::runs::execute`]), live, queued and resumed alike.
-pub async fn publish_run_end(runtime: &Runtime, tenant: &TenantId, agent: &str, outcome: &crate::runs::RunOutcome) {
-    use crate::store::RunStatus;
-    let (event, data) = match outcome.status {
-        RunStatus::Completed => (
-            RUN_COMPLETED,
-            json!({
-                "runId": outcome.run_id,
-                "agentName": agent,
-                "status": "Completed",
-                "usage": outcome.usage,
-                "cost": outcome.cost,
-            }),
-        ),
-        RunStatus::Failed => (
-            RUN_FAILED,
-            json!({
-                "runId": outcome.run_id,
-                "agentName": agent,
-                "status": "Failed",
-                // A run failure's message is display-safe by construction (crate::failure).
-                "error": outcome.failure,
-            }),
-        ),
-        RunStatus::AwaitingApproval => {
-            let requests: Vec<Value> = outcome
-                .approvals
-                .iter()
-                .map(|r| json!({ "requestId": r.request_id, "callId": r.call_id, "toolName": r.tool_name }))
-                .collect();
-            (APPROVAL_PENDING, json!({ "runId": outcome.run_id, "agentName": agent, "requests": requests }))
-        }
-        _ => return,
-    };
-    Publisher::of(runtime).publish_logged(tenant, event, data).await;
-}
-
-/// `run.failed` for a run that ended without [`crate::runs::execute`] (a queued run that
-/// could not start; reconciliation closing an orphaned run).
-pub async fn publish_run_failed(
-    runtime: &Runtime,
-    tenant: &TenantId,
-    run_id: crate::names::RunId,
-    agent: Option<&str>,
-    failure: &crate::failure::RunFailure,
-) {
-    let data = json!({ "runId": run_id, "agentName": agent, "status": "Failed", "error": failure });
-    Publisher::of(runtime).publish_logged(tenant, RUN_FAILED, data).await;
-}
+// ---- job and quota events ------------------------------------------------------------------------
 
 /// `job.completed` / `job.failed` when a job reaches a terminal state — except for
 /// `webhook.deliver` jobs, whose own events would feed themselves.

@@ -24,20 +24,22 @@ use std::time::Instant;
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 use tracon_core::definition::AgentDefinition;
+use tracon_core::error::StoreError;
 use tracon_core::events::{RecordedEvent, RunEvent};
 use tracon_core::model::ModelProvider;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::names::{AgentName, RunId, TenantId};
 use tracon_core::ports::{Clock, tokio_rt};
 use tracon_core::recorder::{Recorder, RecordingSettings};
-use tracon_core::runs::{self, RunRequest};
-use tracon_core::runtime::RuntimeBuilder;
-use tracon_core::store::memory::MemoryRunStore;
-use tracon_core::store::{
-    CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStore, StaleRun, StoreError, Stores,
-    ToolCallRecord,
+use tracon_core::runs;
+use tracon_core::runs::memory::MemoryRunStore;
+use tracon_core::runs::request::RunRequest;
+use tracon_core::runs::store::LateCompletion;
+use tracon_core::runs::store::{
+    CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStore, StaleRun, ToolCallRecord,
 };
-use tracon_core::tools::pipeline::LateCompletion;
+use tracon_core::runtime::RuntimeBuilder;
+use tracon_core::stores::Stores;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -177,9 +179,9 @@ async fn writes_per_run(deltas: usize) -> Result<(u64, u64, f64), BoxError> {
         queued: None,
         tool_results: Vec::new(),
     };
-    let prepared = runs::prepare(&runtime, request).await.map_err(|e| format!("{e:?}"))?;
+    let prepared = runs::prepare::prepare(&runtime, request).await.map_err(|e| format!("{e:?}"))?;
     let started = Instant::now();
-    let outcome = runs::execute(&runtime, prepared, CancellationToken::new(), None).await;
+    let outcome = runs::execute::execute(&runtime, prepared, CancellationToken::new(), None).await;
     let seconds = started.elapsed().as_secs_f64();
     let events = counting.events.load(Ordering::Relaxed);
     Ok((outcome.event_writes, events, events as f64 / seconds))
@@ -195,7 +197,7 @@ async fn recorder_rate(store: Option<MemoryRunStore>, settings: RecordingSetting
         tenant: None,
         agent_name: "a".into(),
         agent_version: None,
-        status: tracon_core::store::RunStatus::Running,
+        status: tracon_core::runs::store::RunStatus::Running,
         started_at: clock.now(),
         ended_at: None,
         duration_ms: None,

@@ -2,7 +2,7 @@
 //! trigger row is a protected value: the signing secret is stored by key name only.
 
 use chrono::{DateTime, Utc};
-use tracon_core::store::StoreError;
+use tracon_core::error::StoreError;
 use tracon_core::triggers::{PayloadMode, TargetKind, TriggerName, TriggerRecord};
 
 use super::corrupt;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
 use sqlx::{Column, PgPool, Postgres, Row as _, TypeInfo};
-use tracon_core::store::StoreError;
+use tracon_core::error::StoreError;
 
 use super::map_err;
 use crate::driver::{ATTEMPTS, Cell, Driver, Param, Row, Transaction, backoff};

@@ -14,7 +14,8 @@ use std::sync::Arc;
 use sqlx::migrate::{MigrateError, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Executor, PgPool};
-use tracon_core::store::{StoreError, Stores};
+use tracon_core::error::StoreError;
+use tracon_core::stores::Stores;
 
 use crate::protect::Protection;
 use crate::sql::is_schema_name;

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use crate::driver::Row;
 use chrono::{DateTime, Utc};
 use tracon_core::approvals::{ApprovalDecision, ApprovalRecord, ApprovalRule, ApprovalStore};
+use tracon_core::error::StoreError;
 use tracon_core::names::{RunId, TenantId};
-use tracon_core::store::StoreError;
 use uuid::Uuid;
 
 use super::Db;
@@ -184,7 +184,7 @@ impl ApprovalStore for PgApprovalStore {
     }
 
     async fn list_rules(&self, tenant: &TenantId, tool: Option<&str>) -> Result<Vec<ApprovalRule>, StoreError> {
-        tracon_core::store::check_text_opt("toolName", tool)?;
+        tracon_core::error::check_text_opt("toolName", tool)?;
         let rows = self.db.query(sql::RULE_LIST, &params![tenant.as_str(), tool]).await?;
         rows.iter().map(rule).collect()
     }

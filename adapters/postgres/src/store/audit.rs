@@ -7,8 +7,8 @@
 
 use crate::driver::Row;
 use tracon_core::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
+use tracon_core::error::StoreError;
 use tracon_core::names::TenantId;
-use tracon_core::store::StoreError;
 
 use super::Db;
 use crate::codec::{AuditColumns, duplicate_audit_sequence, next_audit_link, to_i64};

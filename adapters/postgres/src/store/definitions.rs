@@ -3,8 +3,9 @@
 use crate::driver::Row;
 use chrono::{DateTime, Utc};
 use tracon_core::definition::AgentDefinition;
+use tracon_core::definitions::{DefinitionStore, StoredDefinition};
+use tracon_core::error::StoreError;
 use tracon_core::names::{AgentName, TenantId};
-use tracon_core::store::{DefinitionStore, StoreError, StoredDefinition};
 
 use super::Db;
 use crate::codec::corrupt;
@@ -54,7 +55,7 @@ impl DefinitionStore for PgDefinitionStore {
         definition: AgentDefinition,
         now: DateTime<Utc>,
     ) -> Result<StoredDefinition, StoreError> {
-        tracon_core::store::check_definition_text(&definition)?;
+        tracon_core::definitions::check_definition_text(&definition)?;
         let body = json(&definition)?;
         self.db.execute(sql::DEF_CREATE, &params![tenant.as_str(), &definition.name, &body, now]).await.map_err(
             |e| match e {
@@ -73,7 +74,7 @@ impl DefinitionStore for PgDefinitionStore {
         definition: AgentDefinition,
         now: DateTime<Utc>,
     ) -> Result<StoredDefinition, StoreError> {
-        tracon_core::store::check_definition_text(&definition)?;
+        tracon_core::definitions::check_definition_text(&definition)?;
         let body = json(&definition)?;
         // Two concurrent saves can pick the same next version; the loser retries on top.
         let mut attempts = 0;

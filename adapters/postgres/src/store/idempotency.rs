@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use tracon_core::error::StoreError;
 use tracon_core::idempotency::{Claim, IdempotencyStore, KeyRef};
-use tracon_core::store::StoreError;
 
 use super::Db;
 use crate::codec::{ClaimColumns, IDEMPOTENCY_CLAIM_ATTEMPTS, IDEMPOTENCY_CONTENDED, idempotency_response};

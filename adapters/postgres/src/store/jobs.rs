@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use crate::driver::Row;
 use chrono::{DateTime, Utc};
+use tracon_core::error::StoreError;
 use tracon_core::jobs::{JobFilter, JobRecord, JobStore, Lease, LeaseRequest, Outcome};
 use tracon_core::names::TenantId;
-use tracon_core::store::StoreError;
 use uuid::Uuid;
 
 use super::Db;

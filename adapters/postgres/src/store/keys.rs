@@ -4,9 +4,9 @@
 
 use crate::driver::Row;
 use chrono::{DateTime, Utc};
+use tracon_core::error::StoreError;
 use tracon_core::keys::{ApiKeyRecord, ApiKeyStore};
 use tracon_core::names::TenantId;
-use tracon_core::store::StoreError;
 
 use super::Db;
 use crate::codec::{KeyColumns, REVOKED_KEY_NOT_ROTATABLE, duplicate_key, scope_texts};

@@ -20,7 +20,7 @@ mod webhooks;
 
 use std::sync::Arc;
 
-use tracon_core::store::Stores;
+use tracon_core::stores::Stores;
 
 pub use approvals::PgApprovalStore;
 pub use audit::PgAuditStore;

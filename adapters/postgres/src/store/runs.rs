@@ -8,13 +8,14 @@ use std::sync::Arc;
 
 use crate::driver::Row;
 use chrono::{DateTime, Utc};
+use tracon_core::error::StoreError;
 use tracon_core::events::RecordedEvent;
 use tracon_core::names::{RunId, TenantId};
-use tracon_core::store::{
-    CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, RunStore, StaleRun, StoreError,
+use tracon_core::runs::store::LateCompletion;
+use tracon_core::runs::store::{
+    CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, RunStore, StaleRun,
     ToolCallRecord,
 };
-use tracon_core::tools::pipeline::LateCompletion;
 
 use super::Db;
 use crate::codec::{

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use crate::driver::Row;
 use chrono::{DateTime, Utc};
+use tracon_core::error::StoreError;
 use tracon_core::names::{RunId, TenantId};
 use tracon_core::schedules::{ScheduleRecord, ScheduleStore};
-use tracon_core::store::StoreError;
 use uuid::Uuid;
 
 use super::Db;

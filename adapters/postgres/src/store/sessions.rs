@@ -8,9 +8,10 @@ use std::sync::Arc;
 
 use crate::driver::Row;
 use chrono::{DateTime, Utc};
+use tracon_core::error::StoreError;
 use tracon_core::model::Message;
 use tracon_core::names::{RunId, TenantId};
-use tracon_core::store::{SessionItem, SessionParent, SessionRecord, SessionStore, SessionWrite, StoreError};
+use tracon_core::sessions::{SessionItem, SessionParent, SessionRecord, SessionStore, SessionWrite};
 
 use super::Db;
 use crate::codec::{item_arrays, open_item};

@@ -3,8 +3,8 @@
 
 use crate::driver::Row;
 use chrono::{DateTime, Utc};
+use tracon_core::error::StoreError;
 use tracon_core::names::TenantId;
-use tracon_core::store::StoreError;
 use tracon_core::tenants::{TenantRecord, TenantStore};
 
 use super::Db;

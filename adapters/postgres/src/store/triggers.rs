@@ -2,9 +2,9 @@
 //! upsert ([`sql::TRIGGER_PUT`]) that keeps the stored `created_at`.
 
 use crate::driver::Row;
+use tracon_core::error::StoreError;
 use tracon_core::names::TenantId;
 use tracon_core::secret_names::SecretReference;
-use tracon_core::store::StoreError;
 use tracon_core::triggers::{TriggerName, TriggerRecord, TriggerStore};
 
 use super::Db;

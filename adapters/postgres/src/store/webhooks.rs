@@ -5,8 +5,8 @@
 
 use crate::driver::Row;
 use chrono::{DateTime, Utc};
+use tracon_core::error::StoreError;
 use tracon_core::names::TenantId;
-use tracon_core::store::StoreError;
 use tracon_core::webhooks::{DeliveryAttempt, SubscriptionChange, WebhookDelivery, WebhookStore, WebhookSubscription};
 use uuid::Uuid;
 

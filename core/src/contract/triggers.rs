@@ -178,7 +178,7 @@ macro_rules! trigger_store_contract_tests {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $check() {
-                $crate::store::trigger_contract::$check($make.await).await;
+                $crate::contract::triggers::$check($make.await).await;
             }
         )*
     };

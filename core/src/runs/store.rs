@@ -1,132 +1,19 @@
-//! Store ports: one trait per aggregate, every method tenant-first.
-//!
-//! - [`DefinitionStore`] — stored agent definitions and their append-only version history;
-//! - [`RunStore`] — run rows, the numbered event log, tool calls, recorded input, the
-//!   cancel flag and statistics;
-//! - [`SessionStore`] — sessions with a write generation and their ordered items.
-//!
-//! The in-memory implementations in [`memory`] are the zero-setup default of the local
-//! server and the reference the contract tests ([`contract`], feature `contract-tests`)
-//! hold every implementation to. A resource of another tenant is indistinguishable from a
-//! missing one: no method can reach across tenants.
-
-#[cfg(feature = "contract-tests")]
-pub mod contract;
-#[cfg(feature = "contract-tests")]
-pub mod idempotency_contract;
-#[cfg(feature = "contract-tests")]
-pub mod job_contract;
-pub mod memory;
-#[cfg(feature = "contract-tests")]
-pub mod trigger_contract;
-#[cfg(feature = "contract-tests")]
-pub mod webhook_contract;
+//! Runs as stored: the run row, its numbered event log, its tool calls and recorded input,
+//! the cancel flag and statistics — the [`RunStore`] port, tenant-first like every store.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::definition::AgentDefinition;
-use crate::events::RecordedEvent;
+use crate::error::{StoreError, check_text, check_text_opt};
+use crate::events::{RecordedEvent, ToolCallStatus};
 use crate::failure::{ErrorClass, RunFailure};
-use crate::model::{Message, Usage};
-use crate::names::{AgentName, RunId, TenantId};
+use crate::model::Usage;
+use crate::names::{RunId, TenantId};
 use crate::pricing::CostSnapshot;
-use crate::tools::ToolEffect;
-use crate::tools::pipeline::{LateCompletion, ToolCallStatus};
-
-/// A store failure. `detail` is for the log; it never reaches a response.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    /// A uniqueness or concurrency rule refused the write (the display text is ours).
-    #[error("{0}")]
-    Conflict(String),
-    #[error("not found")]
-    NotFound,
-    /// The store cannot be reached right now (a `503` at the edge).
-    #[error("store unavailable")]
-    Unavailable { detail: String },
-    #[error("store failure")]
-    Internal { detail: String },
-    /// A text value no store can hold: U+0000 ([`crate::text`]). Every store refuses it the
-    /// same way, before it writes or queries anything; `field` names where it was.
-    #[error("'{field}' contains U+0000")]
-    InvalidText { field: String },
-}
-
-/// `Err(InvalidText)` when `value` holds U+0000 (see [`crate::text`]).
-pub fn check_text(field: &str, value: &str) -> Result<(), StoreError> {
-    if crate::text::has_nul(value) {
-        return Err(StoreError::InvalidText { field: field.to_owned() });
-    }
-    Ok(())
-}
-
-/// [`check_text`] for an optional value.
-pub fn check_text_opt(field: &str, value: Option<&str>) -> Result<(), StoreError> {
-    value.map_or(Ok(()), |v| check_text(field, v))
-}
-
-/// [`check_text`] over every string of a definition (its `jsonb` column cannot hold U+0000).
-pub fn check_definition_text(definition: &AgentDefinition) -> Result<(), StoreError> {
-    let value = serde_json::to_value(definition).map_err(|e| StoreError::Internal { detail: e.to_string() })?;
-    match crate::text::nul_path(&value) {
-        Some(path) => Err(StoreError::InvalidText { field: path }),
-        None => Ok(()),
-    }
-}
-
-// ---- definitions ------------------------------------------------------------------------
-
-/// A definition as stored, with its version.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredDefinition {
-    pub definition: AgentDefinition,
-    /// 1 for the first save; every save appends a version.
-    pub version: u32,
-    pub created_at: DateTime<Utc>,
-    /// When this version was written.
-    pub updated_at: DateTime<Utc>,
-}
-
-/// Agent definitions written through the API, with every version kept.
-#[async_trait::async_trait]
-pub trait DefinitionStore: Send + Sync {
-    /// The current (newest) version.
-    async fn get(&self, tenant: &TenantId, name: &AgentName) -> Result<Option<StoredDefinition>, StoreError>;
-    /// Current versions, ordered by name.
-    async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<StoredDefinition>, StoreError>;
-    /// Version 1. `Conflict` when the name exists in this tenant.
-    async fn create(
-        &self,
-        tenant: &TenantId,
-        definition: AgentDefinition,
-        now: DateTime<Utc>,
-    ) -> Result<StoredDefinition, StoreError>;
-    /// Appends a new version; `NotFound` when the definition does not exist.
-    async fn update(
-        &self,
-        tenant: &TenantId,
-        definition: AgentDefinition,
-        now: DateTime<Utc>,
-    ) -> Result<StoredDefinition, StoreError>;
-    /// Removes the definition and its history; `false` when there was nothing to delete.
-    async fn delete(&self, tenant: &TenantId, name: &AgentName) -> Result<bool, StoreError>;
-    /// Every version, newest first: full snapshots, not deltas.
-    async fn versions(&self, tenant: &TenantId, name: &AgentName) -> Result<Vec<StoredDefinition>, StoreError>;
-    /// One version.
-    async fn version(
-        &self,
-        tenant: &TenantId,
-        name: &AgentName,
-        version: u32,
-    ) -> Result<Option<StoredDefinition>, StoreError>;
-}
-
-// ---- runs -------------------------------------------------------------------------------
+use crate::tools::effect::ToolEffect;
 
 /// A run's status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
@@ -438,143 +325,14 @@ pub struct StaleRun {
     pub last_sequence: u64,
 }
 
-// ---- sessions -----------------------------------------------------------------------------
-
-/// Where a branched session came from (provenance only).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionParent {
-    pub session_id: String,
-    /// The last item copied.
-    pub sequence: u64,
-}
-
-/// A session: metadata and its write generation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionRecord {
-    pub id: String,
-    /// The agent that last spoke in it.
-    pub agent_name: Option<String>,
-    /// The write generation: 1 after the first save, +1 on every save.
-    pub version: u64,
-    pub item_count: u64,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    pub owner_user_id: Option<String>,
-    pub parent: Option<SessionParent>,
-}
-
-/// One conversation item, at its position.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct SessionItem {
-    /// 0-based position: the number the branch endpoint takes.
-    pub sequence: u64,
-    #[serde(flatten)]
-    #[schema(value_type = Object)]
-    pub message: Message,
-    pub run_id: Option<RunId>,
-    pub created_at: DateTime<Utc>,
-}
-
-/// What a turn appends to a session.
+/// A call that finished after its timeout.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SessionWrite {
-    pub agent_name: String,
-    pub run_id: Option<RunId>,
-    pub messages: Vec<Message>,
-    pub owner_user_id: Option<String>,
-    pub now: DateTime<Utc>,
-}
-
-/// Sessions with optimistic concurrency: the first save creates, every later save must
-/// name the generation it read. Neither overwrites.
-#[async_trait::async_trait]
-pub trait SessionStore: Send + Sync {
-    async fn get(&self, tenant: &TenantId, id: &str) -> Result<Option<SessionRecord>, StoreError>;
-    /// Every item, in sequence order.
-    async fn items(&self, tenant: &TenantId, id: &str) -> Result<Vec<SessionItem>, StoreError>;
-    /// Newest update first. `owner` narrows the list to that user's sessions, before paging
-    /// (session ownership); `None` lists every session of the tenant.
-    async fn list(
-        &self,
-        tenant: &TenantId,
-        owner: Option<&str>,
-        skip: usize,
-        take: usize,
-    ) -> Result<Vec<SessionRecord>, StoreError>;
-    /// First save. `Conflict` when the id already exists.
-    async fn try_create(&self, tenant: &TenantId, id: &str, write: &SessionWrite) -> Result<SessionRecord, StoreError>;
-    /// A later save: appends the items only if the generation is still `expected_version`;
-    /// otherwise `Conflict` and nothing is written. `NotFound` if the session is gone.
-    async fn try_append(
-        &self,
-        tenant: &TenantId,
-        id: &str,
-        expected_version: u64,
-        write: &SessionWrite,
-    ) -> Result<SessionRecord, StoreError>;
-    /// Deletes the session and its items; `false` when there was nothing to delete.
-    async fn delete(&self, tenant: &TenantId, id: &str) -> Result<bool, StoreError>;
-    /// Copies items `0..=up_to` of `source` into a new session `new_id` whose parent is
-    /// recorded. `NotFound` when the source does not exist; `Conflict` when `new_id` does.
-    async fn branch(
-        &self,
-        tenant: &TenantId,
-        source: &str,
-        up_to: u64,
-        new_id: &str,
-        owner_user_id: Option<String>,
-        now: DateTime<Utc>,
-    ) -> Result<SessionRecord, StoreError>;
-}
-
-// ---- the bundle ---------------------------------------------------------------------------
-
-/// Every store the runtime uses.
-#[derive(Clone)]
-pub struct Stores {
-    pub definitions: Arc<dyn DefinitionStore>,
-    pub runs: Arc<dyn RunStore>,
-    pub sessions: Arc<dyn SessionStore>,
-    pub keys: Arc<dyn crate::keys::ApiKeyStore>,
-    pub audit: Arc<dyn crate::audit::AuditStore>,
-    pub approvals: Arc<dyn crate::approvals::ApprovalStore>,
-    pub tenants: Arc<dyn crate::tenants::TenantStore>,
-    /// Quota thresholds already announced (once per period, durably).
-    pub quota_notices: Arc<dyn crate::quota::QuotaNoticeStore>,
-    /// The durable job queue.
-    pub jobs: Arc<dyn crate::jobs::JobStore>,
-    /// `Idempotency-Key` records.
-    pub idempotency: Arc<dyn crate::idempotency::IdempotencyStore>,
-    /// One-time and cron schedules.
-    pub schedules: Arc<dyn crate::schedules::ScheduleStore>,
-    /// Inbound trigger definitions.
-    pub triggers: Arc<dyn crate::triggers::TriggerStore>,
-    /// Webhook subscriptions and their delivery history.
-    pub webhooks: Arc<dyn crate::webhooks::WebhookStore>,
-    /// Whether the stores survive a restart.
-    pub persistent: bool,
-}
-
-impl Stores {
-    pub fn in_memory() -> Self {
-        Self {
-            definitions: Arc::new(memory::MemoryDefinitionStore::default()),
-            runs: Arc::new(memory::MemoryRunStore::default()),
-            sessions: Arc::new(memory::MemorySessionStore::default()),
-            keys: Arc::new(memory::MemoryApiKeyStore::default()),
-            audit: Arc::new(memory::MemoryAuditStore::default()),
-            approvals: Arc::new(memory::MemoryApprovalStore::default()),
-            tenants: Arc::new(memory::MemoryTenantStore::default()),
-            quota_notices: Arc::new(memory::MemoryQuotaNoticeStore::default()),
-            jobs: Arc::new(memory::MemoryJobStore::default()),
-            idempotency: Arc::new(memory::MemoryIdempotencyStore::default()),
-            schedules: Arc::new(crate::schedules::MemoryScheduleStore::default()),
-            triggers: Arc::new(crate::triggers::MemoryTriggerStore::default()),
-            webhooks: Arc::new(crate::webhooks::memory::MemoryWebhookStore::default()),
-            persistent: false,
-        }
-    }
+pub struct LateCompletion {
+    pub tenant: TenantId,
+    pub run_id: RunId,
+    pub call_id: String,
+    pub completed_at: DateTime<Utc>,
+    pub duration_ms: u64,
+    /// The canonical result text, or the display-safe error.
+    pub result: Result<String, String>,
 }

@@ -6,35 +6,43 @@
 //! `#[tokio::test]` per check for a given factory:
 //!
 //! ```text
-//! tracon_core::store_contract_tests!(async { tracon_core::store::Stores::in_memory() });
+//! tracon_core::store_contract_tests!(async { tracon_core::stores::Stores::in_memory() });
 //! ```
 
 // A test suite: assertions are its whole point.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod idempotency;
+pub mod jobs;
+pub mod triggers;
+pub mod webhooks;
+
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
 
-use super::{
-    CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, SessionWrite, StoreError, Stores,
-    ToolCallRecord,
-};
 use crate::approvals::{
     ApprovalDecision, ApprovalRecord, ApprovalRule, ApprovalStatus, Condition, Operator, arguments_hash,
 };
 use crate::audit::{AuditFilter, ChainStatus, NewAuditEntry};
 use crate::definition::AgentDefinition;
+use crate::error::StoreError;
+use crate::events::ToolCallStatus;
 use crate::events::{RecordedEvent, RunEvent};
 use crate::failure::{ErrorClass, RunFailure};
 use crate::keys::{ApiKeyRecord, Scope};
 use crate::model::{Message, Usage};
 use crate::names::{AgentName, RunId, TenantId};
 use crate::pricing::CostSnapshot;
-use crate::store::DocumentInput;
+use crate::runs::store::DocumentInput;
+use crate::runs::store::LateCompletion;
+use crate::runs::store::{
+    CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, ToolCallRecord,
+};
+use crate::sessions::SessionWrite;
+use crate::stores::Stores;
 use crate::tenants::TenantRecord;
-use crate::tools::ToolEffect;
-use crate::tools::pipeline::{LateCompletion, ToolCallStatus};
+use crate::tools::effect::ToolEffect;
 
 fn a() -> TenantId {
     TenantId::parse("tenant-a").unwrap()
@@ -379,7 +387,7 @@ fn call(run: RunId, id: &str) -> ToolCallRecord {
         call_id: id.into(),
         tool_name: "lookup".into(),
         arguments: r#"{"q":1}"#.into(),
-        effect: Some(crate::tools::ToolEffect::Read),
+        effect: Some(crate::tools::effect::ToolEffect::Read),
         status: ToolCallStatus::TimedOut,
         result: None,
         error: Some("timed out".into()),
@@ -747,7 +755,7 @@ pub async fn sessions_list_narrows_to_an_owner_before_paging(s: Stores) {
         };
         ss.try_create(&a(), id, &w).await.unwrap();
     }
-    let ids = |v: Vec<crate::store::SessionRecord>| v.into_iter().map(|x| x.id).collect::<Vec<_>>();
+    let ids = |v: Vec<crate::sessions::SessionRecord>| v.into_iter().map(|x| x.id).collect::<Vec<_>>();
     assert_eq!(ids(ss.list(&a(), Some("u1"), 0, 10).await.unwrap()), ["u1-new", "u1-old"]);
     assert_eq!(ids(ss.list(&a(), Some("u1"), 1, 1).await.unwrap()), ["u1-old"], "narrowed before paging");
     assert_eq!(ss.list(&a(), None, 0, 10).await.unwrap().len(), 4, "the unfiltered listing has the unowned row");
@@ -1404,7 +1412,7 @@ macro_rules! store_contract_tests {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $check() {
-                $crate::store::contract::$check($make.await).await;
+                $crate::contract::$check($make.await).await;
             }
         )*
     };

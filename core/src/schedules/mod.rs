@@ -8,9 +8,10 @@
 //! up one by one: the next tick runs the schedule once and moves on to the next occurrence
 //! after *now*. A one-time schedule runs once; its next occurrence is then empty.
 
+pub mod due;
+
 use std::collections::BTreeMap;
 use std::str::FromStr;
-use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use croner::Cron;
@@ -19,13 +20,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::attribution::Attribution;
-use crate::identity::Caller;
-use crate::jobs::JobTransport;
+use crate::error::StoreError;
 use crate::names::{AgentName, RunId, TenantId};
-use crate::runs::{RunRequest, StartError};
-use crate::runtime::Runtime;
-use crate::store::StoreError;
 
 /// When a schedule fires.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,71 +136,6 @@ pub trait ScheduleStore: Send + Sync {
         run: Option<RunId>,
         error: Option<&str>,
     ) -> Result<(), StoreError>;
-}
-
-/// Attempts of a scheduled run's job.
-const SCHEDULED_RUN_ATTEMPTS: u32 = 5;
-
-/// Enqueues a queued run for every due schedule (at most `limit`) and wakes its job; returns
-/// how many runs were queued. An occurrence another tick took is skipped; one whose run
-/// cannot be queued (its agent is gone) records why on the schedule and is not retried.
-pub async fn enqueue_due(
-    runtime: &Arc<Runtime>,
-    transport: &dyn JobTransport,
-    limit: usize,
-) -> Result<usize, StoreError> {
-    let store = &runtime.stores.schedules;
-    let now = runtime.platform.clock.now();
-    let mut queued = 0;
-    for schedule in store.due(now, limit).await? {
-        let Some(expected) = schedule.next_run_at else { continue };
-        let next = schedule.timing.next_after(now);
-        if !store.advance(&schedule.tenant, schedule.id, expected, next, now).await? {
-            continue;
-        }
-        let request = RunRequest {
-            tenant: schedule.tenant.clone(),
-            agent: schedule.agent.clone(),
-            message: schedule.message.clone(),
-            culture: None,
-            parameters: schedule.parameters.clone(),
-            documents: Vec::new(),
-            session_id: None,
-            caller: Caller::internal(),
-            attribution: Attribution {
-                user_id: None,
-                labels: BTreeMap::from([("schedule".to_owned(), schedule.name.clone())]),
-            },
-            resume: None,
-            queued: None,
-            tool_results: Vec::new(),
-        };
-        let (run, error) = match crate::runs::enqueue(runtime, request, SCHEDULED_RUN_ATTEMPTS).await {
-            Ok(accepted) => {
-                if let Err(e) = transport.wake(accepted.job_id).await {
-                    tracing::warn!(job = %accepted.job_id, error = %e, "could not wake a scheduled run's job; the next tick will");
-                }
-                queued += 1;
-                (Some(accepted.run_id), None)
-            }
-            Err(e) => {
-                let reason = match &e {
-                    StartError::Agent(crate::catalog::CatalogError::NotFound) => "The agent does not exist.",
-                    StartError::Agent(_) => "The agent does not compile with the schedule's parameters.",
-                    StartError::Store(_) => "The store could not queue the run.",
-                    StartError::Documents(_) | StartError::Resume(_) | StartError::ToolResults(_) => {
-                        "The run could not be queued."
-                    }
-                };
-                tracing::warn!(schedule = %schedule.id, tenant = %schedule.tenant, error = ?e, "a due schedule queued no run");
-                (None, Some(reason))
-            }
-        };
-        if let Err(e) = store.record_outcome(&schedule.tenant, schedule.id, run, error).await {
-            tracing::warn!(schedule = %schedule.id, error = ?e, "could not record a schedule's last run");
-        }
-    }
-    Ok(queued)
 }
 
 /// How a schedule is shown and written over HTTP.

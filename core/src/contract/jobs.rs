@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! tracon_core::job_store_contract_tests!(async {
-//!     std::sync::Arc::new(tracon_core::store::memory::MemoryJobStore::default())
+//!     std::sync::Arc::new(tracon_core::jobs::MemoryJobStore::default())
 //!         as std::sync::Arc<dyn tracon_core::jobs::JobStore>
 //! });
 //! ```
@@ -493,7 +493,7 @@ macro_rules! job_store_contract_tests {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $check() {
-                $crate::store::job_contract::$check($make.await).await;
+                $crate::contract::jobs::$check($make.await).await;
             }
         )*
     };

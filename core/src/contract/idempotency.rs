@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! tracon_core::idempotency_store_contract_tests!(async {
-//!     std::sync::Arc::new(tracon_core::store::memory::MemoryIdempotencyStore::default())
+//!     std::sync::Arc::new(tracon_core::idempotency::MemoryIdempotencyStore::default())
 //!         as std::sync::Arc<dyn tracon_core::idempotency::IdempotencyStore>
 //! });
 //! ```
@@ -205,7 +205,7 @@ macro_rules! idempotency_store_contract_tests {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $check() {
-                $crate::store::idempotency_contract::$check($make.await).await;
+                $crate::contract::idempotency::$check($make.await).await;
             }
         )*
     };

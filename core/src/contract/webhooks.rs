@@ -18,8 +18,8 @@ use std::sync::Arc;
 use chrono::{DateTime, Duration, Utc};
 use uuid::Uuid;
 
+use crate::error::StoreError;
 use crate::names::TenantId;
-use crate::store::StoreError;
 use crate::webhooks::{
     DeliveryAttempt, DeliveryError, DeliveryStatus, SubscriptionChange, WebhookDelivery, WebhookStore,
     WebhookSubscription,
@@ -291,7 +291,7 @@ macro_rules! webhook_store_contract_tests {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $check() {
-                $crate::store::webhook_contract::$check($make.await).await;
+                $crate::contract::webhooks::$check($make.await).await;
             }
         )*
     };

@@ -1,0 +1,94 @@
+//! Agent definitions in process memory, every version kept: the zero-setup default and the
+//! contract suite's reference.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use chrono::{DateTime, Utc};
+
+use super::{DefinitionStore, StoredDefinition};
+use crate::definition::AgentDefinition;
+use crate::error::StoreError;
+use crate::names::{AgentName, TenantId};
+use crate::sync::lock;
+
+/// Every version of every definition, per tenant and name (oldest first).
+#[derive(Default)]
+pub struct MemoryDefinitionStore {
+    rows: Mutex<BTreeMap<(TenantId, String), Vec<StoredDefinition>>>,
+}
+
+#[async_trait::async_trait]
+impl DefinitionStore for MemoryDefinitionStore {
+    async fn get(&self, tenant: &TenantId, name: &AgentName) -> Result<Option<StoredDefinition>, StoreError> {
+        Ok(lock(&self.rows).get(&(tenant.clone(), name.as_str().to_owned())).and_then(|v| v.last().cloned()))
+    }
+
+    async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<StoredDefinition>, StoreError> {
+        Ok(lock(&self.rows)
+            .iter()
+            .filter(|((t, _), _)| t == tenant)
+            .filter_map(|(_, v)| v.last().cloned())
+            .skip(skip)
+            .take(take)
+            .collect())
+    }
+
+    async fn create(
+        &self,
+        tenant: &TenantId,
+        definition: AgentDefinition,
+        now: DateTime<Utc>,
+    ) -> Result<StoredDefinition, StoreError> {
+        crate::definitions::check_definition_text(&definition)?;
+        let mut rows = lock(&self.rows);
+        let key = (tenant.clone(), definition.name.clone());
+        if rows.contains_key(&key) {
+            return Err(StoreError::Conflict(format!("An agent named '{}' already exists.", definition.name)));
+        }
+        let stored = StoredDefinition { definition, version: 1, created_at: now, updated_at: now };
+        rows.insert(key, vec![stored.clone()]);
+        Ok(stored)
+    }
+
+    async fn update(
+        &self,
+        tenant: &TenantId,
+        definition: AgentDefinition,
+        now: DateTime<Utc>,
+    ) -> Result<StoredDefinition, StoreError> {
+        crate::definitions::check_definition_text(&definition)?;
+        let mut rows = lock(&self.rows);
+        let key = (tenant.clone(), definition.name.clone());
+        let history = rows.get_mut(&key).ok_or(StoreError::NotFound)?;
+        let (version, created_at) = match history.last() {
+            Some(last) => (last.version + 1, last.created_at),
+            None => (1, now),
+        };
+        let stored = StoredDefinition { definition, version, created_at, updated_at: now };
+        history.push(stored.clone());
+        Ok(stored)
+    }
+
+    async fn delete(&self, tenant: &TenantId, name: &AgentName) -> Result<bool, StoreError> {
+        Ok(lock(&self.rows).remove(&(tenant.clone(), name.as_str().to_owned())).is_some())
+    }
+
+    async fn versions(&self, tenant: &TenantId, name: &AgentName) -> Result<Vec<StoredDefinition>, StoreError> {
+        Ok(lock(&self.rows)
+            .get(&(tenant.clone(), name.as_str().to_owned()))
+            .map(|v| v.iter().rev().cloned().collect())
+            .unwrap_or_default())
+    }
+
+    async fn version(
+        &self,
+        tenant: &TenantId,
+        name: &AgentName,
+        version: u32,
+    ) -> Result<Option<StoredDefinition>, StoreError> {
+        Ok(lock(&self.rows)
+            .get(&(tenant.clone(), name.as_str().to_owned()))
+            .and_then(|v| v.iter().find(|d| d.version == version).cloned()))
+    }
+}

@@ -1,0 +1,422 @@
+//! [`execute`] owns a prepared run: it runs the turn through the [`crate::engine`], saves
+//! the turn to the session (first save creates, later saves name the generation they read —
+//! a lost race fails the run with `session_conflict`, nothing is overwritten), emits the
+//! single terminal event and closes the row. Store failures while recording are logged and
+//! the run goes on.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::approvals::{ApprovalRecord, ApprovalStatus};
+use crate::engine::{self, CancelWatch, Emitter, TurnEnd, TurnStart};
+use crate::error::StoreError;
+use crate::events::{ApprovalRequest, ClientToolCall, DocumentInfo, EventWriter, RunEvent};
+use crate::failure::{ErrorClass, RunFailure};
+use crate::model::{FinishReason, Message};
+use crate::names::{RunId, SessionId, TenantId};
+use crate::ports::millis_between;
+use crate::quota::{RunConsumption, THRESHOLD_EVENT};
+use crate::recorder::Recorder;
+use crate::runs::outcome::RunOutcome;
+use crate::runs::prepare::user_message;
+use crate::runs::prepare::{LoadedSession, PreparedRun};
+use crate::runs::request::{CLIENT_UNANSWERED, Resume, RunRequest, UNDECIDED, refusal};
+use crate::runs::store::{RunEnd, RunStatus};
+use crate::runtime::Runtime;
+use crate::sessions::SessionWrite;
+use crate::tools::pipeline::CallEnv;
+
+/// Runs a prepared run to its end. `events` receives every event as it happens (the live
+/// stream); closing it cancels the run, as does `cancel`.
+pub async fn execute(
+    runtime: &Runtime,
+    prepared: PreparedRun,
+    cancel: CancellationToken,
+    events: Option<mpsc::Sender<RunEvent>>,
+) -> RunOutcome {
+    let PreparedRun { run_id, agent, request, session, started_at, supplied_history, client_results } = prepared;
+    let caller_keeps_history = supplied_history.is_some();
+    let clock = runtime.platform.clock.clone();
+    let tenant = request.tenant.clone();
+    let store = runtime.stores.runs.clone();
+    let recording = &runtime.settings.recording;
+    let recorder = Arc::new(Recorder::new(
+        tenant.clone(),
+        run_id,
+        store.clone(),
+        clock.clone(),
+        recording.clone(),
+        runtime.event_sinks.clone(),
+    ));
+
+    let watch =
+        CancelWatch::new(store.clone(), clock.clone(), tenant.clone(), run_id, runtime.settings.cancel_check_interval);
+    let mut emitter = Emitter::new(events, cancel.clone(), recorder.clone(), watch);
+    emitter
+        .emit(RunEvent::RunStarted { run_id, agent_name: agent.name.clone(), agent_version: agent.version, started_at })
+        .await;
+    if !request.documents.is_empty() {
+        let documents = request
+            .documents
+            .iter()
+            .map(|d| DocumentInfo { name: d.name.clone(), size_bytes: d.content.len() as u64 })
+            .collect();
+        emitter.emit(RunEvent::DocumentsAttached { documents }).await;
+    }
+
+    let env = CallEnv {
+        tenant: tenant.clone(),
+        run_id,
+        agent: agent.name.clone(),
+        caller: request.caller.clone(),
+        cancel: cancel.clone(),
+        platform: runtime.platform.clone(),
+        authorizer: runtime.tool_authorizer.clone(),
+        validator: runtime.tool_validator.clone(),
+        default_timeout: runtime.settings.default_tool_timeout,
+        default_max_output_bytes: runtime.settings.default_max_output_bytes,
+        approved_call_ids: request
+            .resume
+            .iter()
+            .flat_map(|r| &r.decided)
+            .filter(|d| d.status == ApprovalStatus::Approved)
+            .map(|d| d.call_id.clone())
+            .collect(),
+        denied_calls: request
+            .resume
+            .iter()
+            .flat_map(|r| &r.decided)
+            .filter(|d| d.status != ApprovalStatus::Approved)
+            .map(|d| (d.call_id.clone(), refusal(d.reason.as_deref())))
+            .collect(),
+        gatekeeper: runtime.gatekeeper.clone(),
+        events: if recording.enabled { EventWriter::new(recorder.clone()) } else { EventWriter::none() },
+    };
+    // Where the session's save starts: a session read at a generation gets what this turn
+    // adds; a session this run creates gets the whole conversation, so one seeded with
+    // another session's history (`/v1/responses` chaining with `previous_response_id`) is a
+    // new record that keeps it — a different id than the one read, so no generation applies.
+    let save_from = session.as_ref().map(|s| if s.version.is_some() { s.history.len() } else { 0 });
+    let (history, session) = match session {
+        Some(mut s) => (std::mem::take(&mut s.history), Some(s)),
+        None => (supplied_history.unwrap_or_default(), None),
+    };
+    let start = match &request.resume {
+        Some(resume) => {
+            emitter.emit(resumed_event(resume)).await;
+            TurnStart::Resume
+        }
+        None if !client_results.is_empty() => TurnStart::Continue { results: client_results },
+        // An OpenAI client's history that ends with its tool results: the model goes on.
+        None if request.message.is_empty() && matches!(history.last(), Some(Message::Tool { .. })) => {
+            TurnStart::Continue { results: Vec::new() }
+        }
+        None => TurnStart::User {
+            prelude: engine::open_calls(&history)
+                .into_iter()
+                .map(|c| {
+                    let client = agent.tool(&c.name).is_some_and(|t| t.is_client());
+                    let content = if client { CLIENT_UNANSWERED } else { UNDECIDED };
+                    Message::Tool { call_id: c.id, name: c.name, content: content.to_owned(), is_error: true }
+                })
+                .collect(),
+            message: user_message(&request.message, &request.documents),
+        },
+    };
+    let turn =
+        with_heartbeat(engine::run_turn(runtime, &agent, &env, history, start, &mut emitter), runtime, &tenant, run_id)
+            .await;
+
+    // Save the turn to its session; a lost race fails the run rather than overwrite. A run
+    // without a session that stops for approval gets one (named after the run): the
+    // conversation is what a decision resumes.
+    let mut end = turn.end.clone();
+    let needs_session = match end {
+        TurnEnd::AwaitingApproval(_) => true,
+        TurnEnd::ClientTools(_) => !caller_keeps_history,
+        _ => false,
+    };
+    let session = match session {
+        None if needs_session => SessionId::parse(&run_id.to_string()).ok().map(|id| LoadedSession {
+            id,
+            version: None,
+            history: Vec::new(),
+        }),
+        other => other,
+    };
+    if let Some(session) = &session
+        && matches!(end, TurnEnd::Answered | TurnEnd::AwaitingApproval(_) | TurnEnd::ClientTools(_))
+    {
+        let write = SessionWrite {
+            agent_name: agent.name.clone(),
+            run_id: Some(run_id),
+            messages: turn
+                .messages
+                .get(save_from.unwrap_or(turn.new_from)..)
+                .map(<[Message]>::to_vec)
+                .unwrap_or_default(),
+            owner_user_id: request.attribution.user_id.clone(),
+            now: clock.now(),
+        };
+        let sessions = &runtime.stores.sessions;
+        let saved = match session.version {
+            None => sessions.try_create(&tenant, session.id.as_str(), &write).await,
+            Some(v) => sessions.try_append(&tenant, session.id.as_str(), v, &write).await,
+        };
+        match saved {
+            Ok(_) => {}
+            Err(StoreError::Conflict(_) | StoreError::NotFound) => {
+                end = TurnEnd::Failed(RunFailure::new(
+                    ErrorClass::SessionConflict,
+                    "Another turn saved this session first; the conversation moved on. Retry the turn.",
+                ));
+            }
+            Err(e) => end = TurnEnd::Failed(RunFailure::foreign("SessionStoreError", &format!("{e:?}"))),
+        }
+    }
+
+    let provider_name = agent.provider.name().to_owned();
+    let model = turn.model.clone().or_else(|| Some(agent.definition.model.model.clone()));
+    let cost = runtime.pricing.cost(&provider_name, model.as_deref().unwrap_or_default(), turn.usage.as_ref());
+    let mut outcome = RunOutcome {
+        run_id,
+        status: RunStatus::Completed,
+        text: turn.text.clone(),
+        usage: turn.usage,
+        cost: cost.clone(),
+        failure: None,
+        approvals: Vec::new(),
+        model_provider: turn.called.then(|| provider_name.clone()),
+        model: if turn.called { model } else { None },
+        finish_reason: turn.finish,
+        event_writes: 0,
+        client_tool_calls: Vec::new(),
+        session_id: None,
+    };
+    let terminal = match end {
+        TurnEnd::Answered => RunEvent::RunCompleted {
+            text: outcome.text.clone(),
+            usage: outcome.usage,
+            cost,
+            finish_reason: outcome.finish_reason,
+            client_tool_calls: Vec::new(),
+        },
+        TurnEnd::ClientTools(calls) => {
+            outcome.finish_reason = Some(FinishReason::ToolCalls);
+            outcome.client_tool_calls = calls.iter().map(ClientToolCall::from_call).collect();
+            outcome.session_id = session.as_ref().map(|s| s.id.clone());
+            RunEvent::RunCompleted {
+                text: outcome.text.clone(),
+                usage: outcome.usage,
+                cost,
+                finish_reason: outcome.finish_reason,
+                client_tool_calls: outcome.client_tool_calls.clone(),
+            }
+        }
+        TurnEnd::AwaitingApproval(requests) => {
+            outcome.status = RunStatus::AwaitingApproval;
+            save_requests(runtime, &request, run_id, &agent.name, session.as_ref(), &requests).await;
+            outcome.approvals = requests.clone();
+            RunEvent::RunAwaitingApproval { requests }
+        }
+        TurnEnd::Canceled => {
+            outcome.status = RunStatus::Canceled;
+            let failure = RunFailure::canceled();
+            outcome.failure = Some(failure.clone());
+            RunEvent::RunCanceled { error: failure }
+        }
+        TurnEnd::Failed(failure) => {
+            outcome.status = RunStatus::Failed;
+            outcome.failure = Some(failure.clone());
+            RunEvent::RunFailed { error: failure }
+        }
+    };
+    // Quota thresholds this run crossed: announced once per period, before the end.
+    if !runtime.quotas.rules.is_empty() && !runtime.quotas.threshold_percents.is_empty() {
+        let own = RunConsumption {
+            tokens: outcome.usage.map_or(0, |u| u.total_tokens),
+            cost: outcome.cost.as_ref().map(|c| (c.currency.clone(), c.total_cost)),
+        };
+        let notices = runtime
+            .quotas
+            .crossed(
+                runtime.stores.runs.as_ref(),
+                runtime.stores.quota_notices.as_ref(),
+                &tenant,
+                &agent.name,
+                run_id,
+                request.attribution.user_id.as_deref(),
+                &own,
+                clock.now(),
+            )
+            .await;
+        for notice in notices {
+            tracing::warn!(quota = %notice.quota, threshold = notice.threshold, consumption = notice.consumption,
+                limit = notice.limit, notice_id = %notice.notice_id, "quota threshold crossed");
+            for sink in &runtime.quota_sinks {
+                sink.notify(&notice).await;
+            }
+            if runtime.quotas.publish_to_run_stream {
+                let payload = serde_json::to_string(&notice).unwrap_or_default();
+                emitter.emit(RunEvent::Custom { custom_type: THRESHOLD_EVENT.to_owned(), payload }).await;
+            }
+        }
+    }
+    let ended_at = clock.now();
+    let run_end = RunEnd {
+        status: outcome.status,
+        ended_at,
+        duration_ms: millis_between(started_at, ended_at),
+        usage: outcome.usage,
+        cost: outcome.cost.clone(),
+        model_provider: outcome.model_provider.clone(),
+        model: outcome.model.clone(),
+        error: outcome.failure.clone(),
+    };
+    // The terminal event and every event still buffered go with the statement that closes
+    // the row; only then does the caller see the end.
+    recorder.record_held(&terminal).await;
+    let mut row_open = false;
+    if recording.enabled {
+        let last = recorder.take_pending().await;
+        recorder.count_write();
+        if let Err(e) = store.finish_run(&tenant, run_id, &run_end, &last).await {
+            tracing::warn!(run_id = %run_id, error = ?e, "could not record the end of the run");
+            row_open = matches!(e, StoreError::Unavailable { .. });
+            if row_open {
+                recorder.restore(last);
+            }
+        }
+    }
+    emitter.send_live(terminal).await;
+    outcome.event_writes = recorder.store_writes();
+    // run.completed / run.failed / approval.pending: every run ends here (live, queued,
+    // resumed). A failing publish is logged; it never changes the run.
+    crate::webhooks::sources::publish_run_end(runtime, &tenant, &agent.name, &outcome).await;
+    if row_open {
+        // The store went away during the run. Keep trying in the background so the record
+        // ends complete once it is back, instead of holding the caller.
+        let (store, recorder, clock, run_end) = (store.clone(), recorder.clone(), clock.clone(), run_end.clone());
+        runtime.platform.spawner.spawn(Box::pin(async move {
+            let mut pause = std::time::Duration::from_millis(250);
+            for _ in 0..12 {
+                clock.sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(10));
+                let last = recorder.take_pending().await;
+                match store.finish_run(&tenant, run_id, &run_end, &last).await {
+                    Ok(()) => {
+                        tracing::info!(run_id = %run_id, "recorded the end of the run after the store came back");
+                        return;
+                    }
+                    Err(StoreError::Unavailable { .. }) => recorder.restore(last),
+                    Err(e) => {
+                        tracing::warn!(run_id = %run_id, error = ?e, "gave up recording the end of the run");
+                        return;
+                    }
+                }
+            }
+            tracing::error!(run_id = %run_id, "the store stayed unreachable; this run's record is incomplete");
+        }));
+    }
+    tracing::info!(
+        run_id = %run_id,
+        agent = %agent.name,
+        status = ?outcome.status,
+        duration_ms = run_end.duration_ms,
+        error_class = ?outcome.failure.as_ref().map(|f| f.error_class),
+        "run ended"
+    );
+    outcome
+}
+
+/// Keeps the stop's requests for the mailbox and the in-band decision. Recording never
+/// breaks a run: a failed write is logged (the requests then cannot be decided, and the
+/// session's next message closes the calls as undecided).
+async fn save_requests(
+    runtime: &Runtime,
+    request: &RunRequest,
+    run_id: RunId,
+    agent: &str,
+    session: Option<&LoadedSession>,
+    requests: &[ApprovalRequest],
+) {
+    let now = runtime.platform.clock.now();
+    let expires_at =
+        now + chrono::Duration::from_std(runtime.settings.approval_expiry).unwrap_or(chrono::Duration::days(1));
+    let records: Vec<ApprovalRecord> = requests
+        .iter()
+        .map(|r| ApprovalRecord {
+            id: r.request_id,
+            tenant: request.tenant.clone(),
+            run_id,
+            session_id: session.map(|s| s.id.as_str().to_owned()),
+            agent_name: agent.to_owned(),
+            call_id: r.call_id.clone(),
+            tool_name: r.tool_name.clone(),
+            arguments: r.arguments.clone(),
+            effect: r.effect,
+            requested_by: request.attribution.user_id.clone(),
+            created_at: now,
+            expires_at,
+            status: ApprovalStatus::Pending,
+            decided_at: None,
+            decided_by: None,
+            reason: None,
+            resumed_run_id: None,
+        })
+        .collect();
+    if let Err(e) = runtime.stores.approvals.create(&records).await {
+        tracing::warn!(run_id = %run_id, error = ?e, "could not save the approval requests of a stopped run");
+    }
+}
+
+/// The resumed run's first event after `RunStarted`: which run it continues and what was
+/// decided (a Tracon-owned custom event).
+fn resumed_event(resume: &Resume) -> RunEvent {
+    let decisions: Vec<serde_json::Value> = resume
+        .decided
+        .iter()
+        .map(|d| {
+            serde_json::json!({
+                "requestId": d.id,
+                "callId": d.call_id,
+                "toolName": d.tool_name,
+                "approved": d.status == ApprovalStatus::Approved,
+                "decidedBy": d.decided_by,
+            })
+        })
+        .collect();
+    let payload = serde_json::json!({ "fromRunId": resume.from_run, "decisions": decisions });
+    RunEvent::Custom { custom_type: RESUMED_EVENT.to_owned(), payload: payload.to_string() }
+}
+
+/// The custom type of [`resumed_event`].
+pub const RESUMED_EVENT: &str = "tracon.approval.resumed";
+
+// ---- queued runs ------------------------------------------------------------------------------
+
+/// Drives `work` while moving the run's heartbeat every `HeartbeatSeconds`, so reconciliation
+/// can tell a long model call from a dead process. A failed heartbeat is logged; the run goes on.
+async fn with_heartbeat<T>(
+    work: impl std::future::Future<Output = T>,
+    runtime: &Runtime,
+    tenant: &TenantId,
+    run_id: RunId,
+) -> T {
+    let clock = runtime.platform.clock.as_ref();
+    let every = runtime.settings.reconciliation.heartbeat;
+    let mut work = std::pin::pin!(work);
+    loop {
+        tokio::select! {
+            biased;
+            out = &mut work => return out,
+            () = clock.sleep(every) => {
+                if let Err(e) = runtime.stores.runs.heartbeat(tenant, run_id, clock.now()).await {
+                    tracing::warn!(run_id = %run_id, error = ?e, "could not move the run's heartbeat");
+                }
+            }
+        }
+    }
+}

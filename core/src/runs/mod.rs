@@ -1,0 +1,21 @@
+//! Running an agent, end to end: the service every run-starting surface calls.
+//!
+//! - [`request`] — what a surface asks for ([`request::RunRequest`]) and why a start is refused;
+//! - [`prepare`] — everything that can refuse a run before anything streams;
+//! - [`execute`] — a prepared run to its end: the turn, the session save, the terminal event;
+//! - [`outcome`] — how a run ended;
+//! - [`queued`] — runs accepted for a worker, and the job handler that executes them;
+//! - [`reconcile`] — closing runs whose executor went away;
+//! - [`store`] and [`memory`] — the run records, their port and the in-memory store.
+//!
+//! Nothing here names a web framework: the HTTP handlers parse, call these, and map the
+//! outcome to a response.
+
+pub mod execute;
+pub mod memory;
+pub mod outcome;
+pub mod prepare;
+pub mod queued;
+pub mod reconcile;
+pub mod request;
+pub mod store;

@@ -1,0 +1,267 @@
+//! Queued runs: [`enqueue`] accepts a run for a worker (a placeholder row and its job);
+//! [`QueuedRuns`] executes `run.execute` jobs, each run at most once.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::attribution::Attribution;
+use crate::catalog::CatalogError;
+use crate::error::StoreError;
+use crate::events::RunEvent;
+use crate::failure::{ErrorClass, RunFailure};
+use crate::identity::Caller;
+use crate::names::{AgentName, RunId, SessionId, TenantId};
+use crate::ports::new_id;
+use crate::runs::execute::execute;
+use crate::runs::outcome::Accepted;
+use crate::runs::prepare::{check_documents, prepare};
+use crate::runs::request::{RunRequest, StartError};
+use crate::runs::store::{DocumentInput, RunEnd, RunInputRecord, RunRecord, RunStatus};
+use crate::runtime::Runtime;
+
+/// The handler key of a queued run's job.
+pub use crate::jobs::RUN_JOB;
+
+/// A queued run's job payload: the request as it was accepted.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueuedRun {
+    pub run_id: RunId,
+    pub agent: String,
+    pub message: String,
+    pub culture: Option<String>,
+    pub parameters: BTreeMap<String, String>,
+    pub documents: Vec<DocumentInput>,
+    pub session_id: Option<String>,
+    pub caller: Caller,
+    pub attribution: Attribution,
+}
+
+/// Accepts a run for a worker: the same checks as a live run (the agent compiles with these
+/// parameters, the documents are within their limits), then a placeholder run row
+/// (`Queued`, with the recorded input) and its job. The row is written first, so a worker
+/// never finds a job without its run; a job that cannot be stored closes the row `Failed`.
+pub async fn enqueue(runtime: &Runtime, request: RunRequest, max_attempts: u32) -> Result<Accepted, StartError> {
+    check_documents(&request.documents)?;
+    let agent = runtime
+        .catalog
+        .compile(&request.tenant, &request.agent, request.culture.as_deref(), &request.parameters)
+        .await?;
+    let clock = runtime.platform.clock.as_ref();
+    let now = clock.now();
+    let run_id = RunId(new_id(clock));
+    let job_id = new_id(clock);
+    let row = RunRecord {
+        id: run_id,
+        tenant: None,
+        agent_name: agent.name.clone(),
+        agent_version: agent.version,
+        status: RunStatus::Queued,
+        started_at: now,
+        ended_at: None,
+        duration_ms: None,
+        usage: None,
+        cost: None,
+        model_provider: None,
+        model: None,
+        error: None,
+        session_id: request.session_id.as_ref().map(|s| s.as_str().to_owned()),
+        parent_run_id: None,
+        root_run_id: None,
+        depth: 0,
+        user_id: request.attribution.user_id.clone(),
+        labels: request.attribution.labels.clone(),
+        heartbeat_at: None,
+        cancel_requested: false,
+    };
+    let input = runtime.settings.recording.record_input.then(|| RunInputRecord {
+        message: request.message.clone(),
+        culture: request.culture.clone(),
+        parameters: request.parameters.clone(),
+        documents: request.documents.clone(),
+    });
+    runtime.stores.runs.create_run(&request.tenant, &row, input.as_ref()).await?;
+    let payload = QueuedRun {
+        run_id,
+        agent: request.agent.as_str().to_owned(),
+        message: request.message,
+        culture: request.culture,
+        parameters: request.parameters,
+        documents: request.documents,
+        session_id: request.session_id.map(|s| s.as_str().to_owned()),
+        caller: request.caller,
+        attribution: request.attribution,
+    };
+    let payload = serde_json::to_value(&payload)
+        .map_err(|e| StartError::Store(StoreError::Internal { detail: e.to_string() }))?;
+    let mut job = crate::jobs::JobRecord::queued(job_id, request.tenant.clone(), RUN_JOB, payload, max_attempts, now);
+    job.run_id = Some(run_id);
+    if let Err(e) = runtime.stores.jobs.enqueue(&job).await {
+        let failure = RunFailure::new(ErrorClass::Internal, "The run could not be queued.");
+        close_unstarted(runtime, &request.tenant, run_id, now, failure).await;
+        return Err(StartError::Store(e));
+    }
+    Ok(Accepted { run_id, job_id })
+}
+
+/// Ends a run that never started: its row closes with `failure` and a `RunFailed` event.
+async fn close_unstarted(
+    runtime: &Runtime,
+    tenant: &TenantId,
+    run_id: RunId,
+    now: chrono::DateTime<chrono::Utc>,
+    failure: RunFailure,
+) {
+    let end = RunEnd {
+        status: RunStatus::Failed,
+        ended_at: now,
+        duration_ms: 0,
+        usage: None,
+        cost: None,
+        model_provider: None,
+        model: None,
+        error: Some(failure.clone()),
+    };
+    let event = crate::events::RecordedEvent {
+        sequence: 1,
+        timestamp: now,
+        event: RunEvent::RunFailed { error: failure.clone() },
+    };
+    if let Err(e) = runtime.stores.runs.finish_run(tenant, run_id, &end, &[event]).await {
+        tracing::warn!(run_id = %run_id, error = ?e, "could not close a run that never started");
+    }
+    crate::webhooks::sources::publish_run_failed(runtime, tenant, run_id, None, &failure).await;
+}
+
+/// Executes queued runs (`run.execute` jobs). Jobs are delivered at least once, runs start
+/// at most once: an attempt that finds its run already started (an earlier attempt got that
+/// far) or ended does not run it again — a run whose worker died mid-way stays `Running`
+/// until reconciliation closes it. A run that cannot start (its agent is gone, the store
+/// failed loading it) closes `Failed`.
+pub struct QueuedRuns {
+    pub runtime: Arc<Runtime>,
+}
+
+#[async_trait::async_trait]
+impl crate::jobs::JobHandler for QueuedRuns {
+    fn key(&self) -> &'static str {
+        RUN_JOB
+    }
+
+    async fn handle(
+        &self,
+        job: &crate::jobs::JobRecord,
+        cancel: CancellationToken,
+    ) -> Result<Option<serde_json::Value>, crate::jobs::JobFailure> {
+        use crate::jobs::JobFailure;
+        let runtime = &self.runtime;
+        let queued: QueuedRun = serde_json::from_value(job.payload.clone()).map_err(|_| JobFailure::Permanent {
+            code: "tracon.run.bad-payload".into(),
+            message: "The queued run's payload could not be read.".into(),
+        })?;
+        let tenant = job.tenant.clone();
+        let run_id = queued.run_id;
+        let now = runtime.platform.clock.now();
+        let transient = |e: StoreError| JobFailure::Transient {
+            code: "tracon.store.unavailable".into(),
+            message: "The store could not be reached.".into(),
+            detail: format!("{e:?}"),
+        };
+        let Some(cancel_asked) = runtime.stores.runs.start_queued(&tenant, run_id, now).await.map_err(transient)?
+        else {
+            // An earlier attempt started it: the job settles as the run did, and a run still
+            // `Running` (its process went away before it ended) is waited for — reconciliation
+            // closes it — rather than reported as done.
+            let run = runtime.stores.runs.get_run(&tenant, run_id).await.map_err(transient)?;
+            tracing::info!(run_id = %run_id, status = ?run.as_ref().map(|r| r.status), "the queued run was started before; not running it again");
+            return match run {
+                Some(run) => job_result(run_id, run.status, run.error.as_ref()),
+                None => Err(JobFailure::Permanent {
+                    code: "tracon.run.gone".into(),
+                    message: "The queued run's record no longer exists.".into(),
+                }),
+            };
+        };
+        let permanent =
+            |message: &str| JobFailure::Permanent { code: "tracon.run.cannot-start".into(), message: message.into() };
+        let (Ok(agent), Ok(session_id)) =
+            (AgentName::parse(&queued.agent), queued.session_id.as_deref().map(SessionId::parse).transpose())
+        else {
+            close_unstarted(
+                runtime,
+                &tenant,
+                run_id,
+                now,
+                RunFailure::new(ErrorClass::Internal, "The queued run is malformed."),
+            )
+            .await;
+            return Err(permanent("The queued run is malformed."));
+        };
+        let request = RunRequest {
+            tenant: tenant.clone(),
+            agent,
+            message: queued.message,
+            culture: queued.culture,
+            parameters: queued.parameters,
+            documents: queued.documents,
+            session_id,
+            caller: queued.caller,
+            attribution: queued.attribution,
+            resume: None,
+            queued: Some(run_id),
+            tool_results: Vec::new(),
+        };
+        let prepared = match prepare(runtime, request).await {
+            Ok(p) => p,
+            Err(e) => {
+                let message = match &e {
+                    StartError::Agent(CatalogError::NotFound) => "The agent no longer exists.".to_owned(),
+                    StartError::Agent(_) => "The agent no longer compiles with these parameters.".to_owned(),
+                    StartError::Documents(m) | StartError::Resume(m) | StartError::ToolResults(m) => m.clone(),
+                    StartError::Store(_) => "The store could not load the run's agent or session.".to_owned(),
+                };
+                close_unstarted(runtime, &tenant, run_id, now, RunFailure::new(ErrorClass::Internal, &message)).await;
+                return Err(permanent(&message));
+            }
+        };
+        // A cancel asked while the run waited in the queue stops it before its first call.
+        if cancel_asked {
+            cancel.cancel();
+        }
+        let outcome = execute(runtime, prepared, cancel, None).await;
+        job_result(run_id, outcome.status, outcome.failure.as_ref())
+    }
+}
+
+/// A queued run's job settles as its run ended: `Succeeded` for a run that completed (or
+/// stopped for approval or input, its work handed on), `Failed` with the run's error class for
+/// a failed one, `Canceled` for a cancelled one. A run that has not ended — an earlier attempt
+/// started it and its process went away — is a transient failure: the job is tried again
+/// later, by when reconciliation has closed the run.
+fn job_result(
+    run_id: RunId,
+    status: RunStatus,
+    failure: Option<&RunFailure>,
+) -> Result<Option<serde_json::Value>, crate::jobs::JobFailure> {
+    use crate::jobs::JobFailure;
+    match status {
+        RunStatus::Completed | RunStatus::AwaitingApproval | RunStatus::AwaitingInput => {
+            Ok(Some(serde_json::json!({ "runId": run_id, "status": status })))
+        }
+        RunStatus::Failed => {
+            let class = failure.map_or("internal", |f| f.error_class.error_type());
+            Err(JobFailure::Permanent {
+                code: format!("tracon.run.{class}"),
+                message: format!("The run failed ({class})."),
+            })
+        }
+        RunStatus::Canceled => Err(JobFailure::Canceled),
+        RunStatus::Running | RunStatus::Queued => Err(JobFailure::Transient {
+            code: "tracon.run.unfinished".into(),
+            message: "An earlier attempt started the run and its process stopped; the run has not ended yet.".into(),
+            detail: format!("run {run_id} is {status:?}"),
+        }),
+    }
+}

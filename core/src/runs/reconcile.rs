@@ -1,0 +1,54 @@
+//! Reconciliation: running runs whose executor stopped heartbeating are closed `Orphaned`.
+
+use crate::error::StoreError;
+use crate::events::RunEvent;
+use crate::failure::{ErrorClass, RunFailure};
+use crate::runs::store::{RunEnd, RunStatus};
+use crate::runtime::Runtime;
+
+/// Closes running runs whose executor stopped heartbeating: `Failed`, error class
+/// `Orphaned`, with a closing `RunFailed` event after the last stored one. A run whose
+/// executor came back in the meantime is left alone. Returns how many were closed.
+pub async fn reconcile_orphans(runtime: &Runtime, limit: usize) -> Result<usize, StoreError> {
+    let settings = &runtime.settings.reconciliation;
+    if !settings.enabled {
+        return Ok(0);
+    }
+    let now = runtime.platform.clock.now();
+    let orphan_after = chrono::Duration::from_std(settings.orphan_after).unwrap_or(chrono::Duration::minutes(5));
+    let stale_before = now - orphan_after;
+    let store = &runtime.stores.runs;
+    let mut closed = 0;
+    for stale in store.stale_runs(stale_before, limit).await? {
+        let failure = RunFailure::new(
+            ErrorClass::Orphaned,
+            "The process executing this run stopped before it finished; reconciliation closed it.",
+        );
+        let end = RunEnd {
+            status: RunStatus::Failed,
+            ended_at: now,
+            duration_ms: u64::try_from((now - stale.started_at).num_milliseconds()).unwrap_or(0),
+            usage: None,
+            cost: None,
+            model_provider: None,
+            model: None,
+            error: Some(failure.clone()),
+        };
+        let event = crate::events::RecordedEvent {
+            sequence: stale.last_sequence + 1,
+            timestamp: now,
+            event: RunEvent::RunFailed { error: failure.clone() },
+        };
+        match store.close_stale(&stale.tenant, stale.id, stale_before, &end, &[event]).await {
+            Ok(true) => {
+                tracing::warn!(run_id = %stale.id, tenant = %stale.tenant, "closed an orphaned run");
+                closed += 1;
+                crate::webhooks::sources::publish_run_failed(runtime, &stale.tenant, stale.id, None, &failure).await;
+            }
+            Ok(false) => {}
+            // One run's failure (a racing writer took the sequence) does not stop the others.
+            Err(e) => tracing::warn!(run_id = %stale.id, error = ?e, "could not close an orphaned run"),
+        }
+    }
+    Ok(closed)
+}

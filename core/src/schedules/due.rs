@@ -1,0 +1,76 @@
+//! The tick's part of schedules: [`enqueue_due`] queues a run for every due occurrence.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::attribution::Attribution;
+use crate::error::StoreError;
+use crate::identity::Caller;
+use crate::jobs::JobTransport;
+use crate::runs::request::{RunRequest, StartError};
+use crate::runtime::Runtime;
+
+/// Attempts of a scheduled run's job.
+const SCHEDULED_RUN_ATTEMPTS: u32 = 5;
+
+/// Enqueues a queued run for every due schedule (at most `limit`) and wakes its job; returns
+/// how many runs were queued. An occurrence another tick took is skipped; one whose run
+/// cannot be queued (its agent is gone) records why on the schedule and is not retried.
+pub async fn enqueue_due(
+    runtime: &Arc<Runtime>,
+    transport: &dyn JobTransport,
+    limit: usize,
+) -> Result<usize, StoreError> {
+    let store = &runtime.stores.schedules;
+    let now = runtime.platform.clock.now();
+    let mut queued = 0;
+    for schedule in store.due(now, limit).await? {
+        let Some(expected) = schedule.next_run_at else { continue };
+        let next = schedule.timing.next_after(now);
+        if !store.advance(&schedule.tenant, schedule.id, expected, next, now).await? {
+            continue;
+        }
+        let request = RunRequest {
+            tenant: schedule.tenant.clone(),
+            agent: schedule.agent.clone(),
+            message: schedule.message.clone(),
+            culture: None,
+            parameters: schedule.parameters.clone(),
+            documents: Vec::new(),
+            session_id: None,
+            caller: Caller::internal(),
+            attribution: Attribution {
+                user_id: None,
+                labels: BTreeMap::from([("schedule".to_owned(), schedule.name.clone())]),
+            },
+            resume: None,
+            queued: None,
+            tool_results: Vec::new(),
+        };
+        let (run, error) = match crate::runs::queued::enqueue(runtime, request, SCHEDULED_RUN_ATTEMPTS).await {
+            Ok(accepted) => {
+                if let Err(e) = transport.wake(accepted.job_id).await {
+                    tracing::warn!(job = %accepted.job_id, error = %e, "could not wake a scheduled run's job; the next tick will");
+                }
+                queued += 1;
+                (Some(accepted.run_id), None)
+            }
+            Err(e) => {
+                let reason = match &e {
+                    StartError::Agent(crate::catalog::CatalogError::NotFound) => "The agent does not exist.",
+                    StartError::Agent(_) => "The agent does not compile with the schedule's parameters.",
+                    StartError::Store(_) => "The store could not queue the run.",
+                    StartError::Documents(_) | StartError::Resume(_) | StartError::ToolResults(_) => {
+                        "The run could not be queued."
+                    }
+                };
+                tracing::warn!(schedule = %schedule.id, tenant = %schedule.tenant, error = ?e, "a due schedule queued no run");
+                (None, Some(reason))
+            }
+        };
+        if let Err(e) = store.record_outcome(&schedule.tenant, schedule.id, run, error).await {
+            tracing::warn!(schedule = %schedule.id, error = ?e, "could not record a schedule's last run");
+        }
+    }
+    Ok(queued)
+}

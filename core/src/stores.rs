@@ -1,0 +1,56 @@
+//! The [`Stores`] bundle: every store port the runtime uses, each an `Arc<dyn …>`, and the
+//! in-memory set (the zero-setup default of the local server, and the tests'). Only the
+//! runtime, the services above it and the adapters name the bundle; no port module does.
+
+use std::sync::Arc;
+
+use crate::definitions::DefinitionStore;
+use crate::runs::store::RunStore;
+use crate::sessions::SessionStore;
+
+/// Every store the runtime uses.
+#[derive(Clone)]
+pub struct Stores {
+    pub definitions: Arc<dyn DefinitionStore>,
+    pub runs: Arc<dyn RunStore>,
+    pub sessions: Arc<dyn SessionStore>,
+    pub keys: Arc<dyn crate::keys::ApiKeyStore>,
+    pub audit: Arc<dyn crate::audit::AuditStore>,
+    pub approvals: Arc<dyn crate::approvals::ApprovalStore>,
+    pub tenants: Arc<dyn crate::tenants::TenantStore>,
+    /// Quota thresholds already announced (once per period, durably).
+    pub quota_notices: Arc<dyn crate::quota::QuotaNoticeStore>,
+    /// The durable job queue.
+    pub jobs: Arc<dyn crate::jobs::JobStore>,
+    /// `Idempotency-Key` records.
+    pub idempotency: Arc<dyn crate::idempotency::IdempotencyStore>,
+    /// One-time and cron schedules.
+    pub schedules: Arc<dyn crate::schedules::ScheduleStore>,
+    /// Inbound trigger definitions.
+    pub triggers: Arc<dyn crate::triggers::TriggerStore>,
+    /// Webhook subscriptions and their delivery history.
+    pub webhooks: Arc<dyn crate::webhooks::WebhookStore>,
+    /// Whether the stores survive a restart.
+    pub persistent: bool,
+}
+
+impl Stores {
+    pub fn in_memory() -> Self {
+        Self {
+            definitions: Arc::new(crate::definitions::memory::MemoryDefinitionStore::default()),
+            runs: Arc::new(crate::runs::memory::MemoryRunStore::default()),
+            sessions: Arc::new(crate::sessions::memory::MemorySessionStore::default()),
+            keys: Arc::new(crate::keys::MemoryApiKeyStore::default()),
+            audit: Arc::new(crate::audit::MemoryAuditStore::default()),
+            approvals: Arc::new(crate::approvals::MemoryApprovalStore::default()),
+            tenants: Arc::new(crate::tenants::MemoryTenantStore::default()),
+            quota_notices: Arc::new(crate::quota::MemoryQuotaNoticeStore::default()),
+            jobs: Arc::new(crate::jobs::MemoryJobStore::default()),
+            idempotency: Arc::new(crate::idempotency::MemoryIdempotencyStore::default()),
+            schedules: Arc::new(crate::schedules::MemoryScheduleStore::default()),
+            triggers: Arc::new(crate::triggers::MemoryTriggerStore::default()),
+            webhooks: Arc::new(crate::webhooks::memory::MemoryWebhookStore::default()),
+            persistent: false,
+        }
+    }
+}
