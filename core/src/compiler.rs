@@ -255,6 +255,26 @@ impl std::fmt::Debug for CompiledAgent {
 }
 
 impl CompiledAgent {
+    /// This agent with `extra` appended to its instructions, for one run (an OpenAI client's
+    /// system text).
+    pub fn with_extra_instructions(&self, extra: &str) -> CompiledAgent {
+        let instructions = match &self.instructions {
+            Some(own) => format!("{own}\n\n{extra}"),
+            None => extra.to_owned(),
+        };
+        CompiledAgent {
+            name: self.name.clone(),
+            version: self.version,
+            definition: self.definition.clone(),
+            instructions: Some(instructions),
+            culture: self.culture.clone(),
+            provider: self.provider.clone(),
+            tools: self.tools.clone(),
+            tool_specs: self.tool_specs.clone(),
+            max_iterations: self.max_iterations,
+        }
+    }
+
     pub fn tool(&self, name: &str) -> Option<&Arc<ToolRegistration>> {
         self.tools.iter().find(|t| t.name() == name)
     }

@@ -167,18 +167,22 @@ pub struct TurnResult {
     pub finish: Option<FinishReason>,
 }
 
-enum Stop {
+/// Why a step stopped short of its end.
+pub enum Stop {
     Canceled,
     Failed(RunFailure),
 }
 
+/// What a turn's model calls added up to so far.
 #[derive(Default)]
-struct TurnState {
-    usage: Option<Usage>,
-    model: Option<String>,
-    last_text: String,
-    finish: Option<FinishReason>,
-    called: bool,
+pub struct TurnTally {
+    pub usage: Option<Usage>,
+    /// The model that actually answered, when the provider said.
+    pub model: Option<String>,
+    pub last_text: String,
+    pub finish: Option<FinishReason>,
+    /// Whether any model call got as far as a response.
+    pub called: bool,
 }
 
 /// How a turn begins.
@@ -212,7 +216,7 @@ pub async fn run_turn(
     let mut request = ModelRequest::from_binding(&agent.definition.model);
     request.system = agent.instructions.clone();
     request.messages = history;
-    let mut state = TurnState::default();
+    let mut state = TurnTally::default();
     let outcome = match start {
         TurnStart::User { prelude, message } => {
             request.messages.extend(prelude);
@@ -263,12 +267,12 @@ async fn resume(
     env: &CallEnv,
     request: &mut ModelRequest,
     emitter: &mut Emitter,
-    state: &mut TurnState,
+    state: &mut TurnTally,
 ) -> Result<TurnEnd, Stop> {
     let calls = open_calls(&request.messages);
     match run_tools(runtime, agent, env, &calls, emitter).await? {
-        ToolsEnd::Approvals(requests) => return Ok(TurnEnd::AwaitingApproval(requests)),
-        ToolsEnd::Results { outcomes, client } => {
+        ToolRound::Approvals(requests) => return Ok(TurnEnd::AwaitingApproval(requests)),
+        ToolRound::Results { outcomes, client } => {
             push_results(request, outcomes);
             if !client.is_empty() {
                 return Ok(TurnEnd::ClientTools(client));
@@ -295,7 +299,7 @@ async fn run_loop(
     env: &CallEnv,
     request: &mut ModelRequest,
     emitter: &mut Emitter,
-    state: &mut TurnState,
+    state: &mut TurnTally,
 ) -> Result<TurnEnd, Stop> {
     let max = agent.max_iterations.max(1);
     for iteration in 1..=max {
@@ -330,35 +334,37 @@ async fn run_loop(
             reasoning: turn.reasoning,
         });
         match results {
-            ToolsEnd::Results { outcomes, client } => {
+            ToolRound::Results { outcomes, client } => {
                 push_results(request, outcomes);
                 if !client.is_empty() {
                     state.finish = Some(FinishReason::ToolCalls);
                     return Ok(TurnEnd::ClientTools(client));
                 }
             }
-            ToolsEnd::Approvals(requests) => return Ok(TurnEnd::AwaitingApproval(requests)),
+            ToolRound::Approvals(requests) => return Ok(TurnEnd::AwaitingApproval(requests)),
         }
     }
     Ok(TurnEnd::Answered)
 }
 
-struct Turn {
-    text: String,
-    calls: Vec<ToolCall>,
-    reasoning: Vec<ReasoningBlock>,
-    finish: Option<FinishReason>,
+/// What one model call said.
+pub struct ModelTurn {
+    pub text: String,
+    pub calls: Vec<ToolCall>,
+    pub reasoning: Vec<ReasoningBlock>,
+    pub finish: Option<FinishReason>,
 }
 
-/// One streamed model call, under the run's cancellation and the model timeout.
-async fn model_turn(
+/// One streamed model call, under the run's cancellation and the model timeout: every delta
+/// emitted as it arrives, the usage added to `tally`.
+pub async fn model_turn(
     runtime: &Runtime,
     agent: &CompiledAgent,
     request: &ModelRequest,
     env: &CallEnv,
     emitter: &mut Emitter,
-    state: &mut TurnState,
-) -> Result<Turn, Stop> {
+    state: &mut TurnTally,
+) -> Result<ModelTurn, Stop> {
     let clock = runtime.platform.clock.clone();
     let timeout = runtime.settings.model_timeout;
     let provider = agent.provider.clone();
@@ -389,7 +395,7 @@ async fn model_turn(
     };
     state.called = true;
 
-    let mut turn = Turn { text: String::new(), calls: Vec::new(), reasoning: Vec::new(), finish: None };
+    let mut turn = ModelTurn { text: String::new(), calls: Vec::new(), reasoning: Vec::new(), finish: None };
     let mut last_activity = clock.now();
     let mut timer = clock.sleep(timeout);
     let mut turn_usage: Option<Usage> = None;
@@ -451,7 +457,8 @@ async fn model_turn(
     Ok(turn)
 }
 
-enum ToolsEnd {
+/// How a round of tool calls ended.
+pub enum ToolRound {
     /// The server-side calls' outcomes, and the admitted client-side calls the caller is to
     /// answer.
     Results {
@@ -461,16 +468,16 @@ enum ToolsEnd {
     Approvals(Vec<ApprovalRequest>),
 }
 
-/// Admits every call of the turn first (authorization, validation, approval), so that one
-/// approval stops the turn before any body runs; then executes the admitted calls, one
-/// after another or concurrently when the binding allows it.
-async fn run_tools(
+/// One tool round. Admits every call of the turn first (authorization, validation,
+/// approval), so that one approval stops the turn before any body runs; then executes the
+/// admitted calls, one after another or concurrently when the binding allows it.
+pub async fn run_tools(
     runtime: &Runtime,
     agent: &CompiledAgent,
     env: &CallEnv,
     calls: &[ToolCall],
     emitter: &mut Emitter,
-) -> Result<ToolsEnd, Stop> {
+) -> Result<ToolRound, Stop> {
     let mut gates = Vec::with_capacity(calls.len());
     for call in calls {
         emitter
@@ -541,7 +548,7 @@ async fn run_tools(
                 tracing::warn!(run_id = %env.run_id, error = ?e, "could not record a tool call");
             }
         }
-        return Ok(ToolsEnd::Approvals(approvals));
+        return Ok(ToolRound::Approvals(approvals));
     }
 
     if !admitted.is_empty() && emitter.should_stop().await {
@@ -578,7 +585,7 @@ async fn run_tools(
     if env.cancel.is_cancelled() {
         return Err(Stop::Canceled);
     }
-    Ok(ToolsEnd::Results { outcomes: results, client })
+    Ok(ToolRound::Results { outcomes: results, client })
 }
 
 /// Emits the call's result event and writes its record; then, for a call that timed out,

@@ -35,6 +35,53 @@ pub enum Claim {
     Completed { request_hash: String, status: u16, body: Value },
 }
 
+/// What a claim means for the request that made it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reservation {
+    /// This request does the work.
+    Fresh,
+    /// The same request is still running elsewhere (`409`, retry).
+    Running,
+    /// The same request was answered: its stored response.
+    Replay { status: u16, body: Value },
+    /// The key was used for a different request (`422`).
+    Reused,
+}
+
+impl Claim {
+    /// What this claim means for a request whose content hashes to `request_hash`.
+    pub fn for_request(self, request_hash: &str) -> Reservation {
+        match self {
+            Claim::Claimed => Reservation::Fresh,
+            Claim::InProgress { request_hash: held } if held == request_hash => Reservation::Running,
+            Claim::Completed { request_hash: held, status, body } if held == request_hash => {
+                Reservation::Replay { status, body }
+            }
+            Claim::InProgress { .. } | Claim::Completed { .. } => Reservation::Reused,
+        }
+    }
+}
+
+/// Settles a claimed key: the response is stored for every later duplicate, or — `None`,
+/// nothing happened — the claim is released so a retry can do the work. A failure to store
+/// is logged and the claim released (a retry then runs again rather than waits forever).
+pub async fn settle(
+    store: &dyn IdempotencyStore,
+    key: KeyRef<'_>,
+    response: Option<(u16, &Value)>,
+    now: DateTime<Utc>,
+) {
+    if let Some((status, body)) = response {
+        match store.complete(key, status, body, now).await {
+            Ok(()) => return,
+            Err(e) => tracing::warn!(error = ?e, "could not store the idempotent response; a retry will run again"),
+        }
+    }
+    if let Err(e) = store.release(key).await {
+        tracing::warn!(error = ?e, "could not release an idempotency claim");
+    }
+}
+
 /// One key's record, as a claim identifies it.
 #[derive(Debug, Clone, Copy)]
 pub struct KeyRef<'a> {

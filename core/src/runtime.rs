@@ -4,7 +4,7 @@
 //! stores) keep a built-in default unless the host sets its own.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::access::{AllowAllRuns, RunAuthorizer};
@@ -13,12 +13,14 @@ use crate::attribution::{NoAttribution, RunAttribution};
 use crate::catalog::Catalog;
 use crate::config::{Config, ConfigError};
 use crate::definition::AgentDefinition;
+use crate::jobs::JobTransport;
 use crate::model::{ModelProvider, ProviderRegistry};
 use crate::names::AgentName;
 use crate::ports::Platform;
 use crate::pricing::Pricing;
 use crate::quota::{QuotaNoticeSink, Quotas};
 use crate::recorder::{RecordingSettings, RunEventSink};
+use crate::runs::drain::Drain;
 use crate::stores::Stores;
 use crate::tools::pipeline::{DEFAULT_TOOL_TIMEOUT, RequiredPermissions, ToolArgumentsValidator, ToolAuthorizer};
 use crate::tools::{ToolRegistration, ToolRegistry};
@@ -41,6 +43,8 @@ pub struct RuntimeSettings {
     pub approval_expiry: Duration,
     /// Heartbeats of executing runs and the reconciliation of orphaned ones.
     pub reconciliation: ReconciliationSettings,
+    /// Session ownership (`Tracon:SessionOwnership:*`; off by default).
+    pub session_ownership: crate::sessions::ownership::SessionOwnership,
 }
 
 /// `Tracon:RunReconciliation:*`: an executing run moves its heartbeat every `heartbeat`
@@ -88,6 +92,7 @@ impl Default for RuntimeSettings {
             recording: RecordingSettings::default(),
             approval_expiry: Duration::from_secs(24 * 3600),
             reconciliation: ReconciliationSettings::default(),
+            session_ownership: crate::sessions::ownership::SessionOwnership::default(),
         }
     }
 }
@@ -113,6 +118,7 @@ impl RuntimeSettings {
                 None => d.approval_expiry,
             },
             reconciliation: ReconciliationSettings::from_config(config)?,
+            session_ownership: crate::sessions::ownership::SessionOwnership::from_config(config)?,
         })
     }
 }
@@ -141,6 +147,34 @@ pub struct Runtime {
     /// The host's own job handlers ([`RuntimeBuilder::add_job_handler`]), served next to the
     /// built-in ones by every consumer.
     pub custom_job_handlers: Vec<Arc<dyn crate::jobs::JobHandler>>,
+    /// The drain switch and the runs executing in this process.
+    pub drain: Arc<Drain>,
+    /// Where queued runs go: set once by a host that runs a job consumer
+    /// ([`Runtime::set_queue`]); without one a run cannot be queued.
+    queue: OnceLock<RunQueue>,
+}
+
+/// How this host queues runs: the transport that wakes its consumer, and the attempts of a
+/// queued run's job.
+#[derive(Clone)]
+pub struct RunQueue {
+    pub transport: Arc<dyn JobTransport>,
+    pub max_attempts: u32,
+}
+
+impl Runtime {
+    /// Turns queued runs on (`Prefer: respond-async`, inbound triggers), with the transport
+    /// that wakes this host's consumer. Set once; a second call is ignored.
+    pub fn set_queue(&self, queue: RunQueue) {
+        if self.queue.set(queue).is_err() {
+            tracing::warn!("the run queue was set twice; the first one stays");
+        }
+    }
+
+    /// The host's run queue, when it runs a job consumer.
+    pub fn queue(&self) -> Option<&RunQueue> {
+        self.queue.get()
+    }
 }
 
 /// Start-up registrations. Problems are collected and reported together by [`build`](Self::build).
@@ -364,6 +398,8 @@ impl RuntimeBuilder {
             run_authorizer: self.run_authorizer,
             quotas: self.quotas,
             event_sinks: self.event_sinks,
+            drain: Arc::new(Drain::default()),
+            queue: OnceLock::new(),
         })
     }
 }

@@ -69,7 +69,7 @@ impl Harness {
     }
 
     async fn run_with(&self, name: &str, message: &str, cancel: CancellationToken) -> (RunOutcome, Vec<RunEvent>) {
-        let prepared = runs::prepare::prepare(&self.runtime, request(name, message)).await.unwrap();
+        let prepared = runs::prepare::prepare(&self.runtime, request(name, message), None).await.unwrap();
         let (tx, mut rx) = mpsc::channel(1024);
         let outcome = runs::execute::execute(&self.runtime, prepared, cancel, Some(tx)).await;
         let mut events = Vec::new();
@@ -523,7 +523,7 @@ async fn a_dropped_event_receiver_cancels_the_run() {
         vec![],
         agent(&[]),
     );
-    let prepared = runs::prepare::prepare(&h.runtime, request("a", "go")).await.unwrap();
+    let prepared = runs::prepare::prepare(&h.runtime, request("a", "go"), None).await.unwrap();
     let (tx, rx) = mpsc::channel(1);
     drop(rx);
     let outcome = runs::execute::execute(&h.runtime, prepared, CancellationToken::new(), Some(tx)).await;

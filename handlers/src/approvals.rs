@@ -17,7 +17,6 @@ use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tracing::Instrument;
 use tracon_core::access::{RunAction, is_allowed};
 use tracon_core::approvals::{
     self, ApprovalDecision, ApprovalRecord, ApprovalRule, ApprovalStatus, Condition, MAX_CONDITIONS, MAX_DESCRIPTION,
@@ -27,7 +26,7 @@ use tracon_core::error::StoreError;
 use tracon_core::identity::Caller;
 use tracon_core::names::{AgentName, RunId, SessionId, TenantId};
 use tracon_core::ports::new_id;
-use tracon_core::runs;
+use tracon_core::runs::launch::{Delivery, Start, launch};
 use tracon_core::runs::request::{Resume, RunRequest, StartError};
 use tracon_core::tools::effect::ToolEffect;
 use utoipa::{IntoParams, ToSchema};
@@ -355,30 +354,15 @@ pub(crate) async fn resumption(
 /// work outlive the response, otherwise to its end before the answer. A resumption that
 /// cannot start is logged.
 async fn start_in_background(state: &AppState, request: RunRequest) -> Option<RunId> {
-    let runtime = state.runtime.clone();
     let from = request.resume.as_ref().map(|r| r.from_run);
-    let prepared = match runs::prepare::prepare(&runtime, request).await {
-        Ok(p) => p,
+    let delivery = if state.http.background_outlives_response { Delivery::Background } else { Delivery::Buffered };
+    match launch(&state.runtime, Start::new(request, delivery)).await {
+        Ok(launched) => Some(launched.run_id()),
         Err(e) => {
             tracing::warn!(from_run = ?from, error = ?describe(&e), "the approved run could not resume");
-            return None;
+            None
         }
-    };
-    let run_id = prepared.run_id;
-    let (guard, cancel) = state.drain.enter(run_id);
-    let span = tracing::info_span!("runs.resume", run_id = %run_id);
-    let task_runtime = runtime.clone();
-    let resumed = async move {
-        let _guard = guard;
-        runs::execute::execute(&task_runtime, prepared, cancel, None).await;
     }
-    .instrument(span);
-    if state.http.background_outlives_response {
-        runtime.platform.spawner.spawn(Box::pin(resumed));
-    } else {
-        resumed.await;
-    }
-    Some(run_id)
 }
 
 fn describe(e: &StartError) -> String {

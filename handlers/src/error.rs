@@ -13,7 +13,11 @@ use serde_json::{Map, Value};
 use tracon_core::catalog::CatalogError;
 use tracon_core::error::StoreError;
 use tracon_core::failure::new_ref;
+use tracon_core::quota::QuotaExceeded;
 use tracon_core::report::Problem;
+use tracon_core::runs::admission::Refusal;
+use tracon_core::runs::request::StartError;
+use tracon_core::sessions::ownership::SessionRefusal;
 use utoipa::ToSchema;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -158,6 +162,67 @@ impl From<CatalogError> for ApiError {
             CatalogError::Store(s) => s.into(),
         }
     }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::Draining => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "shutting_down",
+                "The server is shutting down and accepts no new runs; retry on another instance.",
+            ),
+            Refusal::Denied => Self::forbidden("run_denied", "The authorization policy does not allow this run."),
+            Refusal::InvalidLabels(message) => Self::bad_request("invalid_labels", message),
+            Refusal::Session(refusal) => refusal.into(),
+            Refusal::Quota { over, now } => quota_exceeded(&over, now),
+            Refusal::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<SessionRefusal> for ApiError {
+    fn from(refusal: SessionRefusal) -> Self {
+        match refusal {
+            SessionRefusal::Forbidden => Self::forbidden("session_forbidden", "The session belongs to another user."),
+            SessionRefusal::OwnerRequired => Self::forbidden(
+                "session_owner_required",
+                "Session ownership is on and this session has no owner the caller can be matched with.",
+            ),
+        }
+    }
+}
+
+/// Why a run could not start, for the run of `agent`.
+pub fn start_error(agent: &str, e: StartError) -> ApiError {
+    match e {
+        StartError::Agent(CatalogError::NotFound) => ApiError::agent_not_found(agent),
+        StartError::Agent(other) => other.into(),
+        StartError::Documents(message) => {
+            ApiError::bad_request("validation_failed", message).with("field", "documents")
+        }
+        StartError::Resume(message) => ApiError::new(StatusCode::CONFLICT, "cannot_resume", message),
+        StartError::ToolResults(message) => {
+            ApiError::bad_request("validation_failed", message).with("field", "toolResults")
+        }
+        StartError::Store(s) => s.into(),
+    }
+}
+
+/// `429 quota_exceeded`: which quota, its limit and use, when it resets (also `Retry-After`).
+pub fn quota_exceeded(over: &QuotaExceeded, now: chrono::DateTime<chrono::Utc>) -> ApiError {
+    let retry = (over.resets_at - now).num_seconds().max(1).unsigned_abs();
+    ApiError::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "quota_exceeded",
+        format!("The quota '{}' is used up until {}.", over.quota, over.resets_at.to_rfc3339()),
+    )
+    .with("quota", &over.quota)
+    .with("metric", over.metric)
+    .with("limit", over.limit)
+    .with("used", over.used)
+    .with("resetsAt", over.resets_at)
+    .with_retry_after(retry)
 }
 
 /// `Retry-After` of a `503 store_unavailable`: the database refused or dropped the

@@ -217,3 +217,9 @@ impl<S: Send + Sync> FromRequestParts<S> for Tenant {
             .ok_or_else(|| ApiError::unauthorized("The request was not authenticated."))
     }
 }
+
+/// The request's headers as `(lowercase name, value)`, what the attribution port reads
+/// (values that are not visible ASCII are left out).
+pub fn header_pairs(headers: &axum::http::HeaderMap) -> Vec<(String, String)> {
+    headers.iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned()))).collect()
+}

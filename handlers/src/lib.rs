@@ -22,7 +22,6 @@ pub mod meta;
 pub mod openai;
 pub mod openai_responses;
 pub mod openapi;
-pub mod ownership;
 pub mod ratelimit;
 pub mod run;
 pub mod runs;

@@ -21,8 +21,6 @@
 //! `response_format`, `logprobs`) is refused with `400` and `param` naming it; sampling
 //! settings (`temperature`, `max_tokens` …) are accepted and left to the agent's definition.
 
-use std::sync::Arc;
-
 use axum::Extension;
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, State};
@@ -30,28 +28,22 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
-use tracing::Instrument;
 use tracon_core::access::{RunAction, is_allowed};
-use tracon_core::compiler::CompiledAgent;
 use tracon_core::events::ClientToolCall;
 use tracon_core::events::RunEvent;
 use tracon_core::failure::{ErrorClass, RunFailure};
 use tracon_core::identity::Caller;
 use tracon_core::model::{FinishReason, Message, ToolCall, Usage};
 use tracon_core::names::AgentName;
-use tracon_core::runs;
+use tracon_core::runs::admission::{Admission, Attributed, admit};
+use tracon_core::runs::launch::{Delivery, History, Launched, Start, launch};
 use tracon_core::runs::request::RunRequest;
 use tracon_core::runs::store::RunStatus;
 
-use crate::error::ApiError;
-use crate::extract::{ApiJson, Tenant};
-use crate::run::{admit, start_error};
+use crate::error::{ApiError, start_error};
+use crate::extract::{ApiJson, Tenant, header_pairs};
 use crate::sse;
 use crate::state::AppState;
-
-/// Events buffered between the run and a slow reader.
-pub(crate) const EVENT_BUFFER: usize = 64;
 
 /// An error in OpenAI's envelope.
 pub struct OpenAiError(pub ApiError);
@@ -59,6 +51,12 @@ pub struct OpenAiError(pub ApiError);
 impl From<ApiError> for OpenAiError {
     fn from(e: ApiError) -> Self {
         Self(e)
+    }
+}
+
+impl From<tracon_core::runs::admission::Refusal> for OpenAiError {
+    fn from(e: tracon_core::runs::admission::Refusal) -> Self {
+        Self(e.into())
     }
 }
 
@@ -339,25 +337,6 @@ fn content_text(content: Option<&Value>, param: &str) -> OpenAiResult<String> {
     }
 }
 
-/// The agent with the caller's system text appended to its own instructions.
-pub(crate) fn with_caller_instructions(agent: &CompiledAgent, extra: &str) -> CompiledAgent {
-    let instructions = match &agent.instructions {
-        Some(own) => format!("{own}\n\n{extra}"),
-        None => extra.to_owned(),
-    };
-    CompiledAgent {
-        name: agent.name.clone(),
-        version: agent.version,
-        definition: agent.definition.clone(),
-        instructions: Some(instructions),
-        culture: agent.culture.clone(),
-        provider: agent.provider.clone(),
-        tools: agent.tools.clone(),
-        tool_specs: agent.tool_specs.clone(),
-        max_iterations: agent.max_iterations,
-    }
-}
-
 fn finish_reason(reason: Option<FinishReason>) -> &'static str {
     match reason {
         Some(FinishReason::Length) => "length",
@@ -441,7 +420,16 @@ pub async fn chat_completions(
             ),
         ));
     }
-    let attribution = admit(&state, &tenant, &caller, &ask.agent, None, &headers).await?;
+    let runtime = state.runtime.clone();
+    let pairs = header_pairs(&headers);
+    let admission = Admission {
+        tenant: &tenant,
+        caller: &caller,
+        agent: &ask.agent,
+        session: None,
+        attribution: Attributed::Port(&pairs),
+    };
+    let attribution = admit(&runtime, admission).await?;
     let request = RunRequest {
         tenant,
         agent: ask.agent.clone(),
@@ -456,61 +444,50 @@ pub async fn chat_completions(
         queued: None,
         tool_results: Vec::new(),
     };
-    let runtime = state.runtime.clone();
-    let mut prepared =
-        runs::prepare::prepare(&runtime, request).await.map_err(|e| start_error(ask.agent.as_str(), e))?;
-    prepared.supplied_history = Some(ask.history);
-    if let Some(extra) = &ask.caller_instructions {
-        prepared.agent = Arc::new(with_caller_instructions(&prepared.agent, extra));
-    }
-    let run_id = prepared.run_id;
+    let start = Start {
+        history: History::Supplied(ask.history),
+        extra_instructions: ask.caller_instructions,
+        ..Start::new(request, if ask.stream { Delivery::Live } else { Delivery::Buffered })
+    };
+    let launched = launch(&runtime, start).await.map_err(|e| start_error(ask.agent.as_str(), e))?;
+    let run_id = launched.run_id();
     tracing::Span::current().record("run_id", tracing::field::display(run_id));
     let id = format!("chatcmpl-{}", run_id.0.simple());
-    let created = prepared.started_at.timestamp();
     let model = ask.agent.as_str().to_owned();
-    let (guard, cancel) = state.drain.enter(run_id);
-
-    if !ask.stream {
-        let outcome = runs::execute::execute(&runtime, prepared, cancel, None).await;
-        drop(guard);
-        return match (outcome.status, &outcome.failure) {
-            (RunStatus::Completed, _) => {
-                let mut message = json!({"role": "assistant", "content": outcome.text, "refusal": null});
-                if !outcome.client_tool_calls.is_empty() {
-                    message["tool_calls"] = tool_calls_json(&outcome.client_tool_calls, false);
-                    if outcome.text.is_empty() {
-                        message["content"] = Value::Null;
+    let live = match launched {
+        Launched::Live(live) => live,
+        Launched::Finished(outcome) => {
+            let created = outcome.started_at.timestamp();
+            return match (outcome.status, &outcome.failure) {
+                (RunStatus::Completed, _) => {
+                    let mut message = json!({"role": "assistant", "content": outcome.text, "refusal": null});
+                    if !outcome.client_tool_calls.is_empty() {
+                        message["tool_calls"] = tool_calls_json(&outcome.client_tool_calls, false);
+                        if outcome.text.is_empty() {
+                            message["content"] = Value::Null;
+                        }
                     }
+                    Ok(axum::Json(json!({
+                        "id": id, "object": "chat.completion", "created": created, "model": model,
+                        "choices": [{"index": 0, "message": message,
+                            "finish_reason": finish_reason(outcome.finish_reason), "logprobs": null}],
+                        "usage": usage_json(outcome.usage.as_ref()),
+                    }))
+                    .into_response())
                 }
-                Ok(axum::Json(json!({
-                    "id": id, "object": "chat.completion", "created": created, "model": model,
-                    "choices": [{"index": 0, "message": message,
-                        "finish_reason": finish_reason(outcome.finish_reason), "logprobs": null}],
-                    "usage": usage_json(outcome.usage.as_ref()),
-                }))
-                .into_response())
-            }
-            (RunStatus::AwaitingApproval, _) => Err(approval_error().into()),
-            (_, Some(failure)) => Err(failure_error(failure).into()),
-            (status, None) => Err(ApiError::internal("RunStatus", &format!("{status:?}")).into()),
-        };
-    }
-
-    let (tx, rx) = mpsc::channel(EVENT_BUFFER);
-    let task_runtime = runtime.clone();
-    let run_cancel = cancel.clone();
-    let span = tracing::info_span!("openai.chat.execute", run_id = %run_id);
-    runtime.platform.spawner.spawn(Box::pin(
-        async move {
-            let _guard = guard;
-            runs::execute::execute(&task_runtime, prepared, run_cancel, Some(tx)).await;
+                (RunStatus::AwaitingApproval, _) => Err(approval_error().into()),
+                (_, Some(failure)) => Err(failure_error(failure).into()),
+                (status, None) => Err(ApiError::internal("RunStatus", &format!("{status:?}")).into()),
+            };
         }
-        .instrument(span),
-    ));
-    let chunks = ChunkWriter { id, created, model, include_usage: ask.include_usage };
+        Launched::Started(_) | Launched::Queued(_) => {
+            return Err(ApiError::internal("RunDelivery", "a chat run was not live or buffered").into());
+        }
+    };
+    let chunks = ChunkWriter { id, created: live.started_at.timestamp(), model, include_usage: ask.include_usage };
     let opening = futures::stream::iter([Ok(chunks.chunk(json!({"role": "assistant", "content": ""}), None))]);
-    let on_drop = cancel.drop_guard();
-    let mut rx = rx;
+    let on_drop = live.cancel.drop_guard();
+    let mut rx = live.events;
     let events = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
     let frames = events.flat_map(move |event| {
         // Keep the guard alive as long as the stream: dropping the body cancels the run.

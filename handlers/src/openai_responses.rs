@@ -41,9 +41,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::{Map, Value, json};
-use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
-use tracing::Instrument;
 use tracon_core::access::{RunAction, is_allowed};
 use tracon_core::error::StoreError;
 use tracon_core::events::ClientToolCall;
@@ -52,19 +50,17 @@ use tracon_core::identity::Caller;
 use tracon_core::model::{Message, ToolCall, Usage};
 use tracon_core::names::{AgentName, RunId, SessionId, TenantId};
 use tracon_core::ports::{Clock, new_id};
-use tracon_core::runs;
-use tracon_core::runs::prepare::LoadedSession;
+use tracon_core::runs::admission::{Admission, Attributed, admit, attribute, user_id};
+use tracon_core::runs::launch::{Delivery, History, Launched, LiveRun, Start, launch, new_run_id};
 use tracon_core::runs::request::RunRequest;
 use tracon_core::runs::store::{RunRecord, RunStatus};
 use tracon_core::sessions::{SessionItem, SessionRecord, SessionWrite};
 
-use crate::error::ApiError;
-use crate::extract::{ApiJson, Tenant};
-use crate::openai::{
-    EVENT_BUFFER, LEFT_TO_THE_AGENT, OpenAiError, approval_error, failure_error, invalid, with_caller_instructions,
-};
-use crate::ownership::Use;
-use crate::run::{admit, start_error};
+use tracon_core::sessions::ownership::Use;
+
+use crate::error::{ApiError, start_error};
+use crate::extract::{ApiJson, Tenant, header_pairs};
+use crate::openai::{LEFT_TO_THE_AGENT, OpenAiError, approval_error, failure_error, invalid};
 use crate::sse;
 use crate::state::AppState;
 
@@ -728,9 +724,9 @@ async fn visible_session(
     let Some(session) = state.runtime.stores.sessions.get(tenant, id.as_str()).await.map_err(ApiError::from)? else {
         return Ok(None);
     };
-    let ownership = &state.http.session_ownership;
+    let ownership = &state.runtime.settings.session_ownership;
     if ownership.enabled {
-        let user = crate::run::user_id(state, tenant, caller, headers);
+        let user = user_id(&state.runtime, tenant, caller, &header_pairs(headers));
         if !ownership.may(caller, user.as_deref(), &session, what) {
             return Ok(None);
         }
@@ -848,7 +844,15 @@ pub async fn create_response(
         Some(raw) => Some(SessionId::parse(raw).map_err(|_| conversation_not_found(Some("conversation")))?),
         None => None,
     };
-    let attribution = admit(&state, &tenant, &caller, &ask.agent, conversation.as_ref(), &headers).await?;
+    let pairs = header_pairs(&headers);
+    let admission = Admission {
+        tenant: &tenant,
+        caller: &caller,
+        agent: &ask.agent,
+        session: conversation.as_ref(),
+        attribution: Attributed::Port(&pairs),
+    };
+    let attribution = admit(&state.runtime, admission).await?;
     let sessions = state.runtime.stores.sessions.clone();
 
     // The history a chained response continues, checked like any read of it.
@@ -891,7 +895,12 @@ pub async fn create_response(
         }
     } else if ask.store {
         // The response opens a session of its own: session ownership needs an owner for it.
-        state.http.session_ownership.may_run(attribution.user_id.as_deref(), None)?;
+        state
+            .runtime
+            .settings
+            .session_ownership
+            .may_run(attribution.user_id.as_deref(), None)
+            .map_err(ApiError::from)?;
     }
 
     let request = RunRequest {
@@ -909,28 +918,41 @@ pub async fn create_response(
         tool_results: Vec::new(),
     };
     let runtime = state.runtime.clone();
-    let mut prepared =
-        runs::prepare::prepare(&runtime, request).await.map_err(|e| start_error(ask.agent.as_str(), e))?;
-    if let Some(extra) = &ask.extra_instructions {
-        prepared.agent = Arc::new(with_caller_instructions(&prepared.agent, extra));
-    }
-    let run_id = prepared.run_id;
+    let run_id = new_run_id(&runtime);
     tracing::Span::current().record("run_id", tracing::field::display(run_id));
-    if conversation.is_none() {
-        let mut history = previous.unwrap_or_default();
-        history.extend(ask.earlier);
-        if ask.store {
-            // A new session under the response's own id, seeded with everything before the
-            // turn: the run's first save writes the whole conversation.
-            let id = SessionId::parse(&response_id(run_id)).map_err(|e| ApiError::internal("SessionId", &e.0))?;
-            prepared.session = Some(LoadedSession { id, version: None, history });
-        } else {
-            prepared.supplied_history = Some(history);
+    let history = match &conversation {
+        Some(_) => History::Session,
+        None => {
+            let mut history = previous.unwrap_or_default();
+            history.extend(ask.earlier);
+            if ask.store {
+                // A new session under the response's own id, seeded with everything before
+                // the turn: the run's first save writes the whole conversation.
+                let id = SessionId::parse(&response_id(run_id)).map_err(|e| ApiError::internal("SessionId", &e.0))?;
+                History::Seeded { id, history }
+            } else {
+                History::Supplied(history)
+            }
         }
-    }
+    };
+    // Both ways the run is followed live: the events build the output exactly as a stream
+    // shows it, and a buffered answer is the stream collected.
+    let start = Start {
+        history,
+        extra_instructions: ask.extra_instructions,
+        run_id: Some(run_id),
+        ..Start::new(request, Delivery::Live)
+    };
+    let live = match launch(&runtime, start).await.map_err(|e| start_error(ask.agent.as_str(), e))? {
+        Launched::Live(live) => live,
+        other => {
+            let id = other.run_id();
+            return Err(ApiError::internal("RunDelivery", &format!("run {id} was not live")).into());
+        }
+    };
     let base = ResponseBase {
         run_id,
-        created_at: prepared.started_at.timestamp(),
+        created_at: live.started_at.timestamp(),
         model: ask.agent.as_str().to_owned(),
         previous_response_id: ask.previous,
         conversation: conversation.map(|c| c.as_str().to_owned()),
@@ -939,19 +961,16 @@ pub async fn create_response(
         metadata: ask.metadata,
     };
     let clock = runtime.platform.clock.clone();
-    let (guard, cancel) = state.drain.enter(run_id);
-    let (tx, mut rx) = mpsc::channel(EVENT_BUFFER);
+    let LiveRun { mut events, cancel, outcome, .. } = live;
 
     if !ask.stream {
-        // The events build the output exactly as a stream would show it.
         let mut writer = ResponseWriter::new(base.clone(), clock.clone(), None);
-        let collect = async {
-            while let Some(event) = rx.recv().await {
-                writer.on_event(event);
-            }
-        };
-        let (outcome, ()) = futures::join!(runs::execute::execute(&runtime, prepared, cancel, Some(tx)), collect);
-        drop(guard);
+        // The caller going away drops this future, and with it the receiver: the run cancels.
+        while let Some(event) = events.recv().await {
+            writer.on_event(event);
+        }
+        let outcome =
+            outcome.await.map_err(|_| ApiError::internal("RunOutcome", "the run ended without an outcome"))?;
         return match (outcome.status, &outcome.failure) {
             (RunStatus::Completed, _) => {
                 let output =
@@ -966,19 +985,9 @@ pub async fn create_response(
         };
     }
 
-    let task_runtime = runtime.clone();
-    let run_cancel = cancel.clone();
-    let span = tracing::info_span!("openai.responses.execute", run_id = %run_id);
-    runtime.platform.spawner.spawn(Box::pin(
-        async move {
-            let _guard = guard;
-            runs::execute::execute(&task_runtime, prepared, run_cancel, Some(tx)).await;
-        }
-        .instrument(span),
-    ));
     let mut writer = ResponseWriter::new(base, clock, Some(cancel.drop_guard()));
     let opening = futures::stream::iter(writer.opening());
-    let events = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    let events = futures::stream::poll_fn(move |cx| events.poll_recv(cx));
     let frames = events.flat_map(move |event| futures::stream::iter(writer.on_event(event)));
     Ok(sse::response(Body::from_stream(opening.chain(frames).map(Ok::<Bytes, std::convert::Infallible>))))
 }
@@ -1086,8 +1095,8 @@ pub async fn create_conversation(
             _ => return Err(invalid(key, format!("Unrecognized request argument supplied: {key}"))),
         }
     }
-    let attribution = crate::run::attribute(&state, &tenant, &caller, &headers)?;
-    state.http.session_ownership.may_run(attribution.user_id.as_deref(), None)?;
+    let attribution = attribute(&state.runtime, &tenant, &caller, &header_pairs(&headers)).map_err(ApiError::from)?;
+    state.runtime.settings.session_ownership.may_run(attribution.user_id.as_deref(), None).map_err(ApiError::from)?;
     let clock = state.runtime.platform.clock.clone();
     let id = format!("conv_{}", new_id(clock.as_ref()).simple());
     let write = SessionWrite {

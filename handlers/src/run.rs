@@ -19,28 +19,23 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::Value;
-use tokio::sync::mpsc;
-use tracing::Instrument;
-use tracon_core::access::{RunAction, is_allowed};
-use tracon_core::attribution::{self, Attribution, AttributionRequest};
-use tracon_core::catalog::CatalogError;
-use tracon_core::idempotency;
+use tracon_core::idempotency::{self, Reservation};
 use tracon_core::identity::Caller;
 use tracon_core::names::{SessionId, TenantId};
 use tracon_core::runs;
-use tracon_core::runs::request::{RunRequest, StartError};
+use tracon_core::runs::admission::{Admission, Attributed, admit};
+use tracon_core::runs::launch::{Delivery, Launched, Start, launch};
+use tracon_core::runs::request::RunRequest;
 use tracon_core::runs::store::DocumentInput;
 use utoipa::ToSchema;
 
 use crate::agents::agent_name;
 use crate::approvals::{self, InBandDecision};
-use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::{ApiJson, Tenant};
+use crate::error::{ApiError, ApiResult, ProblemDetails, start_error};
+use crate::extract::{ApiJson, Tenant, header_pairs};
 use crate::sse;
 use crate::state::AppState;
 
-/// Events buffered between the run and a slow reader before the run waits.
-const EVENT_BUFFER: usize = 64;
 /// Most client-side tool results one request may carry.
 const MAX_TOOL_RESULTS: usize = 64;
 /// Longest accepted `culture` value.
@@ -122,9 +117,9 @@ pub async fn run(
     let store = state.runtime.stores.idempotency.clone();
     let now = state.runtime.platform.clock.now();
     let expires_at = now + chrono::Duration::hours(IDEMPOTENCY_HOURS);
-    match store.claim(key_ref, &hash, now, expires_at).await? {
-        idempotency::Claim::Claimed => {}
-        idempotency::Claim::InProgress { request_hash } if request_hash == hash => {
+    match store.claim(key_ref, &hash, now, expires_at).await?.for_request(&hash) {
+        Reservation::Fresh => {}
+        Reservation::Running => {
             return Err(ApiError::new(
                 axum::http::StatusCode::CONFLICT,
                 "idempotency_in_progress",
@@ -132,10 +127,8 @@ pub async fn run(
             )
             .with_retry_after(1));
         }
-        idempotency::Claim::Completed { request_hash, status, body } if request_hash == hash => {
-            return Ok(json_answer(status, &body, true));
-        }
-        idempotency::Claim::InProgress { .. } | idempotency::Claim::Completed { .. } => {
+        Reservation::Replay { status, body } => return Ok(json_answer(status, &body, true)),
+        Reservation::Reused => {
             return Err(ApiError::new(
                 axum::http::StatusCode::UNPROCESSABLE_ENTITY,
                 "idempotency_key_reused",
@@ -143,23 +136,19 @@ pub async fn run(
             ));
         }
     }
-    match start(&state, tenant, caller, name, &headers, body, true).await {
-        Ok(Started::Json { status, body }) => {
-            let at = state.runtime.platform.clock.now();
-            if let Err(e) = store.complete(key_ref, status.as_u16(), &body, at).await {
-                tracing::warn!(error = ?e, "could not store the idempotent response; a retry will run again");
-                let _ = store.release(key_ref).await;
-            }
-            Ok(json_answer(status.as_u16(), &body, false))
-        }
+    let started = start(&state, tenant, caller, name, &headers, body, true).await;
+    // A JSON answer is kept for the duplicates; anything else started nothing to replay, and
+    // the key is free for the retry.
+    let answer = match &started {
+        Ok(Started::Json { status, body }) => Some((status.as_u16(), body)),
+        _ => None,
+    };
+    let at = state.runtime.platform.clock.now();
+    idempotency::settle(store.as_ref(), key_ref, answer, at).await;
+    match started {
+        Ok(Started::Json { status, body }) => Ok(json_answer(status.as_u16(), &body, false)),
         Ok(streamed) => Ok(streamed.into_response()),
-        Err(e) => {
-            // Nothing happened: the key is free for the retry.
-            if let Err(release) = store.release(key_ref).await {
-                tracing::warn!(error = ?release, "could not release an idempotency claim");
-            }
-            Err(e)
-        }
+        Err(e) => Err(e),
     }
 }
 
@@ -255,9 +244,17 @@ async fn start(
         .transpose()
         .map_err(|e| ApiError::bad_request("validation_failed", e.0).with("field", "sessionId"))?;
     let parameters = parameter_values(body.parameters)?;
-    let attribution = admit(&state, &tenant, &caller, &name, session_id.as_ref(), headers).await?;
-
     let runtime = state.runtime.clone();
+    let pairs = header_pairs(headers);
+    let admission = Admission {
+        tenant: &tenant,
+        caller: &caller,
+        agent: &name,
+        session: session_id.as_ref(),
+        attribution: Attributed::Port(&pairs),
+    };
+    let attribution = admit(&runtime, admission).await?;
+
     let request = match &session_id {
         Some(session) if deciding => {
             let mut request = approvals::in_band(&state, &tenant, &caller, &name, session, &body.approvals).await?;
@@ -279,120 +276,46 @@ async fn start(
             tool_results: body.tool_results,
         },
     };
-    if let Some(jobs) = &state.jobs
-        && !deciding
-        && !answering
-        && prefers_async(headers)
-    {
-        let accepted = runs::queued::enqueue(&runtime, request, jobs.max_attempts)
-            .await
-            .map_err(|e| start_error(name.as_str(), e))?;
-        if let Err(e) = jobs.transport.wake(accepted.job_id).await {
-            // The row is the truth: the consumer's poll finds the job anyway.
-            tracing::warn!(job = %accepted.job_id, error = %e, "could not wake the job consumer");
+    let requested_session = request.session_id.as_ref().map(|s| s.as_str().to_owned());
+    let queue = runtime.queue().filter(|_| !deciding && !answering && prefers_async(headers));
+    let delivery = match queue {
+        Some(queue) => Delivery::from(queue),
+        None if json => Delivery::Buffered,
+        None => Delivery::Live,
+    };
+    let launched = launch(&runtime, Start::new(request, delivery)).await.map_err(|e| start_error(name.as_str(), e))?;
+    tracing::Span::current().record("run_id", tracing::field::display(launched.run_id()));
+    match launched {
+        Launched::Queued(accepted) => {
+            Ok(Started::Json { status: axum::http::StatusCode::ACCEPTED, body: accepted_body(accepted) })
         }
-        return Ok(Started::Json { status: axum::http::StatusCode::ACCEPTED, body: accepted_body(accepted) });
-    }
-    let prepared = runs::prepare::prepare(&runtime, request).await.map_err(|e| start_error(name.as_str(), e))?;
-
-    let run_id = prepared.run_id;
-    tracing::Span::current().record("run_id", tracing::field::display(run_id));
-    let (guard, cancel) = state.drain.enter(run_id);
-    if json {
-        let session = prepared.request.session_id.as_ref().map(|s| s.as_str().to_owned());
-        let outcome = runs::execute::execute(&runtime, prepared, cancel, None).await;
-        drop(guard);
-        let session = outcome.session_id.as_ref().map(|s| s.as_str().to_owned()).or(session);
-        let answer = RunAnswer {
-            run_id: outcome.run_id,
-            status: outcome.status,
-            session_id: session,
-            text: outcome.text,
-            usage: outcome.usage,
-            cost: outcome.cost,
-            finish_reason: outcome.finish_reason,
-            error: outcome.failure,
-            approvals: outcome.approvals,
-            client_tool_calls: outcome.client_tool_calls,
-        };
-        let body = serde_json::to_value(&answer).map_err(|e| ApiError::internal("RunAnswer", &e.to_string()))?;
-        return Ok(Started::Json { status: axum::http::StatusCode::OK, body });
-    }
-
-    // A run without a session that stops (approval, client-side calls) opens one named
-    // after the run: the caller continues there.
-    let session = prepared.request.session_id.as_ref().map_or_else(|| run_id.to_string(), |s| s.as_str().to_owned());
-    let (tx, rx) = mpsc::channel(EVENT_BUFFER);
-    let span = tracing::info_span!("runs.execute", agent = %name, run_id = %run_id);
-    let task_runtime = runtime.clone();
-    let run_cancel = cancel.clone();
-    runtime.platform.spawner.spawn(Box::pin(
-        async move {
-            let _guard = guard;
-            runs::execute::execute(&task_runtime, prepared, run_cancel, Some(tx)).await;
+        Launched::Finished(outcome) => {
+            let answer = RunAnswer {
+                run_id: outcome.run_id,
+                status: outcome.status,
+                session_id: outcome.session_id.as_ref().map(|s| s.as_str().to_owned()).or(requested_session),
+                text: outcome.text,
+                usage: outcome.usage,
+                cost: outcome.cost,
+                finish_reason: outcome.finish_reason,
+                error: outcome.failure,
+                approvals: outcome.approvals,
+                client_tool_calls: outcome.client_tool_calls,
+            };
+            let body = serde_json::to_value(&answer).map_err(|e| ApiError::internal("RunAnswer", &e.to_string()))?;
+            Ok(Started::Json { status: axum::http::StatusCode::OK, body })
         }
-        .instrument(span),
-    ));
-
-    // Dropping the body (the caller went away) cancels the run.
-    let keep_alive = sse::KeepAlive::new(state.http.sse_keep_alive, runtime.platform.clock.clone());
-    let frames = sse::LiveFrames::new(rx, run_id, keep_alive, cancel.drop_guard()).with_session(session);
-    Ok(Started::Stream(sse::response(Body::from_stream(frames))))
-}
-
-/// The checks every run-starting endpoint makes, in this order, before anything runs: the
-/// server is not draining (`503`), the run policy allows it (`403`), the caller's attribution
-/// (labels within their limits, `400`), session ownership (`403`), the quotas (`429`).
-/// Returns the run's attribution — one for the whole run, so the owner checked is the user
-/// recorded.
-pub(crate) async fn admit(
-    state: &AppState,
-    tenant: &TenantId,
-    caller: &Caller,
-    agent: &tracon_core::names::AgentName,
-    session_id: Option<&SessionId>,
-    headers: &HeaderMap,
-) -> ApiResult<Attribution> {
-    if state.drain.is_draining() {
-        return Err(ApiError::new(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            "The server is shutting down and accepts no new runs; retry on another instance.",
-        ));
-    }
-    let start = RunAction::StartRun { agent: agent.as_str(), session: session_id.map(SessionId::as_str) };
-    if !is_allowed(state.runtime.run_authorizer.as_ref(), caller, tenant, start).await {
-        return Err(ApiError::forbidden("run_denied", "The authorization policy does not allow this run."));
-    }
-    let attribution = attribute(state, tenant, caller, headers)?;
-    let ownership = state.http.session_ownership;
-    if ownership.enabled
-        && let Some(id) = session_id
-    {
-        let existing = state.runtime.stores.sessions.get(tenant, id.as_str()).await?;
-        ownership.may_run(attribution.user_id.as_deref(), existing.as_ref())?;
-    }
-    let now = state.runtime.platform.clock.now();
-    if let Some(over) =
-        state.runtime.quotas.check(state.runtime.stores.runs.as_ref(), tenant, agent.as_str(), now).await?
-    {
-        return Err(quota_exceeded(&over, now));
-    }
-    Ok(attribution)
-}
-
-pub(crate) fn start_error(agent: &str, e: StartError) -> ApiError {
-    match e {
-        StartError::Agent(CatalogError::NotFound) => ApiError::agent_not_found(agent),
-        StartError::Agent(other) => other.into(),
-        StartError::Documents(message) => {
-            ApiError::bad_request("validation_failed", message).with("field", "documents")
+        Launched::Live(live) => {
+            // A run without a session that stops (approval, client-side calls) opens one
+            // named after the run: the caller continues there.
+            let session = live.session_id.as_ref().map_or_else(|| live.run_id.to_string(), |s| s.as_str().to_owned());
+            // Dropping the body (the caller went away) cancels the run.
+            let keep_alive = sse::KeepAlive::new(state.http.sse_keep_alive, runtime.platform.clock.clone());
+            let frames = sse::LiveFrames::new(live.events, live.run_id, keep_alive, live.cancel.drop_guard())
+                .with_session(session);
+            Ok(Started::Stream(sse::response(Body::from_stream(frames))))
         }
-        StartError::Resume(message) => ApiError::new(axum::http::StatusCode::CONFLICT, "cannot_resume", message),
-        StartError::ToolResults(message) => {
-            ApiError::bad_request("validation_failed", message).with("field", "toolResults")
-        }
-        StartError::Store(s) => s.into(),
+        Launched::Started(run_id) => Err(ApiError::internal("RunDelivery", &format!("run {run_id} started detached"))),
     }
 }
 
@@ -454,43 +377,6 @@ fn accepted_body(accepted: runs::outcome::Accepted) -> serde_json::Value {
     serde_json::to_value(body).unwrap_or_default()
 }
 
-/// Resolves the run's user and labels through the attribution port. A failing port leaves
-/// the run unattributed; labels over their limits refuse the request.
-pub(crate) fn attribute(
-    state: &AppState,
-    tenant: &TenantId,
-    caller: &Caller,
-    headers: &HeaderMap,
-) -> ApiResult<Attribution> {
-    let headers: Vec<(String, String)> =
-        headers.iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned()))).collect();
-    let raw = match state.runtime.attribution.attribute(&AttributionRequest { tenant, caller, headers: &headers }) {
-        Ok(a) => a,
-        Err(detail) => {
-            tracing::warn!(detail = %detail, "run attribution failed; the run is recorded without user and labels");
-            Attribution::default()
-        }
-    };
-    attribution::check(raw).map_err(|e| ApiError::bad_request("invalid_labels", e.0))
-}
-
-/// The caller's user id as the attribution port names it (labels are not checked here: this
-/// is for session ownership, not for recording a run).
-pub(crate) fn user_id(state: &AppState, tenant: &TenantId, caller: &Caller, headers: &HeaderMap) -> Option<String> {
-    let headers: Vec<(String, String)> =
-        headers.iter().filter_map(|(k, v)| v.to_str().ok().map(|v| (k.as_str().to_owned(), v.to_owned()))).collect();
-    let request = AttributionRequest { tenant, caller, headers: &headers };
-    // The same rule `attribution::check` applies before a user id is recorded: an id the
-    // run would drop is no identity here either.
-    state
-        .runtime
-        .attribution
-        .attribute(&request)
-        .ok()
-        .and_then(|a| a.user_id)
-        .filter(|u| !u.is_empty() && u.chars().count() <= tracon_core::attribution::MAX_USER_ID)
-}
-
 /// Every value travels as a string; numbers and booleans are accepted in their JSON text.
 fn parameter_values(raw: BTreeMap<String, Value>) -> ApiResult<BTreeMap<String, String>> {
     raw.into_iter()
@@ -505,20 +391,4 @@ fn parameter_values(raw: BTreeMap<String, Value>) -> ApiResult<BTreeMap<String, 
             .with("field", format!("parameters.{k}"))),
         })
         .collect()
-}
-
-/// `429 quota_exceeded`: which quota, its limit and use, when it resets (also `Retry-After`).
-pub(crate) fn quota_exceeded(over: &tracon_core::quota::QuotaExceeded, now: chrono::DateTime<chrono::Utc>) -> ApiError {
-    let retry = (over.resets_at - now).num_seconds().max(1).unsigned_abs();
-    ApiError::new(
-        axum::http::StatusCode::TOO_MANY_REQUESTS,
-        "quota_exceeded",
-        format!("The quota '{}' is used up until {}.", over.quota, over.resets_at.to_rfc3339()),
-    )
-    .with("quota", &over.quota)
-    .with("metric", over.metric)
-    .with("limit", over.limit)
-    .with("used", over.used)
-    .with("resetsAt", over.resets_at)
-    .with_retry_after(retry)
 }

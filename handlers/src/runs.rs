@@ -217,7 +217,7 @@ pub async fn cancel(
     }
     match state.runtime.stores.runs.request_cancel(&tenant, id).await {
         Ok(CancelOutcome::Requested) => {
-            state.drain.cancel_local(id);
+            state.runtime.drain.cancel_local(id);
             Ok((StatusCode::ACCEPTED, Json(CancelAccepted { run_id: id, status: "CancelRequested" })).into_response())
         }
         Ok(CancelOutcome::AlreadyEnded(status)) => Err(ApiError::new(

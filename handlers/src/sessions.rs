@@ -16,12 +16,13 @@ use tracon_core::identity::Caller;
 use tracon_core::names::SessionId;
 use tracon_core::names::TenantId;
 use tracon_core::ports::new_id;
+use tracon_core::runs::admission::{attribute, user_id};
+use tracon_core::sessions::ownership::Use;
 use tracon_core::sessions::{SessionItem, SessionRecord};
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::{ApiJson, Paging, Tenant};
-use crate::ownership::Use;
+use crate::extract::{ApiJson, Paging, Tenant, header_pairs};
 use crate::state::AppState;
 
 /// A session with its conversation.
@@ -56,11 +57,11 @@ fn owned(
     session: &SessionRecord,
     what: Use,
 ) -> ApiResult<()> {
-    let ownership = &state.http.session_ownership;
+    let ownership = &state.runtime.settings.session_ownership;
     if !ownership.enabled {
         return Ok(());
     }
-    let user = crate::run::user_id(state, tenant, caller, headers);
+    let user = user_id(&state.runtime, tenant, caller, &header_pairs(headers));
     if ownership.may(caller, user.as_deref(), session, what) { Ok(()) } else { Err(session_not_found()) }
 }
 
@@ -92,9 +93,10 @@ pub async fn list(
             .list(
                 &tenant,
                 state
-                    .http
+                    .runtime
+                    .settings
                     .session_ownership
-                    .list_owner(&caller, crate::run::user_id(&state, &tenant, &caller, &headers).as_deref())
+                    .list_owner(&caller, user_id(&state.runtime, &tenant, &caller, &header_pairs(&headers)).as_deref())
                     .as_deref(),
                 paging.skip,
                 paging.take,
@@ -136,7 +138,7 @@ pub async fn delete(
 ) -> ApiResult<StatusCode> {
     let id = session_id(&id)?;
     allowed(&state, &caller, &tenant, RunAction::DeleteSession { session: id.as_str() }).await?;
-    if state.http.session_ownership.enabled {
+    if state.runtime.settings.session_ownership.enabled {
         let session = state.runtime.stores.sessions.get(&tenant, id.as_str()).await?.ok_or_else(session_not_found)?;
         owned(&state, &tenant, &caller, &headers, &session, Use::Delete)?;
     }
@@ -177,7 +179,7 @@ pub async fn branch(
     let (tenant, source) = (tenant, session_id(&id)?);
     allowed(&state, &caller, &tenant, RunAction::BranchSession { session: source.as_str() }).await?;
     // A branch is a copy, not a handover: it belongs to whoever branches.
-    let owner = crate::run::attribute(&state, &tenant, &caller, &headers)?.user_id;
+    let owner = attribute(&state.runtime, &tenant, &caller, &header_pairs(&headers))?.user_id;
     let sessions = &state.runtime.stores.sessions;
     let parent = sessions.get(&tenant, source.as_str()).await?.ok_or_else(session_not_found)?;
     owned(&state, &tenant, &caller, &headers, &parent, Use::Branch)?;
@@ -188,7 +190,7 @@ pub async fn branch(
         )
         .with("field", "sequence"));
     }
-    let ownership = &state.http.session_ownership;
+    let ownership = &state.runtime.settings.session_ownership;
     if ownership.enabled && ownership.require_authenticated_owner && owner.is_none() {
         return Err(ApiError::forbidden(
             "session_owner_required",

@@ -1,16 +1,12 @@
-//! The state every handler receives: the core runtime, HTTP settings and the drain switch.
+//! The state every handler receives: the core runtime (with its drain switch and run queue)
+//! and the HTTP settings.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 use tracon_core::config::{Config, ConfigError};
-use tracon_core::names::RunId;
 use tracon_core::runtime::Runtime;
 
 use crate::extract::DEFAULT_MAX_BODY_BYTES;
@@ -50,8 +46,6 @@ pub struct HttpSettings {
     pub rate_limit: Option<crate::ratelimit::RateLimitSettings>,
     /// How a request's tenant is resolved (single tenant by default).
     pub tenancy: crate::tenancy::TenancySettings,
-    /// Session ownership (off by default).
-    pub session_ownership: crate::ownership::SessionOwnership,
     /// JWT bearer tokens (`Tracon:Jwt:*`); off (`None`) by default.
     pub jwt: Option<crate::jwt::JwtSettings>,
     /// Whether work spawned by a request goes on after its response is sent (the local
@@ -113,7 +107,6 @@ impl HttpSettings {
             key_cache_ttl: config.seconds("Tracon:ApiKeys:CacheSeconds")?.unwrap_or(d.key_cache_ttl),
             rate_limit: crate::ratelimit::RateLimitSettings::from_config(config)?,
             tenancy: crate::tenancy::TenancySettings::from_config(config)?,
-            session_ownership: crate::ownership::SessionOwnership::from_config(config)?,
             jwt,
             background_outlives_response: true,
             triggers: crate::triggers::TriggerSettings::from_config(config)?,
@@ -152,7 +145,6 @@ impl Default for HttpSettings {
             key_cache_ttl: Duration::from_secs(5),
             rate_limit: None,
             tenancy: crate::tenancy::TenancySettings::default(),
-            session_ownership: crate::ownership::SessionOwnership::default(),
             jwt: None,
             background_outlives_response: true,
             triggers: crate::triggers::TriggerSettings::default(),
@@ -169,127 +161,19 @@ pub fn digest(value: &str) -> [u8; 32] {
 #[derive(Debug, Clone, Copy)]
 pub struct PeerAddr(pub SocketAddr);
 
-/// Graceful shutdown: once draining, new runs get `503`; in-flight runs are counted so the
-/// adapter can wait for them, and can cancel what is left after its drain timeout.
-#[derive(Default)]
-pub struct Drain {
-    draining: AtomicBool,
-    in_flight: AtomicUsize,
-    idle: Notify,
-    root: CancellationToken,
-    /// Runs executing in this process, so a cancel reaching this instance stops its own
-    /// runs at once (other instances observe the store's flag).
-    running: Mutex<HashMap<RunId, CancellationToken>>,
-    /// Set by hosts where one request must never wake another's work (see
-    /// [`Drain::isolate_requests`]).
-    isolated: AtomicBool,
-}
-
-impl Drain {
-    pub fn start(&self) {
-        self.draining.store(true, Ordering::SeqCst);
-        self.idle.notify_waiters();
-    }
-
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::SeqCst)
-    }
-
-    pub fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::SeqCst)
-    }
-
-    /// Registers a run; the guard ends it. Its token is cancelled by [`Drain::cancel_all`]
-    /// and by [`Drain::cancel_local`].
-    pub fn enter(self: &Arc<Self>, run: RunId) -> (RunGuard, CancellationToken) {
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
-        let token = self.root.child_token();
-        self.running_lock().insert(run, token.clone());
-        (RunGuard(self.clone(), run), token)
-    }
-
-    /// For hosts whose requests each have their own I/O context — a Cloudflare Worker. A
-    /// cancel request there must not wake the run it cancels: the run would go on inside the
-    /// cancel request's context, with its sockets and timers, and stall once that short
-    /// request ends. The run notices the store's flag at its next cancel check instead,
-    /// exactly as a run on another instance does.
-    pub fn isolate_requests(&self) {
-        self.isolated.store(true, Ordering::SeqCst);
-    }
-
-    /// Cancels a run executing in this process; `false` when it is not running here (or
-    /// requests are isolated).
-    pub fn cancel_local(&self, run: RunId) -> bool {
-        if self.isolated.load(Ordering::SeqCst) {
-            return false;
-        }
-        match self.running_lock().get(&run) {
-            Some(token) => {
-                token.cancel();
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn running_lock(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, CancellationToken>> {
-        self.running.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Waits until no run is in flight.
-    pub async fn wait_idle(&self) {
-        loop {
-            let notified = self.idle.notified();
-            if self.in_flight() == 0 {
-                return;
-            }
-            notified.await;
-        }
-    }
-
-    /// Cancels every in-flight run (they end `Canceled`).
-    pub fn cancel_all(&self) {
-        self.root.cancel();
-    }
-}
-
-/// Held by a running run.
-pub struct RunGuard(Arc<Drain>, RunId);
-
-impl Drop for RunGuard {
-    fn drop(&mut self) {
-        self.0.running_lock().remove(&self.1);
-        if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.0.idle.notify_waiters();
-        }
-    }
-}
-
 /// What every handler receives.
 #[derive(Clone)]
 pub struct AppState {
     pub runtime: Arc<Runtime>,
     pub http: Arc<HttpSettings>,
-    pub drain: Arc<Drain>,
     /// API keys recently read, for authentication.
     pub keys: Arc<crate::auth::KeyCache>,
     /// Present when a rate limit is configured.
     pub limiter: Option<Arc<crate::ratelimit::RateLimiter>>,
     /// Present when JWT bearer tokens are configured (with the JWKS cache).
     pub jwt: Option<Arc<crate::jwt::JwtVerifier>>,
-    /// Present when this host runs a job consumer: then `Prefer: respond-async` queues a
-    /// run (without one the preference is ignored and the run streams).
-    pub jobs: Option<QueuedRunSettings>,
     /// The per-trigger rate limit of the accept endpoint (per process).
     pub trigger_limiter: Arc<crate::triggers::TriggerLimiter>,
-}
-
-/// How this host queues runs.
-#[derive(Clone)]
-pub struct QueuedRunSettings {
-    pub transport: Arc<dyn tracon_core::jobs::JobTransport>,
-    /// Attempts of a queued run's job.
-    pub max_attempts: u32,
 }
 
 impl AppState {
@@ -297,22 +181,7 @@ impl AppState {
         let keys = Arc::new(crate::auth::KeyCache::new(http.key_cache_ttl));
         let limiter = http.rate_limit.map(|s| Arc::new(crate::ratelimit::RateLimiter::new(s)));
         let jwt = http.jwt.clone().map(|s| Arc::new(crate::jwt::JwtVerifier::new(s)));
-        Self {
-            runtime,
-            http: Arc::new(http),
-            drain: Arc::new(Drain::default()),
-            keys,
-            limiter,
-            jwt,
-            jobs: None,
-            trigger_limiter: Arc::default(),
-        }
-    }
-
-    /// Turns queued runs on, with the transport that wakes this host's consumer.
-    pub fn with_jobs(mut self, jobs: QueuedRunSettings) -> Self {
-        self.jobs = Some(jobs);
-        self
+        Self { runtime, http: Arc::new(http), keys, limiter, jwt, trigger_limiter: Arc::default() }
     }
 }
 

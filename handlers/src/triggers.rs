@@ -39,15 +39,16 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use tracon_core::access::{RunAction, is_allowed};
 use tracon_core::attribution::Attribution;
 use tracon_core::catalog::CatalogError;
 use tracon_core::config::{Config, ConfigError};
-use tracon_core::idempotency::{Claim, KeyRef};
+use tracon_core::idempotency::{self, KeyRef, Reservation};
 use tracon_core::identity::Caller;
 use tracon_core::names::{AgentName, TenantId};
-use tracon_core::runs;
+use tracon_core::runs::admission::{Admission, Attributed, admit};
+use tracon_core::runs::launch::{Delivery, Launched, Start, launch};
 use tracon_core::runs::request::{RunRequest, StartError};
+use tracon_core::runtime::RunQueue;
 use tracon_core::secret_names::{SecretNamespace, colon_spelling};
 use tracon_core::triggers::{self as core_triggers, PayloadError, PayloadMode, TargetKind, TriggerName, TriggerRecord};
 use utoipa::ToSchema;
@@ -577,14 +578,7 @@ pub async fn accept(
             "This trigger's target kind cannot run in this product.",
         ));
     }
-    if state.drain.is_draining() {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "shutting_down",
-            "The server is shutting down and accepts no new runs; retry on another instance.",
-        ));
-    }
-    let Some(jobs) = state.jobs.clone() else {
+    let Some(queue) = state.runtime.queue() else {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "queue_unavailable",
@@ -600,9 +594,9 @@ pub async fn accept(
     let store = state.runtime.stores.idempotency.clone();
     let tolerance = i64::try_from(settings.timestamp_tolerance_seconds).unwrap_or(i64::MAX / 4).min(i64::MAX / 4);
     let expires_at = now + chrono::Duration::seconds(tolerance.saturating_mul(2).saturating_add(REPLAY_MARGIN_SECONDS));
-    match store.claim(key_ref, &key, now, expires_at).await? {
-        Claim::Claimed => {}
-        Claim::InProgress { .. } | Claim::Completed { .. } => {
+    match store.claim(key_ref, &key, now, expires_at).await?.for_request(&key) {
+        Reservation::Fresh => {}
+        Reservation::Running | Reservation::Replay { .. } | Reservation::Reused => {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
                 "trigger_replayed",
@@ -611,7 +605,7 @@ pub async fn accept(
         }
     }
     // 6. The run. Anything refused from here on started nothing: the key is freed.
-    match start(&state, &jobs, &tenant, &trigger, &raw).await {
+    match start(&state, queue, &tenant, &trigger, &raw).await {
         Ok(body) => {
             // The claim is left as it is: it outlives every timestamp the window accepts, and
             // a replay is refused whether or not a response was stored — so storing one would
@@ -625,9 +619,7 @@ pub async fn accept(
             Ok(response)
         }
         Err(e) => {
-            if let Err(release) = store.release(key_ref).await {
-                tracing::warn!(error = ?release, "could not release a trigger's replay record");
-            }
+            idempotency::settle(store.as_ref(), key_ref, None, now).await;
             Err(e)
         }
     }
@@ -696,7 +688,7 @@ const UNUSED_KEY: &str = "tracon-inbound-trigger-without-a-secret";
 /// and the queued run.
 async fn start(
     state: &AppState,
-    jobs: &crate::state::QueuedRunSettings,
+    queue: &RunQueue,
     tenant: &TenantId,
     trigger: &TriggerRecord,
     body: &[u8],
@@ -719,18 +711,16 @@ async fn start(
     let agent = AgentName::parse(&trigger.target_name)
         .map_err(|_| unavailable("The trigger's target agent name is not valid."))?;
     let caller = Caller { tenant: tenant.clone(), ..Caller::internal() };
-    let start = RunAction::StartRun { agent: agent.as_str(), session: None };
-    if !is_allowed(state.runtime.run_authorizer.as_ref(), &caller, tenant, start).await {
-        return Err(ApiError::forbidden("run_denied", "The authorization policy does not allow this run."));
-    }
-    let now = state.runtime.platform.clock.now();
-    if let Some(over) =
-        state.runtime.quotas.check(state.runtime.stores.runs.as_ref(), tenant, agent.as_str(), now).await?
-    {
-        return Err(crate::run::quota_exceeded(&over, now));
-    }
-    let mut labels = BTreeMap::new();
-    labels.insert("trigger".to_owned(), trigger.name.as_str().to_owned());
+    let labels = BTreeMap::from([("trigger".to_owned(), trigger.name.as_str().to_owned())]);
+    let attribution = Attribution { user_id: None, labels };
+    let admission = Admission {
+        tenant,
+        caller: &caller,
+        agent: &agent,
+        session: None,
+        attribution: Attributed::Given(attribution),
+    };
+    let attribution = admit(&state.runtime, admission).await?;
     let request = RunRequest {
         tenant: tenant.clone(),
         agent,
@@ -740,21 +730,25 @@ async fn start(
         documents: Vec::new(),
         session_id: None,
         caller,
-        attribution: Attribution { user_id: None, labels },
+        attribution,
         resume: None,
         queued: None,
         tool_results: Vec::new(),
     };
-    let accepted = runs::queued::enqueue(&state.runtime, request, jobs.max_attempts).await.map_err(|e| match e {
-        StartError::Agent(CatalogError::NotFound) => unavailable("The trigger's target agent does not exist."),
-        StartError::Agent(CatalogError::Store(s)) | StartError::Store(s) => s.into(),
-        StartError::Agent(_) => unavailable("The trigger's target agent cannot start (its definition or parameters)."),
-        StartError::Documents(m) | StartError::Resume(m) | StartError::ToolResults(m) => unavailable(&m),
-    })?;
-    if let Err(e) = jobs.transport.wake(accepted.job_id).await {
-        // The row is the truth: the consumer's poll finds the job anyway.
-        tracing::warn!(job = %accepted.job_id, error = %e, "could not wake the job consumer");
-    }
+    let accepted = match launch(&state.runtime, Start::new(request, Delivery::from(queue))).await {
+        Ok(Launched::Queued(accepted)) => accepted,
+        Ok(other) => return Err(ApiError::internal("RunDelivery", &format!("run {} was not queued", other.run_id()))),
+        Err(StartError::Agent(CatalogError::NotFound)) => {
+            return Err(unavailable("The trigger's target agent does not exist."));
+        }
+        Err(StartError::Agent(CatalogError::Store(s)) | StartError::Store(s)) => return Err(s.into()),
+        Err(StartError::Agent(_)) => {
+            return Err(unavailable("The trigger's target agent cannot start (its definition or parameters)."));
+        }
+        Err(StartError::Documents(m) | StartError::Resume(m) | StartError::ToolResults(m)) => {
+            return Err(unavailable(&m));
+        }
+    };
     let location = format!("/api/runs/{}", accepted.run_id);
     Ok(TriggerAccepted {
         run_id: accepted.run_id,

@@ -344,8 +344,8 @@ pub async fn test(
         Err(StoreError::NotFound) => return Err(webhook_not_found()),
         Err(e) => return Err(e.into()),
     };
-    if let (Some(jobs), Some(job)) = (&state.jobs, delivery.job_id)
-        && let Err(e) = jobs.transport.wake(job).await
+    if let (Some(queue), Some(job)) = (state.runtime.queue(), delivery.job_id)
+        && let Err(e) = queue.transport.wake(job).await
     {
         // The job row is the truth: the consumer's poll or the next tick picks it up.
         tracing::warn!(job = %job, error = %e, "could not wake the consumer for a test delivery");

@@ -25,7 +25,8 @@ use tracon_core::model::ModelProvider;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::names::TenantId;
 use tracon_core::ports::tokio_rt;
-use tracon_core::runtime::RuntimeBuilder;
+use tracon_core::runtime::{RuntimeBuilder, RuntimeSettings};
+use tracon_core::sessions::ownership::SessionOwnership;
 use tracon_handlers::auth::{Requirement, requirement};
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 
@@ -1054,17 +1055,16 @@ fn error_type(body: &[u8]) -> String {
 
 #[tokio::test]
 async fn with_session_ownership_a_user_reaches_only_their_own_sessions() {
-    use tracon_handlers::ownership::SessionOwnership;
+    let ownership = SessionOwnership { enabled: true, refuse_unowned: false, require_authenticated_owner: true };
     let script = ScriptedProvider::from_fn("script", |_| ScriptedTurn::text("Hi."));
     let runtime = RuntimeBuilder::new(tokio_rt::platform())
         .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
         .add_agent(AgentDefinition::new("chat", "script", "m").with_instructions("Hi."))
         .attribution(Arc::new(TestUsers))
+        .settings(RuntimeSettings { session_ownership: ownership, ..RuntimeSettings::default() })
         .build()
         .unwrap();
-    let ownership = SessionOwnership { enabled: true, refuse_unowned: false, require_authenticated_owner: true };
-    let http = HttpSettings { session_ownership: ownership, ..HttpSettings::with_token(TOKEN) };
-    let state = AppState::new(Arc::new(runtime), http);
+    let state = AppState::new(Arc::new(runtime), HttpSettings::with_token(TOKEN));
     let app = tracon_handlers::router(state.clone());
     let key = key_in(&state, "default", &[Scope::RunsWrite, Scope::SessionsRead, Scope::SessionsWrite], None).await;
     let run = |session: &str| json!({"message": "hi", "sessionId": session});
@@ -1137,17 +1137,26 @@ async fn with_session_ownership_a_user_reaches_only_their_own_sessions() {
 
 #[tokio::test]
 async fn refusing_unowned_sessions_leaves_the_manager_reading_and_new_sessions_opening() {
-    use tracon_handlers::ownership::SessionOwnership;
-    let script = ScriptedProvider::from_fn("script", |_| ScriptedTurn::text("Hi."));
-    let runtime = RuntimeBuilder::new(tokio_rt::platform())
-        .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
-        .add_agent(AgentDefinition::new("chat", "script", "m").with_instructions("Hi."))
-        .attribution(Arc::new(TestUsers))
-        .build()
-        .unwrap();
-    let runtime = Arc::new(runtime);
+    // One set of stores, seen first without ownership, then with it strict.
+    let stores = tracon_core::stores::Stores::in_memory();
+    let runtime_with = |session_ownership: SessionOwnership| {
+        let script = ScriptedProvider::from_fn("script", |_| ScriptedTurn::text("Hi."));
+        Arc::new(
+            RuntimeBuilder::new(tokio_rt::platform())
+                .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
+                .add_agent(AgentDefinition::new("chat", "script", "m").with_instructions("Hi."))
+                .attribution(Arc::new(TestUsers))
+                .stores(stores.clone())
+                .settings(RuntimeSettings { session_ownership, ..RuntimeSettings::default() })
+                .build()
+                .unwrap(),
+        )
+    };
     // Before ownership: a session opened without a user.
-    let before = tracon_handlers::router(AppState::new(runtime.clone(), HttpSettings::with_token(TOKEN)));
+    let before = tracon_handlers::router(AppState::new(
+        runtime_with(SessionOwnership::default()),
+        HttpSettings::with_token(TOKEN),
+    ));
     let run = |session: &str| json!({"message": "hi", "sessionId": session});
     assert_eq!(
         as_user(&before, Method::POST, "/api/agents/chat/run", TOKEN, None, Some(run("old"))).await.0,
@@ -1155,7 +1164,7 @@ async fn refusing_unowned_sessions_leaves_the_manager_reading_and_new_sessions_o
     );
 
     let strict = SessionOwnership { enabled: true, refuse_unowned: true, require_authenticated_owner: true };
-    let state = AppState::new(runtime, HttpSettings { session_ownership: strict, ..HttpSettings::with_token(TOKEN) });
+    let state = AppState::new(runtime_with(strict), HttpSettings::with_token(TOKEN));
     let app = tracon_handlers::router(state.clone());
     let key = key_in(&state, "default", &[Scope::RunsWrite, Scope::SessionsRead], None).await;
     let unowned = as_user(&app, Method::GET, "/api/sessions/old", &key, Some("u1"), None).await;

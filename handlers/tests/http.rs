@@ -678,7 +678,7 @@ async fn a_provider_failure_after_the_stream_started_is_an_error_frame_without_f
 #[tokio::test]
 async fn a_draining_server_refuses_new_runs_with_503() {
     let (app, state) = app_with(HttpSettings::default());
-    state.drain.start();
+    state.runtime.drain.start();
     expect_problem(
         &app,
         request(Method::POST, "/api/agents/code-agent/run", Some(json!({"message": "hi"}))),

@@ -21,9 +21,9 @@ use tracon_core::model::{Message, ModelProvider};
 use tracon_core::names::TenantId;
 use tracon_core::ports::tokio_rt;
 use tracon_core::runs::store::RunFilter;
-use tracon_core::runtime::{Runtime, RuntimeBuilder};
+use tracon_core::runtime::{Runtime, RuntimeBuilder, RuntimeSettings};
 use tracon_core::sessions::SessionWrite;
-use tracon_handlers::ownership::SessionOwnership;
+use tracon_core::sessions::ownership::SessionOwnership;
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 
 const TOKEN: &str = "a-long-enough-test-token";
@@ -40,6 +40,11 @@ struct App {
 
 /// The `support` agent answers "Answer N." to its N-th call.
 fn app_with(http: HttpSettings) -> App {
+    app_owned(http, SessionOwnership::default())
+}
+
+/// [`app_with`], with session ownership as given.
+fn app_owned(http: HttpSettings, session_ownership: SessionOwnership) -> App {
     let seen: Seen = Arc::default();
     let log = seen.clone();
     let script = ScriptedProvider::from_fn("script", move |req| {
@@ -52,6 +57,7 @@ fn app_with(http: HttpSettings) -> App {
             .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
             .add_agent(AgentDefinition::new("support", "script", "m").with_instructions("You are the support agent."))
             .attribution(Arc::new(TestUsers))
+            .settings(RuntimeSettings { session_ownership, ..RuntimeSettings::default() })
             .build()
             .unwrap(),
     );
@@ -658,8 +664,7 @@ async fn another_tenants_response_and_conversation_answer_exactly_like_missing_o
 #[tokio::test]
 async fn with_session_ownership_another_users_conversation_and_response_look_missing() {
     let ownership = SessionOwnership { enabled: true, refuse_unowned: false, require_authenticated_owner: true };
-    let App { router, state, .. } =
-        app_with(HttpSettings { session_ownership: ownership, ..HttpSettings::with_token(TOKEN) });
+    let App { router, state, .. } = app_owned(HttpSettings::with_token(TOKEN), ownership);
     // API key holders: the static token manages, and would read every session.
     let key = key_in(&state, "default").await;
     let u1 = Call { bearer: Some(&key), user: Some("u1") };

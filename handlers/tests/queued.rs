@@ -18,9 +18,9 @@ use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{Message, ModelProvider, ProviderError, ProviderErrorKind};
 use tracon_core::ports::tokio_rt;
 use tracon_core::runs::queued::QueuedRuns;
+use tracon_core::runtime::RunQueue;
 use tracon_core::runtime::{Runtime, RuntimeBuilder};
 use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
-use tracon_handlers::state::QueuedRunSettings;
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 
 /// Wakes nobody: the test drains the queue itself, so it decides when a worker runs.
@@ -77,10 +77,10 @@ fn harness(with_consumer: bool) -> Harness {
     let settings = JobSettings { retry_base: Duration::ZERO, ..JobSettings::default() };
     let runner =
         JobRunner::new(runtime.stores.jobs.clone(), handlers, runtime.platform.clock.clone(), settings, "test");
-    let mut state = AppState::new(runtime.clone(), HttpSettings::default());
     if with_consumer {
-        state = state.with_jobs(QueuedRunSettings { transport: Arc::new(Manual), max_attempts: 3 });
+        runtime.set_queue(RunQueue { transport: Arc::new(Manual), max_attempts: 3 });
     }
+    let state = AppState::new(runtime.clone(), HttpSettings::default());
     Harness { app: tracon_handlers::router(state), runner, runtime }
 }
 

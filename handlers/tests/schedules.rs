@@ -23,8 +23,8 @@ use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::names::{RunId, TenantId};
 use tracon_core::ports::{Clock, Platform, tokio_rt};
 use tracon_core::runs::store::{RunRecord, RunStatus};
+use tracon_core::runtime::RunQueue;
 use tracon_core::runtime::{Runtime, RuntimeBuilder};
-use tracon_handlers::state::QueuedRunSettings;
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 
 /// Real time plus an offset the test moves forward.
@@ -85,8 +85,8 @@ fn harness() -> Harness {
         "test",
     );
     let transport = Arc::new(Counting::default());
-    let state = AppState::new(runtime.clone(), HttpSettings::default())
-        .with_jobs(QueuedRunSettings { transport: transport.clone(), max_attempts: 3 });
+    runtime.set_queue(RunQueue { transport: transport.clone(), max_attempts: 3 });
+    let state = AppState::new(runtime.clone(), HttpSettings::default());
     Harness { app: tracon_handlers::router(state), runtime, clock, transport, runner }
 }
 

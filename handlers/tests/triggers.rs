@@ -26,9 +26,9 @@ use tracon_core::model::{Message, ModelProvider};
 use tracon_core::names::TenantId;
 use tracon_core::ports::tokio_rt;
 use tracon_core::runs::queued::QueuedRuns;
+use tracon_core::runtime::RunQueue;
 use tracon_core::runtime::RuntimeBuilder;
 use tracon_core::stores::Stores;
-use tracon_handlers::state::QueuedRunSettings;
 use tracon_handlers::triggers::TriggerSettings;
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 
@@ -94,10 +94,10 @@ fn harness(options: Options) -> Harness {
     config.extend(options.config);
     let triggers = TriggerSettings::from_config(&Config::from_pairs(config)).unwrap();
     let http = HttpSettings { triggers, ..HttpSettings::with_token(TOKEN) };
-    let mut state = AppState::new(runtime, http);
     if options.consumer {
-        state = state.with_jobs(QueuedRunSettings { transport: Arc::new(Manual), max_attempts: 3 });
+        runtime.set_queue(RunQueue { transport: Arc::new(Manual), max_attempts: 3 });
     }
+    let state = AppState::new(runtime, http);
     Harness { app: tracon_handlers::router(state.clone()), runner, state }
 }
 
@@ -862,8 +862,8 @@ async fn on_a_serverless_host_without_a_token_only_the_signed_accept_endpoint_an
     );
     let config = Config::from_pairs([("Tracon__TriggerSecrets__Slack", SECRET)]);
     let http = HttpSettings::serverless_from_config(&config).unwrap();
-    let state =
-        AppState::new(runtime, http).with_jobs(QueuedRunSettings { transport: Arc::new(Manual), max_attempts: 3 });
+    runtime.set_queue(RunQueue { transport: Arc::new(Manual), max_attempts: 3 });
+    let state = AppState::new(runtime, http);
     let app = tracon_handlers::router(state);
 
     let res = app

@@ -35,11 +35,11 @@ use tracon_core::model::ModelProvider;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::names::TenantId;
 use tracon_core::ports::{Clock, Platform, tokio_rt};
+use tracon_core::runtime::RunQueue;
 use tracon_core::runtime::{Runtime, RuntimeBuilder};
 use tracon_core::stores::Stores;
 use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
 use tracon_core::webhooks::{WebhookSettings, WebhookSubscription};
-use tracon_handlers::state::QueuedRunSettings;
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 
 const SECRET: &str = "whsec-test-value-never-shown";
@@ -238,8 +238,8 @@ fn harness_with(settings: WebhookSettings, stores: Stores) -> Harness {
             .unwrap(),
     );
     let runner = tracon_core::background::job_runner(&runtime, JobSettings::default(), "test");
-    let state = AppState::new(runtime.clone(), HttpSettings::default())
-        .with_jobs(QueuedRunSettings { transport: Arc::new(Manual), max_attempts: 3 });
+    runtime.set_queue(RunQueue { transport: Arc::new(Manual), max_attempts: 3 });
+    let state = AppState::new(runtime.clone(), HttpSettings::default());
     Harness { app: tracon_handlers::router(state), runner, runtime, clock }
 }
 

@@ -188,8 +188,8 @@ fn strip(text: &str) -> String {
             i += rest.find('\n').unwrap_or(rest.len());
         } else if rest.starts_with("/*") {
             i += rest.find("*/").map_or(rest.len(), |e| e + 2);
-        } else if rest.starts_with("r#\"") {
-            i += rest[3..].find("\"#").map_or(rest.len(), |e| e + 5);
+        } else if let Some(raw) = rest.strip_prefix("r#\"") {
+            i += raw.find("\"#").map_or(rest.len(), |e| e + 5);
         } else if rest.starts_with('"') {
             let mut j = 1;
             while j < rest.len() {

@@ -17,8 +17,8 @@ use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings, si
 use aws_sigv4::sign::v4;
 use tracon_core::config::{Config, env_name};
 use tracon_core::jobs::{JobSettings, JobTransport};
+use tracon_core::runtime::RunQueue;
 use tracon_handlers::AppState;
-use tracon_handlers::state::QueuedRunSettings;
 
 /// Where and how to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,7 +183,8 @@ impl JobTransport for SqsTransport {
 pub fn with_queue(state: AppState, config: &Config) -> Result<AppState, String> {
     let Some(transport) = SqsTransport::from_config(config)? else { return Ok(state) };
     let jobs = JobSettings::from_config(config).map_err(|e| e.to_string())?;
-    Ok(state.with_jobs(QueuedRunSettings { transport: Arc::new(transport), max_attempts: jobs.max_attempts }))
+    state.runtime.set_queue(RunQueue { transport: Arc::new(transport), max_attempts: jobs.max_attempts });
+    Ok(state)
 }
 
 #[cfg(test)]

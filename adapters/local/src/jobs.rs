@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::sync::{Notify, Semaphore};
 use tracon_core::config::Config;
 use tracon_core::jobs::{JobRunner, JobSettings, JobTransport};
+use tracon_core::runtime::RunQueue;
 use tracon_handlers::AppState;
-use tracon_handlers::state::QueuedRunSettings;
 
 /// Wakes the in-process consumer.
 pub struct LocalTransport(Arc<Notify>);
@@ -71,7 +71,7 @@ pub fn start(state: AppState, settings: ConsumerSettings) -> AppState {
     let slots = Arc::new(Semaphore::new(settings.concurrency));
     {
         let (runtime, transport, drain, every) =
-            (runtime.clone(), LocalTransport(notify.clone()), state.drain.clone(), settings.tick);
+            (runtime.clone(), LocalTransport(notify.clone()), state.runtime.drain.clone(), settings.tick);
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every).await;
@@ -81,7 +81,7 @@ pub fn start(state: AppState, settings: ConsumerSettings) -> AppState {
             }
         });
     }
-    let drain = state.drain.clone();
+    let drain = state.runtime.drain.clone();
     let wake = notify.clone();
     tokio::spawn(async move {
         loop {
@@ -121,5 +121,6 @@ pub fn start(state: AppState, settings: ConsumerSettings) -> AppState {
             }
         }
     });
-    state.with_jobs(QueuedRunSettings { transport: Arc::new(LocalTransport(notify)), max_attempts })
+    runtime.set_queue(RunQueue { transport: Arc::new(LocalTransport(notify)), max_attempts });
+    state
 }

@@ -44,7 +44,7 @@ pub async fn serve(
     drain_timeout: Duration,
 ) -> Result<(), String> {
     let state = app::build(&config, database_url.as_deref()).await?;
-    let drain = state.drain.clone();
+    let drain = state.runtime.drain.clone();
     if !state.http.allow_remote_access && !listen.ip().is_loopback() {
         tracing::warn!(%listen, "listening on a non-loopback address without authentication: only loopback callers will be served");
     }

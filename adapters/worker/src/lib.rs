@@ -27,8 +27,8 @@ use std::sync::Arc;
 use axum::Router;
 use tower_service::Service;
 use tracon_core::config::Config;
+use tracon_core::runtime::RunQueue;
 use tracon_core::setup::{self, HostDefaults};
-use tracon_handlers::state::QueuedRunSettings;
 use tracon_handlers::{AppState, HttpSettings};
 use tracon_postgres::protect::Protection;
 use tracon_postgres::settings::PgSettings;
@@ -105,14 +105,14 @@ fn build(env: &Env) -> Result<App, String> {
     let http = HttpSettings::serverless_from_config(&config).map_err(|e| e.to_string())?;
     let runtime = Arc::new(runtime);
     let background = Rc::new(jobs::Background::new(runtime.clone(), &config, env)?);
-    let mut state = AppState::new(runtime, http);
     // With the job queue bound, `Prefer: respond-async` queues runs for the `queue` handler.
     if let Some(transport) = background.transport() {
-        state = state.with_jobs(QueuedRunSettings { transport, max_attempts: background.settings.max_attempts });
+        runtime.set_queue(RunQueue { transport, max_attempts: background.settings.max_attempts });
     }
     // A cancel reaching this isolate reaches the run through the store, in the run's own
     // request context (see `Drain::isolate_requests`).
-    state.drain.isolate_requests();
+    runtime.drain.isolate_requests();
+    let state = AppState::new(runtime, http);
     Ok(App { router: tracon_handlers::app(state, routes()), background })
 }
 

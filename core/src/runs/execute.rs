@@ -1,5 +1,8 @@
-//! [`execute`] owns a prepared run: it runs the turn through the [`crate::engine`], saves
-//! the turn to the session (first save creates, later saves name the generation they read —
+//! [`execute`] owns a prepared run, in the steps of an [`Execution`] a continuation or a
+//! workflow step can also take one by one: [`Execution::begin`] (the first events and the
+//! call environment), [`Execution::turn_start`], [`Execution::turn`] (model calls and tool
+//! rounds through the [`crate::engine`]), [`Execution::save_session`] and
+//! [`Execution::settle`]. It saves the turn to the session (first save creates, later saves name the generation they read —
 //! a lost race fails the run with `session_conflict`, nothing is overwritten), emits the
 //! single terminal event and closes the row. Store failures while recording are logged and
 //! the run goes on.
@@ -10,7 +13,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::approvals::{ApprovalRecord, ApprovalStatus};
-use crate::engine::{self, CancelWatch, Emitter, TurnEnd, TurnStart};
+use crate::compiler::CompiledAgent;
+use crate::engine::{self, CancelWatch, Emitter, TurnEnd, TurnResult, TurnStart};
 use crate::error::StoreError;
 use crate::events::{ApprovalRequest, ClientToolCall, DocumentInfo, EventWriter, RunEvent};
 use crate::failure::{ErrorClass, RunFailure};
@@ -36,205 +40,326 @@ pub async fn execute(
     cancel: CancellationToken,
     events: Option<mpsc::Sender<RunEvent>>,
 ) -> RunOutcome {
-    let PreparedRun { run_id, agent, request, session, started_at, supplied_history, client_results } = prepared;
-    let caller_keeps_history = supplied_history.is_some();
-    let clock = runtime.platform.clock.clone();
-    let tenant = request.tenant.clone();
-    let store = runtime.stores.runs.clone();
-    let recording = &runtime.settings.recording;
-    let recorder = Arc::new(Recorder::new(
-        tenant.clone(),
-        run_id,
-        store.clone(),
-        clock.clone(),
-        recording.clone(),
-        runtime.event_sinks.clone(),
-    ));
+    let mut run = Execution::begin(runtime, prepared, cancel, events).await;
+    let start = run.turn_start().await;
+    let turn = run.turn(start).await;
+    let end = run.save_session(&turn).await;
+    run.settle(turn, end).await
+}
 
-    let watch =
-        CancelWatch::new(store.clone(), clock.clone(), tenant.clone(), run_id, runtime.settings.cancel_check_interval);
-    let mut emitter = Emitter::new(events, cancel.clone(), recorder.clone(), watch);
-    emitter
-        .emit(RunEvent::RunStarted { run_id, agent_name: agent.name.clone(), agent_version: agent.version, started_at })
-        .await;
-    if !request.documents.is_empty() {
-        let documents = request
-            .documents
-            .iter()
-            .map(|d| DocumentInfo { name: d.name.clone(), size_bytes: d.content.len() as u64 })
-            .collect();
-        emitter.emit(RunEvent::DocumentsAttached { documents }).await;
+/// A run between its first event and its end: what each step of [`execute`] shares.
+pub struct Execution<'r> {
+    runtime: &'r Runtime,
+    run_id: RunId,
+    agent: Arc<CompiledAgent>,
+    request: RunRequest,
+    started_at: chrono::DateTime<chrono::Utc>,
+    /// The conversation the turn starts from (taken out of the session, or supplied).
+    history: Vec<Message>,
+    /// The session the turn is saved to, once it has one.
+    session: Option<LoadedSession>,
+    /// Where the session's save starts (see [`Execution::begin`]).
+    save_from: Option<usize>,
+    /// The caller keeps the conversation (it sent its history along).
+    caller_keeps_history: bool,
+    client_results: Vec<Message>,
+    recorder: Arc<Recorder>,
+    emitter: Emitter,
+    env: CallEnv,
+}
+
+impl<'r> Execution<'r> {
+    /// The run's first events (`RunStarted`, the attached documents) and everything its calls
+    /// share: the recorder, the emitter with its cancel watch, the tool call environment.
+    pub async fn begin(
+        runtime: &'r Runtime,
+        prepared: PreparedRun,
+        cancel: CancellationToken,
+        events: Option<mpsc::Sender<RunEvent>>,
+    ) -> Self {
+        let PreparedRun { run_id, agent, request, session, started_at, supplied_history, client_results } = prepared;
+        let caller_keeps_history = supplied_history.is_some();
+        let clock = runtime.platform.clock.clone();
+        let tenant = request.tenant.clone();
+        let store = runtime.stores.runs.clone();
+        let recording = &runtime.settings.recording;
+        let recorder = Arc::new(Recorder::new(
+            tenant.clone(),
+            run_id,
+            store.clone(),
+            clock.clone(),
+            recording.clone(),
+            runtime.event_sinks.clone(),
+        ));
+        let watch = CancelWatch::new(store, clock, tenant.clone(), run_id, runtime.settings.cancel_check_interval);
+        let mut emitter = Emitter::new(events, cancel.clone(), recorder.clone(), watch);
+        emitter
+            .emit(RunEvent::RunStarted {
+                run_id,
+                agent_name: agent.name.clone(),
+                agent_version: agent.version,
+                started_at,
+            })
+            .await;
+        if !request.documents.is_empty() {
+            let documents = request
+                .documents
+                .iter()
+                .map(|d| DocumentInfo { name: d.name.clone(), size_bytes: d.content.len() as u64 })
+                .collect();
+            emitter.emit(RunEvent::DocumentsAttached { documents }).await;
+        }
+        let decided = request.resume.iter().flat_map(|r| &r.decided);
+        let env = CallEnv {
+            tenant,
+            run_id,
+            agent: agent.name.clone(),
+            caller: request.caller.clone(),
+            cancel,
+            platform: runtime.platform.clone(),
+            authorizer: runtime.tool_authorizer.clone(),
+            validator: runtime.tool_validator.clone(),
+            default_timeout: runtime.settings.default_tool_timeout,
+            default_max_output_bytes: runtime.settings.default_max_output_bytes,
+            approved_call_ids: decided
+                .clone()
+                .filter(|d| d.status == ApprovalStatus::Approved)
+                .map(|d| d.call_id.clone())
+                .collect(),
+            denied_calls: decided
+                .filter(|d| d.status != ApprovalStatus::Approved)
+                .map(|d| (d.call_id.clone(), refusal(d.reason.as_deref())))
+                .collect(),
+            gatekeeper: runtime.gatekeeper.clone(),
+            events: if recording.enabled { EventWriter::new(recorder.clone()) } else { EventWriter::none() },
+        };
+        // Where the session's save starts: a session read at a generation gets what this turn
+        // adds; a session this run creates gets the whole conversation, so one seeded with
+        // another session's history (`/v1/responses` chaining with `previous_response_id`) is
+        // a new record that keeps it — a different id than the one read, so no generation
+        // applies.
+        let save_from = session.as_ref().map(|s| if s.version.is_some() { s.history.len() } else { 0 });
+        let (history, session) = match session {
+            Some(mut s) => (std::mem::take(&mut s.history), Some(s)),
+            None => (supplied_history.unwrap_or_default(), None),
+        };
+        Self {
+            runtime,
+            run_id,
+            agent,
+            request,
+            started_at,
+            history,
+            session,
+            save_from,
+            caller_keeps_history,
+            client_results,
+            recorder,
+            emitter,
+            env,
+        }
     }
 
-    let env = CallEnv {
-        tenant: tenant.clone(),
-        run_id,
-        agent: agent.name.clone(),
-        caller: request.caller.clone(),
-        cancel: cancel.clone(),
-        platform: runtime.platform.clone(),
-        authorizer: runtime.tool_authorizer.clone(),
-        validator: runtime.tool_validator.clone(),
-        default_timeout: runtime.settings.default_tool_timeout,
-        default_max_output_bytes: runtime.settings.default_max_output_bytes,
-        approved_call_ids: request
-            .resume
-            .iter()
-            .flat_map(|r| &r.decided)
-            .filter(|d| d.status == ApprovalStatus::Approved)
-            .map(|d| d.call_id.clone())
-            .collect(),
-        denied_calls: request
-            .resume
-            .iter()
-            .flat_map(|r| &r.decided)
-            .filter(|d| d.status != ApprovalStatus::Approved)
-            .map(|d| (d.call_id.clone(), refusal(d.reason.as_deref())))
-            .collect(),
-        gatekeeper: runtime.gatekeeper.clone(),
-        events: if recording.enabled { EventWriter::new(recorder.clone()) } else { EventWriter::none() },
-    };
-    // Where the session's save starts: a session read at a generation gets what this turn
-    // adds; a session this run creates gets the whole conversation, so one seeded with
-    // another session's history (`/v1/responses` chaining with `previous_response_id`) is a
-    // new record that keeps it — a different id than the one read, so no generation applies.
-    let save_from = session.as_ref().map(|s| if s.version.is_some() { s.history.len() } else { 0 });
-    let (history, session) = match session {
-        Some(mut s) => (std::mem::take(&mut s.history), Some(s)),
-        None => (supplied_history.unwrap_or_default(), None),
-    };
-    let start = match &request.resume {
-        Some(resume) => {
-            emitter.emit(resumed_event(resume)).await;
-            TurnStart::Resume
+    /// How the turn begins: a resumption after decisions, a continuation with client-side
+    /// results, or a new user message (after closing calls an earlier turn left open).
+    pub async fn turn_start(&mut self) -> TurnStart {
+        if let Some(resume) = &self.request.resume {
+            self.emitter.emit(resumed_event(resume)).await;
+            return TurnStart::Resume;
         }
-        None if !client_results.is_empty() => TurnStart::Continue { results: client_results },
+        if !self.client_results.is_empty() {
+            return TurnStart::Continue { results: std::mem::take(&mut self.client_results) };
+        }
         // An OpenAI client's history that ends with its tool results: the model goes on.
-        None if request.message.is_empty() && matches!(history.last(), Some(Message::Tool { .. })) => {
-            TurnStart::Continue { results: Vec::new() }
+        if self.request.message.is_empty() && matches!(self.history.last(), Some(Message::Tool { .. })) {
+            return TurnStart::Continue { results: Vec::new() };
         }
-        None => TurnStart::User {
-            prelude: engine::open_calls(&history)
-                .into_iter()
-                .map(|c| {
-                    let client = agent.tool(&c.name).is_some_and(|t| t.is_client());
-                    let content = if client { CLIENT_UNANSWERED } else { UNDECIDED };
-                    Message::Tool { call_id: c.id, name: c.name, content: content.to_owned(), is_error: true }
-                })
-                .collect(),
-            message: user_message(&request.message, &request.documents),
-        },
-    };
-    let turn =
-        with_heartbeat(engine::run_turn(runtime, &agent, &env, history, start, &mut emitter), runtime, &tenant, run_id)
-            .await;
+        let prelude = engine::open_calls(&self.history)
+            .into_iter()
+            .map(|c| {
+                let client = self.agent.tool(&c.name).is_some_and(|t| t.is_client());
+                let content = if client { CLIENT_UNANSWERED } else { UNDECIDED };
+                Message::Tool { call_id: c.id, name: c.name, content: content.to_owned(), is_error: true }
+            })
+            .collect();
+        TurnStart::User { prelude, message: user_message(&self.request.message, &self.request.documents) }
+    }
 
-    // Save the turn to its session; a lost race fails the run rather than overwrite. A run
-    // without a session that stops for approval gets one (named after the run): the
-    // conversation is what a decision resumes.
-    let mut end = turn.end.clone();
-    let needs_session = match end {
-        TurnEnd::AwaitingApproval(_) => true,
-        TurnEnd::ClientTools(_) => !caller_keeps_history,
-        _ => false,
-    };
-    let session = match session {
-        None if needs_session => SessionId::parse(&run_id.to_string()).ok().map(|id| LoadedSession {
-            id,
-            version: None,
-            history: Vec::new(),
-        }),
-        other => other,
-    };
-    if let Some(session) = &session
-        && matches!(end, TurnEnd::Answered | TurnEnd::AwaitingApproval(_) | TurnEnd::ClientTools(_))
-    {
+    /// The turn through the engine — model calls and tool rounds until an answer, a stop, a
+    /// failure or a cancellation — with the run's heartbeat moving meanwhile.
+    pub async fn turn(&mut self, start: TurnStart) -> TurnResult {
+        let history = std::mem::take(&mut self.history);
+        let turn = engine::run_turn(self.runtime, &self.agent, &self.env, history, start, &mut self.emitter);
+        with_heartbeat(turn, self.runtime, &self.request.tenant, self.run_id).await
+    }
+
+    /// Saves the turn to its session; a lost race fails the run rather than overwrite. A run
+    /// without a session that stops (approval; client-side calls the caller does not keep)
+    /// gets one named after the run: the conversation is what the next request continues.
+    /// Returns how the run ends.
+    pub async fn save_session(&mut self, turn: &TurnResult) -> TurnEnd {
+        let end = turn.end.clone();
+        let needs_session = match end {
+            TurnEnd::AwaitingApproval(_) => true,
+            TurnEnd::ClientTools(_) => !self.caller_keeps_history,
+            _ => false,
+        };
+        if self.session.is_none() && needs_session {
+            self.session = SessionId::parse(&self.run_id.to_string()).ok().map(|id| LoadedSession {
+                id,
+                version: None,
+                history: Vec::new(),
+            });
+        }
+        let Some(session) = &self.session else { return end };
+        if !matches!(end, TurnEnd::Answered | TurnEnd::AwaitingApproval(_) | TurnEnd::ClientTools(_)) {
+            return end;
+        }
         let write = SessionWrite {
-            agent_name: agent.name.clone(),
-            run_id: Some(run_id),
+            agent_name: self.agent.name.clone(),
+            run_id: Some(self.run_id),
             messages: turn
                 .messages
-                .get(save_from.unwrap_or(turn.new_from)..)
+                .get(self.save_from.unwrap_or(turn.new_from)..)
                 .map(<[Message]>::to_vec)
                 .unwrap_or_default(),
-            owner_user_id: request.attribution.user_id.clone(),
-            now: clock.now(),
+            owner_user_id: self.request.attribution.user_id.clone(),
+            now: self.runtime.platform.clock.now(),
         };
-        let sessions = &runtime.stores.sessions;
+        let (sessions, tenant) = (&self.runtime.stores.sessions, &self.request.tenant);
         let saved = match session.version {
-            None => sessions.try_create(&tenant, session.id.as_str(), &write).await,
-            Some(v) => sessions.try_append(&tenant, session.id.as_str(), v, &write).await,
+            None => sessions.try_create(tenant, session.id.as_str(), &write).await,
+            Some(v) => sessions.try_append(tenant, session.id.as_str(), v, &write).await,
         };
         match saved {
-            Ok(_) => {}
-            Err(StoreError::Conflict(_) | StoreError::NotFound) => {
-                end = TurnEnd::Failed(RunFailure::new(
-                    ErrorClass::SessionConflict,
-                    "Another turn saved this session first; the conversation moved on. Retry the turn.",
-                ));
-            }
-            Err(e) => end = TurnEnd::Failed(RunFailure::foreign("SessionStoreError", &format!("{e:?}"))),
+            Ok(_) => end,
+            Err(StoreError::Conflict(_) | StoreError::NotFound) => TurnEnd::Failed(RunFailure::new(
+                ErrorClass::SessionConflict,
+                "Another turn saved this session first; the conversation moved on. Retry the turn.",
+            )),
+            Err(e) => TurnEnd::Failed(RunFailure::foreign("SessionStoreError", &format!("{e:?}"))),
         }
     }
 
-    let provider_name = agent.provider.name().to_owned();
-    let model = turn.model.clone().or_else(|| Some(agent.definition.model.model.clone()));
-    let cost = runtime.pricing.cost(&provider_name, model.as_deref().unwrap_or_default(), turn.usage.as_ref());
-    let mut outcome = RunOutcome {
-        run_id,
-        status: RunStatus::Completed,
-        text: turn.text.clone(),
-        usage: turn.usage,
-        cost: cost.clone(),
-        failure: None,
-        approvals: Vec::new(),
-        model_provider: turn.called.then(|| provider_name.clone()),
-        model: if turn.called { model } else { None },
-        finish_reason: turn.finish,
-        event_writes: 0,
-        client_tool_calls: Vec::new(),
-        session_id: None,
-    };
-    let terminal = match end {
-        TurnEnd::Answered => RunEvent::RunCompleted {
-            text: outcome.text.clone(),
-            usage: outcome.usage,
-            cost,
-            finish_reason: outcome.finish_reason,
+    /// Ends the run: its outcome and single terminal event, the stop's approval requests,
+    /// quota thresholds crossed, the statement that closes the row (with every event still
+    /// buffered), the live terminal frame, the run-end webhooks.
+    pub async fn settle(mut self, turn: TurnResult, end: TurnEnd) -> RunOutcome {
+        let runtime = self.runtime;
+        let (run_id, tenant) = (self.run_id, self.request.tenant.clone());
+        let agent = self.agent.clone();
+        let clock = runtime.platform.clock.clone();
+        let provider_name = agent.provider.name().to_owned();
+        let model = turn.model.clone().or_else(|| Some(agent.definition.model.model.clone()));
+        let cost = runtime.pricing.cost(&provider_name, model.as_deref().unwrap_or_default(), turn.usage.as_ref());
+        let mut outcome = RunOutcome {
+            run_id,
+            started_at: self.started_at,
+            status: RunStatus::Completed,
+            text: turn.text,
+            usage: turn.usage,
+            cost: cost.clone(),
+            failure: None,
+            approvals: Vec::new(),
+            model_provider: turn.called.then(|| provider_name.clone()),
+            model: if turn.called { model } else { None },
+            finish_reason: turn.finish,
+            event_writes: 0,
             client_tool_calls: Vec::new(),
-        },
-        TurnEnd::ClientTools(calls) => {
-            outcome.finish_reason = Some(FinishReason::ToolCalls);
-            outcome.client_tool_calls = calls.iter().map(ClientToolCall::from_call).collect();
-            outcome.session_id = session.as_ref().map(|s| s.id.clone());
-            RunEvent::RunCompleted {
+            session_id: None,
+        };
+        let terminal = match end {
+            TurnEnd::Answered => RunEvent::RunCompleted {
                 text: outcome.text.clone(),
                 usage: outcome.usage,
                 cost,
                 finish_reason: outcome.finish_reason,
-                client_tool_calls: outcome.client_tool_calls.clone(),
+                client_tool_calls: Vec::new(),
+            },
+            TurnEnd::ClientTools(calls) => {
+                outcome.finish_reason = Some(FinishReason::ToolCalls);
+                outcome.client_tool_calls = calls.iter().map(ClientToolCall::from_call).collect();
+                outcome.session_id = self.session.as_ref().map(|s| s.id.clone());
+                RunEvent::RunCompleted {
+                    text: outcome.text.clone(),
+                    usage: outcome.usage,
+                    cost,
+                    finish_reason: outcome.finish_reason,
+                    client_tool_calls: outcome.client_tool_calls.clone(),
+                }
+            }
+            TurnEnd::AwaitingApproval(requests) => {
+                outcome.status = RunStatus::AwaitingApproval;
+                save_requests(runtime, &self.request, run_id, &agent.name, self.session.as_ref(), &requests).await;
+                outcome.approvals = requests.clone();
+                RunEvent::RunAwaitingApproval { requests }
+            }
+            TurnEnd::Canceled => {
+                outcome.status = RunStatus::Canceled;
+                let failure = RunFailure::canceled();
+                outcome.failure = Some(failure.clone());
+                RunEvent::RunCanceled { error: failure }
+            }
+            TurnEnd::Failed(failure) => {
+                outcome.status = RunStatus::Failed;
+                outcome.failure = Some(failure.clone());
+                RunEvent::RunFailed { error: failure }
+            }
+        };
+        self.announce_thresholds(&outcome).await;
+        let ended_at = clock.now();
+        let run_end = RunEnd {
+            status: outcome.status,
+            ended_at,
+            duration_ms: millis_between(self.started_at, ended_at),
+            usage: outcome.usage,
+            cost: outcome.cost.clone(),
+            model_provider: outcome.model_provider.clone(),
+            model: outcome.model.clone(),
+            error: outcome.failure.clone(),
+        };
+        // The terminal event and every event still buffered go with the statement that closes
+        // the row; only then does the caller see the end.
+        let recorder = self.recorder.clone();
+        let store = runtime.stores.runs.clone();
+        recorder.record_held(&terminal).await;
+        let mut row_open = false;
+        if runtime.settings.recording.enabled {
+            let last = recorder.take_pending().await;
+            recorder.count_write();
+            if let Err(e) = store.finish_run(&tenant, run_id, &run_end, &last).await {
+                tracing::warn!(run_id = %run_id, error = ?e, "could not record the end of the run");
+                row_open = matches!(e, StoreError::Unavailable { .. });
+                if row_open {
+                    recorder.restore(last);
+                }
             }
         }
-        TurnEnd::AwaitingApproval(requests) => {
-            outcome.status = RunStatus::AwaitingApproval;
-            save_requests(runtime, &request, run_id, &agent.name, session.as_ref(), &requests).await;
-            outcome.approvals = requests.clone();
-            RunEvent::RunAwaitingApproval { requests }
+        self.emitter.send_live(terminal).await;
+        outcome.event_writes = recorder.store_writes();
+        // run.completed / run.failed / approval.pending: every run ends here (live, queued,
+        // resumed). A failing publish is logged; it never changes the run.
+        crate::webhooks::sources::publish_run_end(runtime, &tenant, &agent.name, &outcome).await;
+        if row_open {
+            finish_when_back(runtime, tenant, run_id, recorder, run_end.clone());
         }
-        TurnEnd::Canceled => {
-            outcome.status = RunStatus::Canceled;
-            let failure = RunFailure::canceled();
-            outcome.failure = Some(failure.clone());
-            RunEvent::RunCanceled { error: failure }
+        tracing::info!(
+            run_id = %run_id,
+            agent = %agent.name,
+            status = ?outcome.status,
+            duration_ms = run_end.duration_ms,
+            error_class = ?outcome.failure.as_ref().map(|f| f.error_class),
+            "run ended"
+        );
+        outcome
+    }
+
+    /// Quota thresholds this run crossed: announced once per period, before the end.
+    async fn announce_thresholds(&mut self, outcome: &RunOutcome) {
+        let runtime = self.runtime;
+        if runtime.quotas.rules.is_empty() || runtime.quotas.threshold_percents.is_empty() {
+            return;
         }
-        TurnEnd::Failed(failure) => {
-            outcome.status = RunStatus::Failed;
-            outcome.failure = Some(failure.clone());
-            RunEvent::RunFailed { error: failure }
-        }
-    };
-    // Quota thresholds this run crossed: announced once per period, before the end.
-    if !runtime.quotas.rules.is_empty() && !runtime.quotas.threshold_percents.is_empty() {
         let own = RunConsumption {
             tokens: outcome.usage.map_or(0, |u| u.total_tokens),
             cost: outcome.cost.as_ref().map(|c| (c.currency.clone(), c.total_cost)),
@@ -244,12 +369,12 @@ pub async fn execute(
             .crossed(
                 runtime.stores.runs.as_ref(),
                 runtime.stores.quota_notices.as_ref(),
-                &tenant,
-                &agent.name,
-                run_id,
-                request.attribution.user_id.as_deref(),
+                &self.request.tenant,
+                &self.agent.name,
+                self.run_id,
+                self.request.attribution.user_id.as_deref(),
                 &own,
-                clock.now(),
+                runtime.platform.clock.now(),
             )
             .await;
         for notice in notices {
@@ -260,75 +385,36 @@ pub async fn execute(
             }
             if runtime.quotas.publish_to_run_stream {
                 let payload = serde_json::to_string(&notice).unwrap_or_default();
-                emitter.emit(RunEvent::Custom { custom_type: THRESHOLD_EVENT.to_owned(), payload }).await;
+                self.emitter.emit(RunEvent::Custom { custom_type: THRESHOLD_EVENT.to_owned(), payload }).await;
             }
         }
     }
-    let ended_at = clock.now();
-    let run_end = RunEnd {
-        status: outcome.status,
-        ended_at,
-        duration_ms: millis_between(started_at, ended_at),
-        usage: outcome.usage,
-        cost: outcome.cost.clone(),
-        model_provider: outcome.model_provider.clone(),
-        model: outcome.model.clone(),
-        error: outcome.failure.clone(),
-    };
-    // The terminal event and every event still buffered go with the statement that closes
-    // the row; only then does the caller see the end.
-    recorder.record_held(&terminal).await;
-    let mut row_open = false;
-    if recording.enabled {
-        let last = recorder.take_pending().await;
-        recorder.count_write();
-        if let Err(e) = store.finish_run(&tenant, run_id, &run_end, &last).await {
-            tracing::warn!(run_id = %run_id, error = ?e, "could not record the end of the run");
-            row_open = matches!(e, StoreError::Unavailable { .. });
-            if row_open {
-                recorder.restore(last);
-            }
-        }
-    }
-    emitter.send_live(terminal).await;
-    outcome.event_writes = recorder.store_writes();
-    // run.completed / run.failed / approval.pending: every run ends here (live, queued,
-    // resumed). A failing publish is logged; it never changes the run.
-    crate::webhooks::sources::publish_run_end(runtime, &tenant, &agent.name, &outcome).await;
-    if row_open {
-        // The store went away during the run. Keep trying in the background so the record
-        // ends complete once it is back, instead of holding the caller.
-        let (store, recorder, clock, run_end) = (store.clone(), recorder.clone(), clock.clone(), run_end.clone());
-        runtime.platform.spawner.spawn(Box::pin(async move {
-            let mut pause = std::time::Duration::from_millis(250);
-            for _ in 0..12 {
-                clock.sleep(pause).await;
-                pause = (pause * 2).min(std::time::Duration::from_secs(10));
-                let last = recorder.take_pending().await;
-                match store.finish_run(&tenant, run_id, &run_end, &last).await {
-                    Ok(()) => {
-                        tracing::info!(run_id = %run_id, "recorded the end of the run after the store came back");
-                        return;
-                    }
-                    Err(StoreError::Unavailable { .. }) => recorder.restore(last),
-                    Err(e) => {
-                        tracing::warn!(run_id = %run_id, error = ?e, "gave up recording the end of the run");
-                        return;
-                    }
+}
+
+/// The store went away during the run. Keeps trying in the background so the record ends
+/// complete once it is back, instead of holding the caller.
+fn finish_when_back(runtime: &Runtime, tenant: TenantId, run_id: RunId, recorder: Arc<Recorder>, run_end: RunEnd) {
+    let (store, clock) = (runtime.stores.runs.clone(), runtime.platform.clock.clone());
+    runtime.platform.spawner.spawn(Box::pin(async move {
+        let mut pause = std::time::Duration::from_millis(250);
+        for _ in 0..12 {
+            clock.sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_secs(10));
+            let last = recorder.take_pending().await;
+            match store.finish_run(&tenant, run_id, &run_end, &last).await {
+                Ok(()) => {
+                    tracing::info!(run_id = %run_id, "recorded the end of the run after the store came back");
+                    return;
+                }
+                Err(StoreError::Unavailable { .. }) => recorder.restore(last),
+                Err(e) => {
+                    tracing::warn!(run_id = %run_id, error = ?e, "gave up recording the end of the run");
+                    return;
                 }
             }
-            tracing::error!(run_id = %run_id, "the store stayed unreachable; this run's record is incomplete");
-        }));
-    }
-    tracing::info!(
-        run_id = %run_id,
-        agent = %agent.name,
-        status = ?outcome.status,
-        duration_ms = run_end.duration_ms,
-        error_class = ?outcome.failure.as_ref().map(|f| f.error_class),
-        "run ended"
-    );
-    outcome
+        }
+        tracing::error!(run_id = %run_id, "the store stayed unreachable; this run's record is incomplete");
+    }));
 }
 
 /// Keeps the stop's requests for the mailbox and the in-band decision. Recording never

@@ -11,7 +11,10 @@
 //! Nothing here names a web framework: the HTTP handlers parse, call these, and map the
 //! outcome to a response.
 
+pub mod admission;
+pub mod drain;
 pub mod execute;
+pub mod launch;
 pub mod memory;
 pub mod outcome;
 pub mod prepare;

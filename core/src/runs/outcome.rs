@@ -11,6 +11,7 @@ use crate::runs::store::RunStatus;
 #[derive(Debug, Clone)]
 pub struct RunOutcome {
     pub run_id: RunId,
+    pub started_at: chrono::DateTime<chrono::Utc>,
     pub status: RunStatus,
     /// The final answer's text (the last model turn's).
     pub text: String,

@@ -49,8 +49,9 @@ pub struct PreparedRun {
     pub client_results: Vec<Message>,
 }
 
-/// Every check that can refuse the request before anything streams.
-pub async fn prepare(runtime: &Runtime, request: RunRequest) -> Result<PreparedRun, StartError> {
+/// Every check that can refuse the request before anything streams. `run_id` is the run's
+/// id when the surface chose it beforehand.
+pub async fn prepare(runtime: &Runtime, request: RunRequest, run_id: Option<RunId>) -> Result<PreparedRun, StartError> {
     check_documents(&request.documents)?;
     let agent = runtime
         .catalog
@@ -88,10 +89,11 @@ pub async fn prepare(runtime: &Runtime, request: RunRequest) -> Result<PreparedR
         let history = session.as_ref().map(|s| s.history.as_slice()).unwrap_or_default();
         client_results(&agent, history, &request.tool_results)?
     };
-    let run_id = match (&request.resume, request.queued) {
-        (Some(r), _) => r.run_id,
-        (None, Some(queued)) => queued,
-        (None, None) => RunId(new_id(runtime.platform.clock.as_ref())),
+    let run_id = match (&request.resume, request.queued, run_id) {
+        (Some(r), ..) => r.run_id,
+        (None, Some(queued), _) => queued,
+        (None, None, Some(chosen)) => chosen,
+        (None, None, None) => RunId(new_id(runtime.platform.clock.as_ref())),
     };
     let started_at = runtime.platform.clock.now();
     if request.queued.is_none() {

@@ -213,7 +213,7 @@ impl crate::jobs::JobHandler for QueuedRuns {
             queued: Some(run_id),
             tool_results: Vec::new(),
         };
-        let prepared = match prepare(runtime, request).await {
+        let prepared = match prepare(runtime, request, None).await {
             Ok(p) => p,
             Err(e) => {
                 let message = match &e {

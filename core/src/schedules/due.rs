@@ -7,6 +7,7 @@ use crate::attribution::Attribution;
 use crate::error::StoreError;
 use crate::identity::Caller;
 use crate::jobs::JobTransport;
+use crate::runs::launch::{Delivery, Start, launch};
 use crate::runs::request::{RunRequest, StartError};
 use crate::runtime::Runtime;
 
@@ -47,13 +48,11 @@ pub async fn enqueue_due(
             queued: None,
             tool_results: Vec::new(),
         };
-        let (run, error) = match crate::runs::queued::enqueue(runtime, request, SCHEDULED_RUN_ATTEMPTS).await {
-            Ok(accepted) => {
-                if let Err(e) = transport.wake(accepted.job_id).await {
-                    tracing::warn!(job = %accepted.job_id, error = %e, "could not wake a scheduled run's job; the next tick will");
-                }
+        let delivery = Delivery::Queued { transport, max_attempts: SCHEDULED_RUN_ATTEMPTS };
+        let (run, error) = match launch(runtime, Start::new(request, delivery)).await {
+            Ok(launched) => {
                 queued += 1;
-                (Some(accepted.run_id), None)
+                (Some(launched.run_id()), None)
             }
             Err(e) => {
                 let reason = match &e {

@@ -2,6 +2,7 @@
 //! and its in-memory implementation ([`memory`]).
 
 pub mod memory;
+pub mod ownership;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

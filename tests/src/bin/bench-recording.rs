@@ -179,7 +179,7 @@ async fn writes_per_run(deltas: usize) -> Result<(u64, u64, f64), BoxError> {
         queued: None,
         tool_results: Vec::new(),
     };
-    let prepared = runs::prepare::prepare(&runtime, request).await.map_err(|e| format!("{e:?}"))?;
+    let prepared = runs::prepare::prepare(&runtime, request, None).await.map_err(|e| format!("{e:?}"))?;
     let started = Instant::now();
     let outcome = runs::execute::execute(&runtime, prepared, CancellationToken::new(), None).await;
     let seconds = started.elapsed().as_secs_f64();

@@ -16,11 +16,9 @@
 //! the static-token holder (the administrator; with role policies, the Operator role). It
 //! never covers appending to someone else's conversation.
 
-use tracon_core::config::{Config, ConfigError};
-use tracon_core::identity::{AuthMethod, Caller, Role};
-use tracon_core::sessions::SessionRecord;
-
-use crate::error::ApiError;
+use crate::config::{Config, ConfigError};
+use crate::identity::{AuthMethod, Caller, Role};
+use crate::sessions::SessionRecord;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionOwnership {
@@ -82,24 +80,28 @@ impl SessionOwnership {
     }
 
     /// Whether a run may continue `existing` (or open the session when it is `None`).
-    pub fn may_run(&self, user: Option<&str>, existing: Option<&SessionRecord>) -> Result<(), ApiError> {
+    pub fn may_run(&self, user: Option<&str>, existing: Option<&SessionRecord>) -> Result<(), SessionRefusal> {
         if !self.enabled {
             return Ok(());
         }
-        let owner_required = || {
-            ApiError::forbidden(
-                "session_owner_required",
-                "Session ownership is on and this session has no owner the caller can be matched with.",
-            )
-        };
         match existing.map(|s| s.owner_user_id.as_deref()) {
             // A new session: opened by, and owned by, the caller.
-            None if user.is_none() && self.require_authenticated_owner => Err(owner_required()),
+            None if user.is_none() && self.require_authenticated_owner => Err(SessionRefusal::OwnerRequired),
             None => Ok(()),
             Some(Some(owner)) if user == Some(owner) => Ok(()),
-            Some(Some(_)) => Err(ApiError::forbidden("session_forbidden", "The session belongs to another user.")),
-            Some(None) if self.refuse_unowned => Err(owner_required()),
+            Some(Some(_)) => Err(SessionRefusal::Forbidden),
+            Some(None) if self.refuse_unowned => Err(SessionRefusal::OwnerRequired),
             Some(None) => Ok(()),
         }
     }
+}
+
+/// Why a run may not use a session (`403`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionRefusal {
+    /// `session_forbidden`: the session belongs to another user.
+    Forbidden,
+    /// `session_owner_required`: no owner the caller can be matched with (no resolvable
+    /// user for a new session, or an unowned one with `RefuseUnownedSessions`).
+    OwnerRequired,
 }

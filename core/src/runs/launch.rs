@@ -1,0 +1,204 @@
+//! The one entry every run-starting surface calls once its run is admitted
+//! ([`super::admission::admit`]): [`launch`] takes a description of the start ([`Start`]) and
+//! runs it live (events as they happen), buffered (to its end, then the outcome), in the
+//! background, or queued for a job consumer.
+//!
+//! The surfaces: the native run (`POST /api/agents/{name}/run`, with its in-band approval
+//! decisions and client-tool answers), the OpenAI chat and Responses routes, approval
+//! decisions through the mailbox, inbound triggers and schedules.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::events::RunEvent;
+use crate::jobs::JobTransport;
+use crate::model::Message;
+use crate::names::{RunId, SessionId};
+use crate::ports::new_id;
+use crate::runs::execute::execute;
+use crate::runs::outcome::{Accepted, RunOutcome};
+use crate::runs::prepare::{LoadedSession, prepare};
+use crate::runs::queued::enqueue;
+use crate::runs::request::{RunRequest, StartError};
+use crate::runtime::{RunQueue, Runtime};
+
+/// Events buffered between a live run and a slow reader before the run waits.
+pub const EVENT_BUFFER: usize = 64;
+
+/// A run to start.
+pub struct Start<'a> {
+    /// Who runs which agent with what input (and, for a resumption, what was decided).
+    pub request: RunRequest,
+    pub delivery: Delivery<'a>,
+    pub history: History,
+    /// Text the caller adds after the agent's own instructions for this run (an OpenAI
+    /// client's `system` messages or `instructions`).
+    pub extra_instructions: Option<String>,
+    /// The run's id, when the surface names something after the run before it starts (a
+    /// stored response's session is its id); otherwise one is drawn.
+    pub run_id: Option<RunId>,
+}
+
+impl<'a> Start<'a> {
+    /// A start in the request's own session (if any), with the agent's instructions as they are.
+    pub fn new(request: RunRequest, delivery: Delivery<'a>) -> Self {
+        Self { request, delivery, history: History::Session, extra_instructions: None, run_id: None }
+    }
+}
+
+/// How the surface takes the run.
+pub enum Delivery<'a> {
+    /// Each event as it happens ([`LiveRun`]); the run executes on the platform's spawner,
+    /// and closing the receiver cancels it.
+    Live,
+    /// The run to its end, then its outcome (a JSON answer, a replayable response).
+    Buffered,
+    /// On the platform's spawner with nobody reading: a resumption decided through the
+    /// mailbox, on a host whose background work outlives the response.
+    Background,
+    /// Accepted for a job consumer: a placeholder row and its job, woken through `transport`.
+    Queued { transport: &'a dyn JobTransport, max_attempts: u32 },
+}
+
+impl<'a> From<&'a RunQueue> for Delivery<'a> {
+    /// Queued through the host's run queue.
+    fn from(queue: &'a RunQueue) -> Self {
+        Delivery::Queued { transport: queue.transport.as_ref(), max_attempts: queue.max_attempts }
+    }
+}
+
+/// What the model sees before the new message.
+pub enum History {
+    /// The request's session holds the conversation (none without a session).
+    Session,
+    /// The caller keeps the conversation and sent it along (an OpenAI chat request, a
+    /// response with `store: false`): the model sees it; nothing saves it, and a run that
+    /// hands client-side calls back opens no session for them.
+    Supplied(Vec<Message>),
+    /// A new session under `id` seeded with `history` (a stored response): the run's first
+    /// save writes the whole conversation. The run row names no session, as before the save.
+    Seeded { id: SessionId, history: Vec<Message> },
+}
+
+/// What [`launch`] started.
+pub enum Launched {
+    Live(LiveRun),
+    Finished(Box<RunOutcome>),
+    /// Running in the background (`Delivery::Background`).
+    Started(RunId),
+    Queued(Accepted),
+}
+
+impl Launched {
+    /// The run's id (every start has one; a queued run's is its placeholder row's).
+    pub fn run_id(&self) -> RunId {
+        match self {
+            Launched::Live(live) => live.run_id,
+            Launched::Finished(outcome) => outcome.run_id,
+            Launched::Started(id) => *id,
+            Launched::Queued(accepted) => accepted.run_id,
+        }
+    }
+}
+
+/// A run executing now, followed live.
+pub struct LiveRun {
+    pub run_id: RunId,
+    pub started_at: chrono::DateTime<chrono::Utc>,
+    /// The session the request named, if any.
+    pub session_id: Option<SessionId>,
+    /// Every event as it happens, the terminal one last; dropping it cancels the run.
+    pub events: mpsc::Receiver<RunEvent>,
+    /// Cancels the run (the surface ties it to its response body: a caller that goes away
+    /// cancels the run).
+    pub cancel: CancellationToken,
+    /// How the run ended, once it has.
+    pub outcome: oneshot::Receiver<RunOutcome>,
+}
+
+/// A fresh run id, for a surface that needs it before [`launch`] (see [`Start::run_id`]).
+pub fn new_run_id(runtime: &Runtime) -> RunId {
+    RunId(new_id(runtime.platform.clock.as_ref()))
+}
+
+/// Starts an admitted run. Everything that can refuse it — an unknown agent, parameters or
+/// documents that break a rule, a definition that no longer compiles, a session that moved
+/// on, a store that cannot be reached — is refused here, before anything streams.
+pub async fn launch(runtime: &Arc<Runtime>, start: Start<'_>) -> Result<Launched, StartError> {
+    let Start { request, delivery, history, extra_instructions, run_id } = start;
+    let here = match delivery {
+        Delivery::Queued { transport, max_attempts } => {
+            let accepted = enqueue(runtime, request, max_attempts).await?;
+            if let Err(e) = transport.wake(accepted.job_id).await {
+                // The row is the truth: the consumer's poll (or the next tick) finds the job.
+                tracing::warn!(job = %accepted.job_id, error = %e, "could not wake the job consumer");
+            }
+            return Ok(Launched::Queued(accepted));
+        }
+        Delivery::Live => Here::Live,
+        Delivery::Buffered => Here::Buffered,
+        Delivery::Background => Here::Background,
+    };
+    let mut prepared = prepare(runtime, request, run_id).await?;
+    if let Some(extra) = &extra_instructions {
+        prepared.agent = Arc::new(prepared.agent.with_extra_instructions(extra));
+    }
+    match history {
+        History::Session => {}
+        History::Supplied(messages) => prepared.supplied_history = Some(messages),
+        History::Seeded { id, history } => prepared.session = Some(LoadedSession { id, version: None, history }),
+    }
+    let run_id = prepared.run_id;
+    let (guard, cancel) = runtime.drain.enter(run_id);
+    let span = tracing::info_span!("runs.execute", agent = %prepared.agent.name, run_id = %run_id);
+    match here {
+        Here::Buffered => {
+            let outcome = execute(runtime, prepared, cancel, None).instrument(span).await;
+            drop(guard);
+            Ok(Launched::Finished(Box::new(outcome)))
+        }
+        Here::Background => {
+            let task_runtime = runtime.clone();
+            runtime.platform.spawner.spawn(Box::pin(
+                async move {
+                    let _guard = guard;
+                    execute(&task_runtime, prepared, cancel, None).await;
+                }
+                .instrument(span),
+            ));
+            Ok(Launched::Started(run_id))
+        }
+        Here::Live => {
+            let (tx, events) = mpsc::channel(EVENT_BUFFER);
+            let (done, outcome) = oneshot::channel();
+            let live = LiveRun {
+                run_id,
+                started_at: prepared.started_at,
+                session_id: prepared.request.session_id.clone(),
+                events,
+                cancel: cancel.clone(),
+                outcome,
+            };
+            let task_runtime = runtime.clone();
+            runtime.platform.spawner.spawn(Box::pin(
+                async move {
+                    let _guard = guard;
+                    let outcome = execute(&task_runtime, prepared, cancel, Some(tx)).await;
+                    let _ = done.send(outcome);
+                }
+                .instrument(span),
+            ));
+            Ok(Launched::Live(live))
+        }
+    }
+}
+
+/// The deliveries that execute in this process.
+enum Here {
+    Live,
+    Buffered,
+    Background,
+}
