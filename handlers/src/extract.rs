@@ -14,9 +14,6 @@ use tracon_core::names::TenantId;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// Default largest accepted request body (`Tracon:Http:MaxRequestBodyBytes`).
-pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
-
 /// `#[serde(default = "crate::extract::default_true")]`: a flag that is on unless a body
 /// says otherwise (`enabled`).
 pub(crate) fn default_true() -> bool {

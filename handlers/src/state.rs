@@ -1,7 +1,6 @@
 //! The state every handler receives: the core runtime (with its drain switch and run queue)
 //! and the HTTP settings.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +8,14 @@ use sha2::{Digest, Sha256};
 use tracon_core::config::{Config, ConfigError};
 use tracon_core::runtime::Runtime;
 
-use crate::extract::DEFAULT_MAX_BODY_BYTES;
+use crate::access::jwt::{JwtSettings, JwtVerifier};
+use crate::access::key_cache::KeyCache;
+use crate::access::ratelimit::{RateLimitSettings, RateLimiter};
+use crate::access::tenancy::TenancySettings;
+use crate::triggers::settings::{TriggerLimiter, TriggerSettings};
+
+/// Default largest accepted request body (`Tracon:Http:MaxRequestBodyBytes`).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// Shortest static token accepted: a guessable token protects nothing.
 pub const MIN_TOKEN_LEN: usize = 16;
@@ -43,18 +49,18 @@ pub struct HttpSettings {
     /// revocation through this instance applies at once regardless.
     pub key_cache_ttl: Duration,
     /// The request rate limit; off (`None`) by default.
-    pub rate_limit: Option<crate::ratelimit::RateLimitSettings>,
+    pub rate_limit: Option<RateLimitSettings>,
     /// How a request's tenant is resolved (single tenant by default).
-    pub tenancy: crate::tenancy::TenancySettings,
+    pub tenancy: TenancySettings,
     /// JWT bearer tokens (`Tracon:Jwt:*`); off (`None`) by default.
-    pub jwt: Option<crate::jwt::JwtSettings>,
+    pub jwt: Option<JwtSettings>,
     /// Whether work spawned by a request goes on after its response is sent (the local
     /// server; a Worker through `waitUntil`). Not on Lambda, where the environment freezes
     /// between invocations: there a decision that resumes a run waits for that run before
     /// it answers.
     pub background_outlives_response: bool,
     /// Inbound triggers (`Tracon:InboundTriggers:*`) and where their secrets are read from.
-    pub triggers: crate::triggers::TriggerSettings,
+    pub triggers: TriggerSettings,
 }
 
 impl std::fmt::Debug for HttpSettings {
@@ -83,7 +89,7 @@ impl HttpSettings {
                 "TRACON_AUTH_TOKEN is shorter than {MIN_TOKEN_LEN} characters; use a long random value (e.g. `openssl rand -hex 32`)."
             )));
         }
-        let jwt = crate::jwt::JwtSettings::from_config(config)?;
+        let jwt = JwtSettings::from_config(config)?;
         let authenticated = token.is_some() || jwt.is_some();
         let allow_remote = config.bool("Tracon:AllowRemoteAccess")?.unwrap_or(authenticated);
         if allow_remote && !authenticated {
@@ -105,11 +111,11 @@ impl HttpSettings {
             allowed_origins: allowed_origins(config)?,
             sse_keep_alive: config.seconds("Tracon:Http:SseKeepAliveSeconds")?.unwrap_or(d.sse_keep_alive),
             key_cache_ttl: config.seconds("Tracon:ApiKeys:CacheSeconds")?.unwrap_or(d.key_cache_ttl),
-            rate_limit: crate::ratelimit::RateLimitSettings::from_config(config)?,
-            tenancy: crate::tenancy::TenancySettings::from_config(config)?,
+            rate_limit: RateLimitSettings::from_config(config)?,
+            tenancy: TenancySettings::from_config(config)?,
             jwt,
             background_outlives_response: true,
-            triggers: crate::triggers::TriggerSettings::from_config(config)?,
+            triggers: TriggerSettings::from_config(config)?,
         })
     }
 
@@ -144,10 +150,10 @@ impl Default for HttpSettings {
             sse_keep_alive: Duration::from_secs(15),
             key_cache_ttl: Duration::from_secs(5),
             rate_limit: None,
-            tenancy: crate::tenancy::TenancySettings::default(),
+            tenancy: TenancySettings::default(),
             jwt: None,
             background_outlives_response: true,
-            triggers: crate::triggers::TriggerSettings::default(),
+            triggers: TriggerSettings::default(),
         }
     }
 }
@@ -156,31 +162,26 @@ pub fn digest(value: &str) -> [u8; 32] {
     Sha256::digest(value.as_bytes()).into()
 }
 
-/// The address of the connection, inserted into request extensions by an adapter that
-/// knows it (the local server). Absent means "not known to be loopback".
-#[derive(Debug, Clone, Copy)]
-pub struct PeerAddr(pub SocketAddr);
-
 /// What every handler receives.
 #[derive(Clone)]
 pub struct AppState {
     pub runtime: Arc<Runtime>,
     pub http: Arc<HttpSettings>,
     /// API keys recently read, for authentication.
-    pub keys: Arc<crate::auth::KeyCache>,
+    pub keys: Arc<KeyCache>,
     /// Present when a rate limit is configured.
-    pub limiter: Option<Arc<crate::ratelimit::RateLimiter>>,
+    pub limiter: Option<Arc<RateLimiter>>,
     /// Present when JWT bearer tokens are configured (with the JWKS cache).
-    pub jwt: Option<Arc<crate::jwt::JwtVerifier>>,
+    pub jwt: Option<Arc<JwtVerifier>>,
     /// The per-trigger rate limit of the accept endpoint (per process).
-    pub trigger_limiter: Arc<crate::triggers::TriggerLimiter>,
+    pub trigger_limiter: Arc<TriggerLimiter>,
 }
 
 impl AppState {
     pub fn new(runtime: Arc<Runtime>, http: HttpSettings) -> Self {
-        let keys = Arc::new(crate::auth::KeyCache::new(http.key_cache_ttl));
-        let limiter = http.rate_limit.map(|s| Arc::new(crate::ratelimit::RateLimiter::new(s)));
-        let jwt = http.jwt.clone().map(|s| Arc::new(crate::jwt::JwtVerifier::new(s)));
+        let keys = Arc::new(KeyCache::new(http.key_cache_ttl));
+        let limiter = http.rate_limit.map(|s| Arc::new(RateLimiter::new(s)));
+        let jwt = http.jwt.clone().map(|s| Arc::new(JwtVerifier::new(s)));
         Self { runtime, http: Arc::new(http), keys, limiter, jwt, trigger_limiter: Arc::default() }
     }
 }

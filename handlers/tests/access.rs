@@ -27,7 +27,7 @@ use tracon_core::names::TenantId;
 use tracon_core::ports::tokio_rt;
 use tracon_core::runtime::{RuntimeBuilder, RuntimeSettings};
 use tracon_core::sessions::ownership::SessionOwnership;
-use tracon_handlers::auth::{Requirement, requirement};
+use tracon_handlers::access::{Requirement, requirement};
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 
 const TOKEN: &str = "a-long-enough-test-token";
@@ -343,7 +343,7 @@ async fn tenant_b(app: &Router, state: &AppState, b: &str) -> Theirs {
 
 /// Every route of the OpenAPI document (which a test keeps equal to the mounted routes).
 fn routes() -> Vec<(Method, String)> {
-    let doc: Value = serde_json::from_str(tracon_handlers::openapi::DOCUMENT).unwrap();
+    let doc: Value = serde_json::from_str(tracon_handlers::meta::openapi::DOCUMENT).unwrap();
     let mut out = Vec::new();
     for (path, ops) in doc["paths"].as_object().unwrap() {
         for method in ops.as_object().unwrap().keys() {
@@ -727,7 +727,7 @@ async fn the_run_policy_hides_denied_runs_as_missing_and_fails_closed() {
 
 #[tokio::test]
 async fn the_rate_limit_is_off_by_default_and_partitions_by_key_when_on() {
-    use tracon_handlers::ratelimit::{Partition, RateLimitSettings};
+    use tracon_handlers::access::ratelimit::{Partition, RateLimitSettings};
     let (open_app, open_state) = app();
     let key = key_in(&open_state, "default", &[Scope::RunsRead], None).await;
     for _ in 0..20 {
@@ -768,7 +768,7 @@ async fn the_rate_limit_is_off_by_default_and_partitions_by_key_when_on() {
 #[test]
 fn the_rate_limit_partition_must_be_one_it_knows() {
     use tracon_core::config::Config;
-    use tracon_handlers::ratelimit::{Partition, RateLimitSettings};
+    use tracon_handlers::access::ratelimit::{Partition, RateLimitSettings};
     let config = |pairs: &[(&str, &str)]| Config::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     assert_eq!(RateLimitSettings::from_config(&config(&[])).unwrap(), None);
     let on = config(&[("Tracon__RateLimit__PermitsPerMinute", "600"), ("Tracon__RateLimit__PartitionBy", "tenant")]);
@@ -939,7 +939,7 @@ async fn with_tenant(
 #[tokio::test]
 async fn a_key_outranks_the_tenant_header_which_is_read_only_when_switched_on() {
     use tracon_core::config::Config;
-    use tracon_handlers::tenancy::TenancySettings;
+    use tracon_handlers::access::tenancy::TenancySettings;
     let def =
         |name: &str| serde_json::to_value(AgentDefinition::new(name, "script", "m").with_instructions("Hi.")).unwrap();
 

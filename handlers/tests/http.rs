@@ -713,15 +713,15 @@ fn mounted_routes(router: &Router) -> BTreeSet<(String, String)> {
 
 #[test]
 fn the_document_is_well_formed_for_generated_clients() {
-    let doc: Value = serde_json::from_str(tracon_handlers::openapi::DOCUMENT).unwrap();
+    let doc: Value = serde_json::from_str(tracon_handlers::meta::openapi::DOCUMENT).unwrap();
     let mut ids = BTreeSet::new();
     let mut linked = 0;
     for (path, item) in doc["paths"].as_object().unwrap() {
         for (method, op) in item.as_object().unwrap() {
             let id = op["operationId"].as_str().unwrap_or_else(|| panic!("{method} {path} has no operationId"));
             assert!(ids.insert(id.to_owned()), "operationId {id} repeats ({method} {path})");
-            let open = tracon_handlers::auth::requirement(&method.to_uppercase().parse().unwrap(), path)
-                == tracon_handlers::auth::Requirement::Open;
+            let open = tracon_handlers::access::requirement(&method.to_uppercase().parse().unwrap(), path)
+                == tracon_handlers::access::Requirement::Open;
             assert_eq!(
                 op["security"] == json!([]),
                 open,
@@ -766,14 +766,14 @@ fn the_document_is_well_formed_for_generated_clients() {
 
 #[test]
 fn the_served_openapi_document_is_generated_from_the_code() {
-    let generated = tracon_handlers::openapi::generate();
+    let generated = tracon_handlers::meta::openapi::generate();
     if std::env::var_os("TRACON_UPDATE_OPENAPI").is_some() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi.json");
         std::fs::write(path, &generated).unwrap();
         return;
     }
     assert!(
-        tracon_handlers::openapi::DOCUMENT == generated,
+        tracon_handlers::meta::openapi::DOCUMENT == generated,
         "handlers/openapi.json is stale: run `TRACON_UPDATE_OPENAPI=1 cargo test -p tracon-handlers --test http openapi` and commit it"
     );
 }
@@ -939,7 +939,7 @@ async fn a_serverless_deployment_serves_only_meta_until_a_token_is_configured() 
 #[tokio::test]
 async fn a_group_deployment_serves_its_own_routes_and_meta_only() {
     let (_, state) = app_with(HttpSettings::default());
-    let sessions_only = tracon_handlers::app(state, tracon_handlers::sessions_router());
+    let sessions_only = tracon_handlers::deployment_app(state, &tracon_handlers::groups::deployments::SESSIONS);
     let (status, _) = json_of(&sessions_only, request(Method::GET, "/api/sessions", None)).await;
     assert_eq!(status, StatusCode::OK);
     let (status, _) = json_of(&sessions_only, request(Method::GET, "/api/meta", None)).await;

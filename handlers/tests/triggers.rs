@@ -29,7 +29,7 @@ use tracon_core::runs::queued::QueuedRuns;
 use tracon_core::runtime::RunQueue;
 use tracon_core::runtime::RuntimeBuilder;
 use tracon_core::stores::Stores;
-use tracon_handlers::triggers::TriggerSettings;
+use tracon_handlers::triggers::settings::TriggerSettings;
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 
 const TOKEN: &str = "a-long-enough-test-token";

@@ -21,9 +21,14 @@ pub fn graph(src: &Path) -> Graph {
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap_or_default();
         let code = strip(&text);
-        let module = module_path(src, file);
+        let file_module = module_path(src, file);
+        let inline = inline_modules(&code);
         let mut targets = BTreeSet::new();
-        for path in paths(&code) {
+        for (at, path) in paths(&code) {
+            // `super::` and `self::` inside `mod name { … }` are relative to that module.
+            let mut module = file_module.clone();
+            module
+                .extend(inline.iter().filter(|(start, end, _)| (*start..*end).contains(&at)).map(|(.., n)| n.clone()));
             let absolute = match path.first().map(String::as_str) {
                 Some("crate") => path[1..].to_vec(),
                 Some("super") => {
@@ -210,8 +215,44 @@ fn strip(text: &str) -> String {
     out
 }
 
-/// Every `crate::…`, `super::…` and `self::…` path in the code, `use` trees expanded.
-fn paths(code: &str) -> Vec<Vec<String>> {
+/// The inline modules of the code (`mod name { … }`), outermost first: where each one's
+/// body starts and ends, and its name.
+fn inline_modules(code: &str) -> Vec<(usize, usize, String)> {
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices("mod ") {
+        if code[..at].chars().last().is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let rest = &code[at + 4..];
+        let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        let after = rest[name.len()..].trim_start();
+        if name.is_empty() || !after.starts_with('{') {
+            continue;
+        }
+        let open = at + 4 + (rest.len() - after.len());
+        let mut depth = 0usize;
+        let mut end = code.len();
+        for (i, c) in code[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = open + i;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.push((open, end, name));
+    }
+    out
+}
+
+/// Every `crate::…`, `super::…` and `self::…` path in the code, `use` trees expanded, with
+/// where it was written.
+fn paths(code: &str) -> Vec<(usize, Vec<String>)> {
     let mut out = Vec::new();
     // `use` trees: expand braces.
     for (start, _) in code.match_indices("use ") {
@@ -221,7 +262,9 @@ fn paths(code: &str) -> Vec<Vec<String>> {
         }
         let Some(end) = code[start..].find(';') else { continue };
         let tree: String = code[start + 4..start + end].chars().filter(|c| !c.is_whitespace()).collect();
-        expand(&tree, &mut Vec::new(), &mut out);
+        let mut expanded = Vec::new();
+        expand(&tree, &mut Vec::new(), &mut expanded);
+        out.extend(expanded.into_iter().map(|p| (start, p)));
     }
     // Paths written in code.
     for root in ["crate::", "super::", "self::"] {
@@ -233,7 +276,7 @@ fn paths(code: &str) -> Vec<Vec<String>> {
             let path: String =
                 code[at..].chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':').collect();
             let parts: Vec<String> = path.split("::").filter(|p| !p.is_empty()).map(str::to_owned).collect();
-            out.push(parts);
+            out.push((at, parts));
         }
     }
     out
@@ -273,5 +316,38 @@ fn expand(tree: &str, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
             }
             prefix.truncate(len);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn crate_of(files: &[(&str, &str)]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("tracon-modules-{}", uuid::Uuid::new_v4()));
+        for (path, text) in files {
+            let file = dir.join(path);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(file, text).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn a_circle_is_found_and_an_inline_modules_super_is_its_own_file() {
+        let src = crate_of(&[
+            ("lib.rs", "pub mod a;\npub mod b;\npub mod c;\n"),
+            ("a.rs", "use crate::b::B;\npub struct A;\n"),
+            ("b.rs", "pub struct B(crate::a::A);\n"),
+            // `super::` inside `mod inner { … }` is c.rs itself, not lib.rs.
+            ("c.rs", "pub struct C;\nmod inner {\n    use super::C;\n}\n"),
+        ]);
+        let graph = graph(&src);
+        let circles = circles(&graph);
+        assert_eq!(circles.len(), 1, "{circles:?}");
+        assert_eq!(circles[0], vec![src.join("a.rs"), src.join("b.rs")]);
+        assert!(graph[&src.join("c.rs")].is_empty(), "{graph:?}");
+        std::fs::remove_dir_all(src).unwrap();
     }
 }

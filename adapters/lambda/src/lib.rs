@@ -44,6 +44,7 @@ use tracon_core::ports::tokio_rt;
 use tracon_core::setup::{self, HostDefaults};
 use tracon_core::stores::Stores;
 use tracon_handlers::error::ApiError;
+use tracon_handlers::groups::Deployment;
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 use tracon_postgres::pg::{self, PgSettings};
 use tracon_postgres::protect::Protection;
@@ -300,9 +301,10 @@ impl BasePath {
     }
 }
 
-/// Runs one function: the group's routes (`tracon_handlers::agents_router()`, …, or
-/// `all_routes()`), streaming or buffered.
-pub async fn serve(routes: Router<AppState>, streaming: bool) -> Result<(), lambda_http::Error> {
+/// Runs one function: what `deployment` serves (`tracon_handlers::groups::deployments::AGENTS`,
+/// …, `groups::deployments::ALL`), streaming when the deployment does.
+pub async fn serve(deployment: &'static Deployment) -> Result<(), lambda_http::Error> {
+    let (routes, streaming) = (deployment.routes(), deployment.streams);
     let config = Config::from_pairs(std::env::vars());
     init_logging(&config);
     let handler = match BasePath::from_config(&config)

@@ -10,7 +10,8 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 use tracon_core::config::Config;
 use tracon_core::stores::Stores;
-use tracon_handlers::{AppState, agents_router, all_routes, runs_router, sessions_router};
+use tracon_handlers::AppState;
+use tracon_handlers::groups::deployments::{AGENTS, ALL, RUNS, SESSIONS};
 use tracon_lambda::{BasePath, Function};
 
 const TOKEN: &str = "lambda-test-token-0123456789";
@@ -125,7 +126,7 @@ async fn invoke(app: &Function, raw_event: String, request_id: Option<&str>) -> 
 #[tokio::test]
 async fn the_agents_function_stores_an_agent_and_streams_a_run() {
     let stores = Stores::in_memory();
-    let agents = app(agents_router(), stores.clone(), true);
+    let agents = app(AGENTS.routes(), stores.clone(), true);
     let definition = json!({"name": "helper", "instructions": "Help.", "model": {"provider": "scripted", "model": "demo"},
                             "toolNames": ["get_order_status"]});
     for function_url in [false, true] {
@@ -149,9 +150,9 @@ async fn the_agents_function_stores_an_agent_and_streams_a_run() {
 #[tokio::test]
 async fn the_runs_and_sessions_functions_read_what_the_agents_function_wrote() {
     let stores = Stores::in_memory();
-    let agents = app(agents_router(), stores.clone(), true);
-    let runs = app(runs_router(), stores.clone(), true);
-    let sessions = app(sessions_router(), stores.clone(), true);
+    let agents = app(AGENTS.routes(), stores.clone(), true);
+    let runs = app(RUNS.routes(), stores.clone(), true);
+    let sessions = app(SESSIONS.routes(), stores.clone(), true);
     call(
         &agents,
         event("POST", "/api/agents", Some(json!({"name": "a", "model": {"provider": "scripted", "model": "m"}})), true),
@@ -178,7 +179,7 @@ async fn the_runs_and_sessions_functions_read_what_the_agents_function_wrote() {
 
 #[tokio::test]
 async fn without_a_token_every_function_serves_only_meta() {
-    for routes in [agents_router(), runs_router(), sessions_router(), all_routes()] {
+    for routes in [AGENTS.routes(), RUNS.routes(), SESSIONS.routes(), ALL.routes()] {
         let app = app(routes, Stores::in_memory(), false);
         let (status, _, _) = call(&app, event("GET", "/api/meta", None, true)).await;
         assert_eq!(status, 200);
@@ -191,7 +192,7 @@ async fn without_a_token_every_function_serves_only_meta() {
 #[tokio::test]
 async fn a_rest_api_event_on_a_named_stage_reaches_the_route_without_the_stage() {
     let stores = Stores::in_memory();
-    let sessions = app(sessions_router(), stores.clone(), true);
+    let sessions = app(SESSIONS.routes(), stores.clone(), true);
     let (status, content_type, body) = call(&sessions, rest_event("GET", "/api/sessions", Some(("take", "5")))).await;
     assert_eq!((status, content_type.as_str()), (200, "application/json"), "{body}");
     assert_eq!(body, "[]");
@@ -206,7 +207,7 @@ async fn a_rest_api_event_on_a_named_stage_reaches_the_route_without_the_stage()
 async fn a_rest_api_event_on_a_stage_named_api_keeps_its_api_prefix() {
     // lambda_http leaves `/api/meta` alone on a stage named `api` (it already starts with
     // `/api/`); the stage must not be taken off it a second time.
-    let sessions = app(sessions_router(), Stores::in_memory(), true);
+    let sessions = app(SESSIONS.routes(), Stores::in_memory(), true);
     let (status, _, body) = call(&sessions, rest_event_on("api", "GET", "/api/meta", None)).await;
     assert_eq!(status, 200, "{body}");
     let (status, _, body) = call(&sessions, rest_event_on("api", "GET", "/api/sessions", Some(("take", "5")))).await;
@@ -216,7 +217,7 @@ async fn a_rest_api_event_on_a_stage_named_api_keeps_its_api_prefix() {
 #[tokio::test]
 async fn a_rest_api_event_through_a_base_path_mapping_reaches_the_route_under_the_base_path() {
     let base_path = BasePath::new("/v1").unwrap();
-    let sessions = app_under(sessions_router(), Stores::in_memory(), true, base_path);
+    let sessions = app_under(SESSIONS.routes(), Stores::in_memory(), true, base_path);
     // A custom domain maps base path `v1` to the stage `prod`: the event's path is
     // `/v1/api/…` and the stage is not in it.
     let (status, _, body) = call(&sessions, rest_event("GET", "/v1/api/meta", None)).await;
@@ -231,21 +232,21 @@ async fn a_rest_api_event_through_a_base_path_mapping_reaches_the_route_under_th
     let (status, _, _) = call(&sessions, rest_event("GET", "/api/meta", None)).await;
     assert_eq!(status, 200);
 
-    let without_base_path = app(sessions_router(), Stores::in_memory(), true);
+    let without_base_path = app(SESSIONS.routes(), Stores::in_memory(), true);
     let (status, _, _) = call(&without_base_path, rest_event("GET", "/v1/api/meta", None)).await;
     assert_eq!(status, 404, "no base path is taken off unless one is configured");
 }
 
 #[tokio::test]
 async fn an_http_api_event_on_a_named_stage_reaches_the_route_without_the_stage() {
-    let sessions = app(sessions_router(), Stores::in_memory(), true);
+    let sessions = app(SESSIONS.routes(), Stores::in_memory(), true);
     // The execute-api domain keeps the stage in `rawPath`; a custom domain does not, and
     // lambda_http puts it in front.
     for raw_path in ["/prod/api/meta", "/api/meta"] {
         let (status, _, body) = call(&sessions, named_stage_event("prod", raw_path)).await;
         assert_eq!(status, 200, "{raw_path}: {body}");
     }
-    let under_v1 = app_under(sessions_router(), Stores::in_memory(), true, BasePath::new("/v1").unwrap());
+    let under_v1 = app_under(SESSIONS.routes(), Stores::in_memory(), true, BasePath::new("/v1").unwrap());
     let (status, _, body) = call(&under_v1, named_stage_event("prod", "/prod/v1/api/meta")).await;
     assert_eq!(status, 200, "{body}");
     let (status, _, body) = call(&under_v1, event("GET", "/v1/api/meta", None, false)).await;
@@ -294,7 +295,7 @@ fn a_base_path_is_read_from_the_environment_and_checked_at_start_up() {
 #[tokio::test]
 async fn an_invocation_handed_out_again_is_answered_502_and_not_run_twice() {
     let stores = Stores::in_memory();
-    let agents = app(agents_router(), stores.clone(), true);
+    let agents = app(AGENTS.routes(), stores.clone(), true);
     let definition = json!({"name": "helper", "model": {"provider": "scripted", "model": "demo"}});
     let (status, _, body) = invoke(&agents, event("POST", "/api/agents", Some(definition), true), Some("create")).await;
     assert_eq!(status, 201, "{body}");
@@ -309,7 +310,7 @@ async fn an_invocation_handed_out_again_is_answered_502_and_not_run_twice() {
     assert_eq!(problem["status"], 502);
     assert!(problem["detail"].as_str().unwrap().contains("not run twice"), "{body}");
 
-    let runs = app(runs_router(), stores.clone(), true);
+    let runs = app(RUNS.routes(), stores.clone(), true);
     let (_, _, list) = call(&runs, event("GET", "/api/runs", None, true)).await;
     assert_eq!(serde_json::from_str::<Value>(&list).unwrap().as_array().unwrap().len(), 1, "{list}");
 
@@ -361,7 +362,7 @@ async fn the_split_template_routes_every_endpoint_to_a_function_that_serves_it()
             .max_by_key(|(p, _)| p.len())
             .map(|(_, f)| f.clone())
     };
-    let doc: Value = serde_json::from_str(tracon_handlers::openapi::DOCUMENT).unwrap();
+    let doc: Value = serde_json::from_str(tracon_handlers::meta::openapi::DOCUMENT).unwrap();
     for (template_path, ops) in doc["paths"].as_object().unwrap() {
         let path = template_path
             .replace("{tenantId}", "default")
@@ -371,9 +372,9 @@ async fn the_split_template_routes_every_endpoint_to_a_function_that_serves_it()
             .replace("{b}", "1");
         let function = route_of(&path).unwrap_or_else(|| panic!("API Gateway routes nothing to {template_path}"));
         let routes = match function.as_str() {
-            "Agents" => agents_router(),
-            "Runs" => runs_router(),
-            "Sessions" => sessions_router(),
+            "Agents" => AGENTS.routes(),
+            "Runs" => RUNS.routes(),
+            "Sessions" => SESSIONS.routes(),
             other => panic!("{template_path} goes to an unknown function {other}"),
         };
         let app = app(routes, Stores::in_memory(), true);

@@ -131,7 +131,8 @@ async fn report_foreign_secret_names(
     stores: &tracon_core::stores::Stores,
     out: &mut impl std::io::Write,
 ) -> Result<(), String> {
-    let triggers = tracon_handlers::triggers::TriggerSettings::from_config(config).map_err(|e| e.to_string())?;
+    let triggers =
+        tracon_handlers::triggers::settings::TriggerSettings::from_config(config).map_err(|e| e.to_string())?;
     let webhooks = tracon_core::webhooks::WebhookSettings::from_config(config).map_err(|e| e.to_string())?;
     let found = tracon_core::setup::report_foreign_references(stores, &triggers.secret_names, &webhooks.secret_names)
         .await

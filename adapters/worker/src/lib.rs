@@ -29,6 +29,7 @@ use tower_service::Service;
 use tracon_core::config::Config;
 use tracon_core::runtime::RunQueue;
 use tracon_core::setup::{self, HostDefaults};
+use tracon_handlers::groups::{self, Deployment};
 use tracon_handlers::{AppState, HttpSettings};
 use tracon_postgres::protect::Protection;
 use tracon_postgres::settings::PgSettings;
@@ -44,17 +45,16 @@ compile_error!(
     "a Worker bundle serves one group: enable exactly one of group-all, group-agents, group-runs, group-sessions"
 );
 
-/// The routes of the group this bundle is built for; the other groups are not linked in.
-fn routes() -> Router<AppState> {
-    #[cfg(feature = "group-agents")]
-    return tracon_handlers::agents_router();
-    #[cfg(feature = "group-runs")]
-    return tracon_handlers::runs_router();
-    #[cfg(feature = "group-sessions")]
-    return tracon_handlers::sessions_router();
-    #[cfg(not(any(feature = "group-agents", feature = "group-runs", feature = "group-sessions")))]
-    return tracon_handlers::all_routes();
-}
+/// The deployment this bundle is built for (`group-<name>`, named in
+/// `tracon_handlers::groups`); the other deployments' groups are not linked in.
+#[cfg(feature = "group-agents")]
+const DEPLOYMENT: &Deployment = &groups::deployments::AGENTS;
+#[cfg(feature = "group-runs")]
+const DEPLOYMENT: &Deployment = &groups::deployments::RUNS;
+#[cfg(feature = "group-sessions")]
+const DEPLOYMENT: &Deployment = &groups::deployments::SESSIONS;
+#[cfg(not(any(feature = "group-agents", feature = "group-runs", feature = "group-sessions")))]
+const DEPLOYMENT: &Deployment = &groups::deployments::ALL;
 
 /// What the isolate builds once: the router for `fetch`, the job consumer and tick for
 /// `queue` and `scheduled`.
@@ -113,7 +113,7 @@ fn build(env: &Env) -> Result<App, String> {
     // request context (see `Drain::isolate_requests`).
     runtime.drain.isolate_requests();
     let state = AppState::new(runtime, http);
-    Ok(App { router: tracon_handlers::app(state, routes()), background })
+    Ok(App { router: tracon_handlers::deployment_app(state, DEPLOYMENT), background })
 }
 
 /// The isolate's app, built on first use.

@@ -2,5 +2,5 @@
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    tracon_lambda::serve(tracon_handlers::agents_router(), true).await
+    tracon_lambda::serve(&tracon_handlers::groups::deployments::AGENTS).await
 }

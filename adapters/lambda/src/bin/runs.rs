@@ -2,5 +2,5 @@
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    tracon_lambda::serve(tracon_handlers::runs_router(), true).await
+    tracon_lambda::serve(&tracon_handlers::groups::deployments::RUNS).await
 }

@@ -2,5 +2,5 @@
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    tracon_lambda::serve(tracon_handlers::sessions_router(), false).await
+    tracon_lambda::serve(&tracon_handlers::groups::deployments::SESSIONS).await
 }

@@ -4,6 +4,8 @@
 //! queues a run at each occurrence (see `tracon_core::schedules`). Another tenant's schedule
 //! answers exactly as a missing one. Every change is audited.
 
+use axum::Router;
+use axum::routing;
 use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
@@ -23,6 +25,13 @@ use crate::audit;
 use crate::error::{ApiError, ApiResult, ProblemDetails};
 use crate::extract::{ApiJson, Paging, Tenant};
 use crate::state::AppState;
+
+/// The schedules group.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/schedules", routing::get(list).post(create))
+        .route("/api/schedules/{id}", routing::get(get).put(update).delete(delete))
+}
 
 /// Longest schedule name.
 const MAX_NAME: usize = 100;

@@ -11,24 +11,24 @@ use axum::response::IntoResponse;
 use utoipa::OpenApi;
 
 /// The generated document, as committed.
-pub const DOCUMENT: &str = include_str!("../openapi.json");
+pub const DOCUMENT: &str = include_str!("../../openapi.json");
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Tracon", description = "Agent control plane: definitions, runs and their records over HTTP."),
     paths(
         crate::meta::meta,
-        crate::openapi::document,
-        crate::agents::list,
-        crate::agents::get,
-        crate::agents::create,
-        crate::agents::replace,
-        crate::agents::delete,
-        crate::agents::validate,
-        crate::agents::versions,
-        crate::agents::diff,
-        crate::agents::rollback,
-        crate::run::run,
+        crate::meta::openapi::document,
+        crate::agents::definitions::list,
+        crate::agents::definitions::get,
+        crate::agents::definitions::create,
+        crate::agents::definitions::replace,
+        crate::agents::definitions::delete,
+        crate::agents::definitions::validate,
+        crate::agents::definitions::versions,
+        crate::agents::definitions::diff,
+        crate::agents::definitions::rollback,
+        crate::agents::run::run,
         crate::runs::list,
         crate::runs::get,
         crate::runs::events,
@@ -41,24 +41,24 @@ pub const DOCUMENT: &str = include_str!("../openapi.json");
         crate::sessions::get,
         crate::sessions::delete,
         crate::sessions::branch,
-        crate::keys::list,
-        crate::keys::create,
-        crate::keys::get,
-        crate::keys::revoke,
-        crate::keys::rotate,
-        crate::audit::list,
-        crate::audit::verify,
+        crate::security::keys::list,
+        crate::security::keys::create,
+        crate::security::keys::get,
+        crate::security::keys::revoke,
+        crate::security::keys::rotate,
+        crate::security::audit::list,
+        crate::security::audit::verify,
         crate::approvals::pending,
         crate::approvals::get,
-        crate::approvals::decide,
-        crate::approvals::list_rules,
-        crate::approvals::create_rule,
-        crate::approvals::delete_rule,
-        crate::tenants::list,
-        crate::tenants::get,
-        crate::tenants::create,
-        crate::tenants::update,
-        crate::tenants::delete,
+        crate::approvals::decide::decide,
+        crate::approvals::rules::list_rules,
+        crate::approvals::rules::create_rule,
+        crate::approvals::rules::delete_rule,
+        crate::security::tenants::list,
+        crate::security::tenants::get,
+        crate::security::tenants::create,
+        crate::security::tenants::update,
+        crate::security::tenants::delete,
         crate::jobs::list,
         crate::jobs::get,
         crate::jobs::cancel,
@@ -69,25 +69,25 @@ pub const DOCUMENT: &str = include_str!("../openapi.json");
         crate::webhooks::delete,
         crate::webhooks::test,
         crate::webhooks::deliveries,
-        crate::openai::chat_completions,
+        crate::openai::chat::chat_completions,
         crate::openai::models,
-        crate::openai_responses::create_response,
-        crate::openai_responses::get_response,
-        crate::openai_responses::create_conversation,
-        crate::openai_responses::get_conversation,
-        crate::openai_responses::delete_conversation,
-        crate::openai_responses::list_conversation_items,
+        crate::openai::responses::create_response,
+        crate::openai::responses::get_response,
+        crate::openai::conversations::create_conversation,
+        crate::openai::conversations::get_conversation,
+        crate::openai::conversations::delete_conversation,
+        crate::openai::conversations::list_conversation_items,
         crate::schedules::list,
         crate::schedules::get,
         crate::schedules::create,
         crate::schedules::update,
         crate::schedules::delete,
-        crate::triggers::list,
-        crate::triggers::get,
-        crate::triggers::put,
-        crate::triggers::delete,
-        crate::triggers::accept,
-        crate::widget::embed_js,
+        crate::triggers::definitions::list,
+        crate::triggers::definitions::get,
+        crate::triggers::definitions::put,
+        crate::triggers::definitions::delete,
+        crate::triggers::accept::accept,
+        crate::meta::widget::embed_js,
     ),
     components(schemas(
         crate::error::ProblemDetails,
@@ -143,7 +143,7 @@ pub fn generate() -> String {
 /// What every route shares, written into the document once here rather than on each
 /// annotation, from the same sources the server answers from:
 ///
-/// - security: an open route (`crate::auth::requirement`) has `security: []`; every other
+/// - security: an open route (`crate::access::requirement`) has `security: []`; every other
 ///   one answers `401` (no or a bad credential), `403` (a key without the scope, another
 ///   tenant named, a non-loopback caller of an unauthenticated server) and `429` (the rate
 ///   limit, when configured);
@@ -213,7 +213,7 @@ pub fn conventions(doc: &mut serde_json::Value) {
         for (method, op) in item.iter_mut() {
             let Ok(m) = axum::http::Method::from_bytes(method.to_ascii_uppercase().as_bytes()) else { continue };
             let Some(op) = op.as_object_mut() else { continue };
-            let open = crate::auth::requirement(&m, path) == crate::auth::Requirement::Open;
+            let open = crate::access::requirement(&m, path) == crate::access::Requirement::Open;
             let v1 = path.starts_with("/v1/");
             let error = |description: &str| {
                 let (content_type, schema) =

@@ -8,6 +8,8 @@
 //! public host; see `tracon_core::egress`) and again at every delivery. Another tenant's
 //! subscription answers exactly as a missing one.
 
+use axum::Router;
+use axum::routing;
 use std::collections::BTreeMap;
 
 use axum::Extension;
@@ -33,6 +35,15 @@ use crate::audit;
 use crate::error::{ApiError, ApiResult, ProblemDetails};
 use crate::extract::{ApiJson, Paging, Tenant};
 use crate::state::AppState;
+
+/// The webhooks group: subscriptions, test deliveries and the delivery log.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/webhooks", routing::get(list).post(create))
+        .route("/api/webhooks/{id}", routing::get(get).put(update).delete(delete))
+        .route("/api/webhooks/{id}/test", routing::post(test))
+        .route("/api/webhooks/{id}/deliveries", routing::get(deliveries))
+}
 
 /// A subscription as written (`POST` creates, `PUT` replaces).
 #[derive(Debug, Deserialize, ToSchema)]

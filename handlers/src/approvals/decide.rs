@@ -1,26 +1,14 @@
-//! Approvals: the mailbox (`/api/approvals/pending`, one request, its decision), the
-//! in-band decision on a session's next run request, and the standing rules
-//! (`/api/approvals/rules`).
-//!
-//! Deciding is audited **before** it is applied: an entry that cannot be written refuses the
-//! decision (`503 audit_unavailable`) and nothing changes — the one place, with skill
-//! scripts, where a missing record would be the whole problem. A decision never rewrites the
-//! run that stopped: once every request of that run is decided, exactly one new run (claimed
-//! in the store, so two deciders racing on the last two requests start one) resumes it in the
-//! same session. Through the mailbox it runs in the background and the answer names it
-//! (`resumedRunId`); in-band it is the stream the run request answers with.
+//! Deciding: through the mailbox (`POST /api/approvals/{id}/decision`) and in band (the
+//! session's next run request). Audited before applied; the last decision of a stopped run
+//! claims its resumption and starts it through the run lifecycle.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tracon_core::access::{RunAction, is_allowed};
-use tracon_core::approvals::{
-    self, ApprovalDecision, ApprovalRecord, ApprovalRule, ApprovalStatus, Condition, MAX_CONDITIONS, MAX_DESCRIPTION,
-};
+use tracon_core::approvals::{self, ApprovalDecision, ApprovalRecord, ApprovalRule, ApprovalStatus};
 use tracon_core::attribution::Attribution;
 use tracon_core::error::StoreError;
 use tracon_core::identity::Caller;
@@ -28,142 +16,13 @@ use tracon_core::names::{AgentName, RunId, SessionId, TenantId};
 use tracon_core::ports::new_id;
 use tracon_core::runs::launch::{Delivery, Start, launch};
 use tracon_core::runs::request::{Resume, RunRequest, StartError};
-use tracon_core::tools::effect::ToolEffect;
-use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
+use super::{ApprovalView, DecisionBody, DecisionResult, InBandDecision, MAX_REASON, approval_not_found, request_id};
 use crate::audit;
 use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::{ApiJson, Paging, Tenant};
+use crate::extract::{ApiJson, Tenant};
 use crate::state::AppState;
-
-/// Longest decision reason.
-pub const MAX_REASON: usize = 1000;
-
-/// A request as an approver reads it.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ApprovalView {
-    /// The request id (the `requestId` of the run's `approvals` frame).
-    pub id: Uuid,
-    /// The run that stopped.
-    #[schema(value_type = String)]
-    pub run_id: RunId,
-    pub session_id: Option<String>,
-    pub agent_name: String,
-    pub call_id: String,
-    pub tool_name: String,
-    /// The call's arguments, as recorded.
-    #[schema(value_type = Object)]
-    pub arguments: Value,
-    pub effect: ToolEffect,
-    pub requested_by: Option<String>,
-    pub created_at: DateTime<Utc>,
-    /// After this the request can no longer be decided.
-    pub expires_at: DateTime<Utc>,
-    pub status: ApprovalStatus,
-    pub decided_at: Option<DateTime<Utc>>,
-    pub decided_by: Option<String>,
-    pub reason: Option<String>,
-    /// The run that resumed the stopped one, once it started.
-    #[schema(value_type = Option<String>)]
-    pub resumed_run_id: Option<RunId>,
-}
-
-impl ApprovalView {
-    pub fn new(r: ApprovalRecord, now: DateTime<Utc>) -> Self {
-        Self {
-            status: r.status_at(now),
-            id: r.id,
-            run_id: r.run_id,
-            session_id: r.session_id,
-            agent_name: r.agent_name,
-            call_id: r.call_id,
-            tool_name: r.tool_name,
-            arguments: r.arguments,
-            effect: r.effect,
-            requested_by: r.requested_by,
-            created_at: r.created_at,
-            expires_at: r.expires_at,
-            decided_at: r.decided_at,
-            decided_by: r.decided_by,
-            reason: r.reason,
-            resumed_run_id: r.resumed_run_id,
-        }
-    }
-}
-
-/// A decision.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct DecisionBody {
-    pub approved: bool,
-    /// Why (at most 1000 characters); a denial's reason reaches the model.
-    #[serde(default)]
-    pub reason: Option<String>,
-    /// With an approval: stores a rule that pre-approves this exact call (same tool, same
-    /// agent, same arguments) from now on.
-    #[serde(default)]
-    pub dont_ask_again: bool,
-}
-
-/// A decision named by its request, as the run request carries it in-band.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct InBandDecision {
-    pub request_id: Uuid,
-    #[serde(flatten)]
-    pub decision: DecisionBody,
-}
-
-/// The answer to a mailbox decision.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct DecisionResult {
-    pub approval: ApprovalView,
-    /// The run that resumed the stopped one — set by the decision that completed the set.
-    #[schema(value_type = Option<String>)]
-    pub resumed_run_id: Option<RunId>,
-    /// The stopped run's requests still waiting for a decision.
-    pub pending: usize,
-}
-
-fn approval_not_found() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "approval_not_found", "The approval request does not exist.")
-}
-
-fn request_id(raw: &str) -> ApiResult<Uuid> {
-    Uuid::parse_str(raw).map_err(|_| approval_not_found())
-}
-
-/// Pending requests of the caller's tenant that can still be decided, oldest first.
-#[utoipa::path(get, path = "/api/approvals/pending", tag = "approvals",
-    params(("take" = Option<usize>, Query, description = "At most this many (1–200, default 50)")),
-    responses((status = 200, body = Vec<ApprovalView>)))]
-#[tracing::instrument(name = "approvals.pending", skip_all)]
-pub async fn pending(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    paging: Paging,
-) -> ApiResult<Json<Vec<ApprovalView>>> {
-    let now = state.runtime.platform.clock.now();
-    let rows = state.runtime.stores.approvals.list_pending(&tenant, now, paging.take).await?;
-    Ok(Json(rows.into_iter().map(|r| ApprovalView::new(r, now)).collect()))
-}
-
-/// One request, in any status.
-#[utoipa::path(get, path = "/api/approvals/{id}", tag = "approvals", params(("id" = String, Path, description = "Request id")),
-    responses((status = 200, body = ApprovalView), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "approvals.get", skip_all)]
-pub async fn get(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Path(id): Path<String>,
-) -> ApiResult<Json<ApprovalView>> {
-    let now = state.runtime.platform.clock.now();
-    let row = state.runtime.stores.approvals.get(&tenant, request_id(&id)?).await?.ok_or_else(approval_not_found)?;
-    Ok(Json(ApprovalView::new(row, now)))
-}
 
 /// Decide one request. When it was the stopped run's last undecided request, a new run
 /// resumes the conversation in the background and `resumedRunId` names it.
@@ -439,136 +298,3 @@ pub(crate) async fn in_band(
 }
 
 // ---- rules --------------------------------------------------------------------------------
-
-/// A new rule.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct CreateRule {
-    /// A registered tool.
-    #[schema(pattern = "^[A-Za-z][A-Za-z0-9_-]{0,63}$")]
-    pub tool_name: String,
-    /// Narrows the rule to one agent.
-    #[serde(default)]
-    #[schema(pattern = "^[a-z0-9][a-z0-9._-]{0,63}$")]
-    pub agent_name: Option<String>,
-    /// One exact call: SHA-256 (64 lowercase hex) of its canonical arguments.
-    #[serde(default)]
-    #[schema(pattern = "^[0-9a-f]{64}$")]
-    pub arguments_hash: Option<String>,
-    /// All must hold (at most 16). Never together with `argumentsHash`.
-    #[serde(default)]
-    pub conditions: Vec<Condition>,
-    #[serde(default)]
-    pub description: Option<String>,
-}
-
-/// Filters of the rule list.
-#[derive(Debug, Default, Deserialize, IntoParams)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct RuleQuery {
-    pub tool_name: Option<String>,
-}
-
-fn rule_not_found() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "approval_rule_not_found", "The approval rule does not exist.")
-}
-
-/// The standing pre-approvals: each is a tool call that will never ask again.
-#[utoipa::path(get, path = "/api/approvals/rules", tag = "approvals", params(RuleQuery),
-    responses((status = 200, body = Vec<ApprovalRule>)))]
-#[tracing::instrument(name = "approvals.rules.list", skip_all)]
-pub async fn list_rules(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    query: Result<Query<RuleQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<Json<Vec<ApprovalRule>>> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request("validation_failed", e.body_text()))?;
-    Ok(Json(state.runtime.stores.approvals.list_rules(&tenant, q.tool_name.as_deref()).await?))
-}
-
-/// Add a rule: a tool, optionally one agent, and one exact argument set (a hash) or
-/// conditions — or neither, which pre-approves every call of the tool.
-#[utoipa::path(post, path = "/api/approvals/rules", tag = "approvals", request_body = CreateRule,
-    responses((status = 201, body = ApprovalRule), (status = 400, body = ProblemDetails, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "approvals.rules.create", skip_all)]
-pub async fn create_rule(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    ApiJson(body): ApiJson<CreateRule>,
-) -> ApiResult<Response> {
-    let invalid =
-        |field: &str, message: String| ApiError::bad_request("validation_failed", message).with("field", field);
-    if state.runtime.catalog.tools().get(&body.tool_name).is_none() {
-        return Err(invalid(
-            "toolName",
-            format!("No tool named '{}' is registered.", body.tool_name.chars().take(80).collect::<String>()),
-        ));
-    }
-    if let Some(agent) = &body.agent_name {
-        AgentName::parse(agent).map_err(|e| invalid("agentName", e.0))?;
-    }
-    if let Some(hash) = &body.arguments_hash {
-        if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-            return Err(invalid("argumentsHash", "'argumentsHash' is 64 lowercase hex characters (SHA-256).".into()));
-        }
-        if !body.conditions.is_empty() {
-            return Err(invalid("conditions", "A rule carries an arguments hash or conditions, never both.".into()));
-        }
-    }
-    if body.conditions.len() > MAX_CONDITIONS {
-        return Err(invalid("conditions", format!("A rule has at most {MAX_CONDITIONS} conditions.")));
-    }
-    for (i, c) in body.conditions.iter().enumerate() {
-        if let Some(problem) = c.problem() {
-            return Err(invalid(&format!("conditions[{i}]"), problem));
-        }
-    }
-    let description = body.description.as_deref().map(str::trim).filter(|d| !d.is_empty());
-    if description.is_some_and(|d| d.chars().count() > MAX_DESCRIPTION || d.chars().any(char::is_control)) {
-        return Err(invalid(
-            "description",
-            format!("'description' is at most {MAX_DESCRIPTION} characters, without control characters."),
-        ));
-    }
-    let now = state.runtime.platform.clock.now();
-    let rule = ApprovalRule {
-        id: new_id(state.runtime.platform.clock.as_ref()),
-        tenant: tenant.clone(),
-        tool_name: body.tool_name,
-        agent_name: body.agent_name,
-        arguments_hash: body.arguments_hash,
-        conditions: body.conditions,
-        description: description.map(str::to_owned),
-        created_at: now,
-        created_by: audit::actor(&caller),
-    };
-    state.runtime.stores.approvals.create_rule(&rule).await?;
-    let after = serde_json::to_value(&rule).ok();
-    audit::record(&state, &tenant, &caller, "approvalRule.create", ("approvalRule", &rule.id.to_string()), None, after)
-        .await;
-    Ok((StatusCode::CREATED, Json(rule)).into_response())
-}
-
-/// Remove a rule: calls it released ask again.
-#[utoipa::path(delete, path = "/api/approvals/rules/{id}", tag = "approvals", params(("id" = String, Path, description = "Rule id")),
-    responses((status = 204), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
-#[tracing::instrument(name = "approvals.rules.delete", skip_all)]
-pub async fn delete_rule(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
-    let id = Uuid::parse_str(&id).map_err(|_| rule_not_found())?;
-    let removed = match state.runtime.stores.approvals.delete_rule(&tenant, id).await {
-        Ok(r) => r,
-        Err(StoreError::NotFound) => return Err(rule_not_found()),
-        Err(e) => return Err(e.into()),
-    };
-    let before = serde_json::to_value(&removed).ok();
-    audit::record(&state, &tenant, &caller, "approvalRule.delete", ("approvalRule", &id.to_string()), before, None)
-        .await;
-    Ok(StatusCode::NO_CONTENT)
-}

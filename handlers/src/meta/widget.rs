@@ -1,7 +1,7 @@
 //! `GET /embed.js`: the embeddable chat widget (`handlers/assets/embed.js`), served as
 //! static bytes by every host.
 //!
-//! The route is open (`crate::auth::requirement`): a `<script src>` carries no
+//! The route is open (`crate::access::requirement`): a `<script src>` carries no
 //! `Authorization` header, and the file holds no secret — the page supplies its own
 //! `RunsWrite` API key in `data-api-key`. The widget's calls to the run endpoint are
 //! cross-origin, so the embedding page's origin must be in `Tracon:AllowedOrigins`.
@@ -11,7 +11,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 
 /// The widget, as committed: hand-written JavaScript, no build step.
-pub const EMBED_JS: &str = include_str!("../assets/embed.js");
+pub const EMBED_JS: &str = include_str!("../../assets/embed.js");
 
 /// A five-minute cache: a widget update reaches pages soon, without a request per page view.
 const CACHE_CONTROL: &str = "public, max-age=300";

@@ -9,13 +9,13 @@
 //! 3. `Authorization: Bearer <credential>`: the static token (SHA-256 digests compared in
 //!    constant time), else an API key (`trk_…`: found by its id, its digest compared in
 //!    constant time, active — not revoked, not expired), else, when `Tracon:Jwt` is
-//!    configured, a JWT (`crate::jwt`: signature, expiry, issuer, audience; a valid one
+//!    configured, a JWT (`crate::access::jwt`: signature, expiry, issuer, audience; a valid one
 //!    naming no role → `403 no_role`). None of them → `401`. No header while a token or JWT
 //!    is configured → `401`;
 //! 4. the endpoint's scope: a key, or a JWT's role (`Role::scopes`), without it → `403
 //!    insufficient_scope` (the table is [`requirement`]). The static token and an
 //!    unauthenticated loopback caller are not narrowed by scopes;
-//! 5. the tenant (`crate::tenancy`): an API key's tenant (a tenant header naming another is
+//! 5. the tenant (`crate::access::tenancy`): an API key's tenant (a tenant header naming another is
 //!    `403`), otherwise a JWT's tenant claim when a claim type is configured, otherwise the
 //!    header's when that path is switched on, otherwise the default.
 //!    Handlers read it from the [`Caller`] (`extract::Tenant`), so every store call is
@@ -27,29 +27,29 @@
 //! configured, every route but `/api/meta` answers `503 authentication_not_configured` to
 //! a request without an API key.
 //!
-//! 6. the rate limit, when one is configured (`crate::ratelimit`): `429 rate_limited`.
+//! 6. the rate limit, when one is configured (`crate::access::ratelimit`): `429 rate_limited`.
 //!
 //! Keys are cached per instance for `Tracon:ApiKeys:CacheSeconds` (5 s): a revocation or
 //! rotation made through this instance applies to its very next request; one made through
 //! another instance within that time.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+pub mod jwt;
+pub mod key_cache;
+pub mod peer;
+pub mod ratelimit;
+pub mod tenancy;
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use chrono::{DateTime, Duration, Utc};
 use subtle::ConstantTimeEq;
 use tracon_core::identity::{AuthMethod, Caller};
-use tracon_core::keys::{self, ApiKeyRecord, Scope};
+use tracon_core::keys::{self, Scope};
 
+use crate::access::peer::PeerAddr;
 use crate::error::ApiError;
-use crate::state::{AppState, PeerAddr, digest};
-
-/// How often a key's `lastUsedAt` is written at most.
-const TOUCH_EVERY: Duration = Duration::seconds(60);
+use crate::state::{AppState, digest};
 
 pub async fn access(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     // An open route carries no credentials by design (`/api/meta`; the trigger accept
@@ -226,7 +226,7 @@ async fn authenticate(
         return api_key(state, id, credential).await;
     }
     if let Some(jwt) = &state.jwt
-        && crate::jwt::looks_like_jwt(credential)
+        && crate::access::jwt::looks_like_jwt(credential)
     {
         return jwt.authenticate(credential, state.runtime.platform.clock.now(), &http.tenancy).await;
     }
@@ -241,7 +241,7 @@ async fn authenticate(
 async fn api_key(state: &AppState, id: &str, presented: &str) -> Result<Caller, ApiError> {
     let invalid = || ApiError::unauthorized("The API key is not valid.");
     let now = state.runtime.platform.clock.now();
-    let record = state.keys.lookup(state, id, now).await?.ok_or_else(invalid)?;
+    let record = state.keys.lookup(&state.runtime, id, now).await?.ok_or_else(invalid)?;
     if !bool::from(keys::digest(presented).ct_eq(&record.hash)) {
         return Err(invalid());
     }
@@ -251,7 +251,7 @@ async fn api_key(state: &AppState, id: &str, presented: &str) -> Result<Caller, 
     if !record.is_active(now) {
         return Err(ApiError::unauthorized("The API key has expired."));
     }
-    state.keys.touch_if_due(state, &record, now);
+    state.keys.touch_if_due(&state.runtime, &record, now);
     Ok(Caller {
         method: AuthMethod::ApiKey,
         user_id: None,
@@ -261,85 +261,6 @@ async fn api_key(state: &AppState, id: &str, presented: &str) -> Result<Caller, 
         key_id: Some(record.id),
         role: None,
     })
-}
-
-/// API keys recently read from the store, by id.
-#[derive(Default)]
-pub struct KeyCache {
-    ttl: Duration,
-    entries: Mutex<HashMap<String, Cached>>,
-    /// Bumped by every [`KeyCache::forget`]: a store read that started before a revocation
-    /// or rotation is not cached after it (it may hold the old record).
-    generation: std::sync::atomic::AtomicU64,
-}
-
-struct Cached {
-    record: ApiKeyRecord,
-    fetched: DateTime<Utc>,
-    touched: Option<DateTime<Utc>>,
-}
-
-impl KeyCache {
-    pub fn new(ttl: std::time::Duration) -> Self {
-        Self {
-            ttl: Duration::from_std(ttl).unwrap_or(Duration::zero()),
-            entries: Mutex::default(),
-            generation: std::sync::atomic::AtomicU64::new(0),
-        }
-    }
-
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    async fn lookup(&self, state: &AppState, id: &str, now: DateTime<Utc>) -> Result<Option<ApiKeyRecord>, ApiError> {
-        if let Some(hit) = self.entries().get(id).filter(|c| now - c.fetched < self.ttl) {
-            return Ok(Some(hit.record.clone()));
-        }
-        let generation = self.generation.load(std::sync::atomic::Ordering::SeqCst);
-        let found = state.runtime.stores.keys.find(id).await?;
-        if let Some(record) = &found
-            && self.ttl > Duration::zero()
-        {
-            // Checked under the lock `forget` bumps the generation under.
-            let mut entries = self.entries();
-            if self.generation.load(std::sync::atomic::Ordering::SeqCst) == generation {
-                let touched = entries.get(id).and_then(|c| c.touched);
-                entries.insert(id.to_owned(), Cached { record: record.clone(), fetched: now, touched });
-            }
-        }
-        Ok(found)
-    }
-
-    /// Forgets a key, so this instance's next request reads it again (after a revocation
-    /// or rotation).
-    pub fn forget(&self, id: &str) {
-        let mut entries = self.entries();
-        self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        entries.remove(id);
-    }
-
-    /// Writes `lastUsedAt` at most once a minute per key per instance, off the request path;
-    /// a failed write is logged and changes nothing for the request.
-    fn touch_if_due(&self, state: &AppState, record: &ApiKeyRecord, now: DateTime<Utc>) {
-        {
-            let mut entries = self.entries();
-            let last = entries.get(&record.id).and_then(|c| c.touched).or(record.last_used_at);
-            if last.is_some_and(|at| now - at < TOUCH_EVERY) {
-                return;
-            }
-            if let Some(entry) = entries.get_mut(&record.id) {
-                entry.touched = Some(now);
-            }
-        }
-        let store = state.runtime.stores.keys.clone();
-        let id = record.id.clone();
-        state.runtime.platform.spawner.spawn(Box::pin(tracon_core::platform::send_future(async move {
-            if let Err(e) = store.touch(&id, now).await {
-                tracing::warn!(key = %id, error = %e, "could not record an API key's use");
-            }
-        })));
-    }
 }
 
 /// The credential of `Bearer <credential>` (scheme case-insensitive).

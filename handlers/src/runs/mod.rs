@@ -6,6 +6,8 @@
 //! terminal event; the frames depend only on stored events, so replay and live are the
 //! same bytes. A cancel sets a flag in the store that the executing turn observes.
 
+use axum::Router;
+use axum::routing;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -29,6 +31,19 @@ use crate::error::{ApiError, ApiResult, ProblemDetails};
 use crate::extract::{Paging, Tenant};
 use crate::sse;
 use crate::state::AppState;
+
+/// The runs group: reading runs, their logs (streams) and statistics; cancelling.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/runs", routing::get(list))
+        .route("/api/runs/{id}", routing::get(get))
+        .route("/api/runs/{id}/events", routing::get(events))
+        .route("/api/runs/{id}/tools", routing::get(tools))
+        .route("/api/runs/{id}/input", routing::get(input))
+        .route("/api/runs/{id}/cancel", routing::post(cancel))
+        .route("/api/runs/{a}/compare/{b}", routing::get(compare))
+        .route("/api/stats", routing::get(stats))
+}
 
 /// Events read per store round trip while replaying.
 const READ_BATCH: usize = 500;

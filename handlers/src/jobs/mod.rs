@@ -5,8 +5,10 @@
 //! code are.
 
 use axum::Json;
+use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
+use axum::routing;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -19,6 +21,14 @@ use uuid::Uuid;
 use crate::error::{ApiError, ApiResult, ProblemDetails};
 use crate::extract::{Paging, Tenant};
 use crate::state::AppState;
+
+/// The jobs group: the queue's jobs and their cancellation.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/jobs", routing::get(list))
+        .route("/api/jobs/{id}", routing::get(get))
+        .route("/api/jobs/{id}/cancel", routing::post(cancel))
+}
 
 /// A job as listed.
 #[derive(Debug, Serialize, ToSchema)]

@@ -4,7 +4,7 @@
 //!    header that names another is refused (`403 tenant_mismatch`) before any endpoint runs;
 //! 2. tenancy off (the default) → the default tenant;
 //! 3. a claim type configured (`Tracon:Tenancy:ClaimType`): a verified JWT's claim of that
-//!    name (`crate::jwt`), checked like a header (`403 invalid_tenant`, `403
+//!    name (`crate::access::jwt`), checked like a header (`403 invalid_tenant`, `403
 //!    tenant_not_allowed`); a JWT without it, and every other caller, → the default tenant.
 //!    The header is then never read: otherwise a signed-in user could reach another tenant
 //!    by adding one;

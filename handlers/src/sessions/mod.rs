@@ -5,9 +5,11 @@
 //! Branching copies items into a new session — the parent is never touched, and the
 //! pointer back to it is provenance only.
 
+use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::routing;
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use tracon_core::access::{RunAction, is_allowed};
@@ -24,6 +26,14 @@ use utoipa::ToSchema;
 use crate::error::{ApiError, ApiResult, ProblemDetails};
 use crate::extract::{ApiJson, Paging, Tenant, header_pairs};
 use crate::state::AppState;
+
+/// The sessions group.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/sessions", routing::get(list))
+        .route("/api/sessions/{id}", routing::get(get).delete(delete))
+        .route("/api/sessions/{id}/branch", routing::post(branch))
+}
 
 /// A session with its conversation.
 #[derive(Debug, Serialize, ToSchema)]

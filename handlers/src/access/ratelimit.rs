@@ -14,8 +14,8 @@ use chrono::{DateTime, Utc};
 use tracon_core::config::{Config, ConfigError};
 use tracon_core::identity::{AuthMethod, Caller};
 
+use crate::access::peer::PeerAddr;
 use crate::error::ApiError;
-use crate::state::PeerAddr;
 
 /// What a bucket is kept per.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -26,8 +26,8 @@ use serde_json::{Map, Value};
 use tracon_core::config::{Config, ConfigError};
 use tracon_core::identity::{AuthMethod, Caller, Role};
 
+use crate::access::tenancy::TenancySettings;
 use crate::error::ApiError;
-use crate::tenancy::TenancySettings;
 
 /// The longest credential looked at: identity-provider tokens are a few KiB.
 const MAX_TOKEN_BYTES: usize = 16 * 1024;
@@ -869,8 +869,8 @@ mod backend {
 mod tests {
     use super::*;
 
-    const RSA_PEM: &str = include_str!("../tests/fixtures/jwt/rsa-public.pem");
-    const EC_PEM: &str = include_str!("../tests/fixtures/jwt/ec-p256-public.pem");
+    const RSA_PEM: &str = include_str!("../../tests/fixtures/jwt/rsa-public.pem");
+    const EC_PEM: &str = include_str!("../../tests/fixtures/jwt/ec-p256-public.pem");
     const SECRET: &str = "a-shared-secret-of-at-least-32-bytes!";
 
     fn config(pairs: &[(&str, &str)]) -> Config {

@@ -29,7 +29,7 @@ use tracon_core::runs::request::RunRequest;
 use tracon_core::runs::store::DocumentInput;
 use utoipa::ToSchema;
 
-use crate::agents::agent_name;
+use crate::agents::definitions::agent_name;
 use crate::approvals::{self, InBandDecision};
 use crate::error::{ApiError, ApiResult, ProblemDetails, start_error};
 use crate::extract::{ApiJson, Tenant, header_pairs};
@@ -257,7 +257,8 @@ async fn start(
 
     let request = match &session_id {
         Some(session) if deciding => {
-            let mut request = approvals::in_band(&state, &tenant, &caller, &name, session, &body.approvals).await?;
+            let mut request =
+                approvals::decide::in_band(&state, &tenant, &caller, &name, session, &body.approvals).await?;
             request.attribution = attribution;
             request
         }

@@ -2,11 +2,24 @@
 //! authenticate before it can ask anything else. It reveals no secret.
 
 use axum::Json;
+use axum::Router;
 use axum::extract::State;
+use axum::routing;
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::state::AppState;
+
+pub mod openapi;
+pub mod widget;
+
+/// The meta group, served by every deployment: metadata, the API document, the widget.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api/meta", routing::get(meta))
+        .route("/embed.js", routing::get(widget::embed_js))
+        .route("/api/openapi.json", routing::get(openapi::document))
+}
 
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
