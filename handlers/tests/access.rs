@@ -6,17 +6,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Method, Request, StatusCode, header};
+use axum::http::{Method, StatusCode};
 use chrono::Utc;
-use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use tower::ServiceExt;
 use tracon_core::access::{RunAction, RunAuthorizer};
 use tracon_core::definition::AgentDefinition;
 use tracon_core::identity::Caller;
@@ -28,7 +24,9 @@ use tracon_core::ports::tokio_rt;
 use tracon_core::runtime::{RuntimeBuilder, RuntimeSettings};
 use tracon_core::sessions::ownership::SessionOwnership;
 use tracon_handlers::access::{Requirement, requirement};
-use tracon_handlers::{AppState, HttpSettings, PeerAddr};
+use tracon_handlers::{AppState, HttpSettings};
+
+mod support;
 
 const TOKEN: &str = "a-long-enough-test-token";
 
@@ -43,25 +41,9 @@ fn app() -> (Router, AppState) {
 }
 
 async fn call(app: &Router, method: Method, path: &str, bearer: &str, body: Option<Value>) -> (StatusCode, Value) {
-    let mut b = Request::builder()
-        .method(method)
-        .uri(path)
-        .extension(PeerAddr(SocketAddr::from(([203, 0, 113, 9], 40000))))
-        .header(header::AUTHORIZATION, format!("Bearer {bearer}"));
-    let body = match body {
-        Some(v) => {
-            b = b.header(header::CONTENT_TYPE, "application/json");
-            Body::from(v.to_string())
-        }
-        None => Body::empty(),
-    };
-    let res = app.clone().oneshot(b.body(body).unwrap()).await.unwrap();
-    let status = res.status();
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    // A stream answers with frames, not JSON: keep its text.
-    let value =
-        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
-    (status, value)
+    // A stream answers with frames, not JSON: `json()` keeps its text.
+    let reply = support::call(method, path).from(support::REMOTE).bearer(bearer).json(body).send(app).await;
+    (reply.status, reply.json())
 }
 
 /// Puts a key straight into the store (tenant and scopes of the test's choosing).
@@ -652,16 +634,8 @@ impl RunAuthorizer for Policy {
 }
 
 async fn raw(app: &Router, method: Method, path: &str) -> (StatusCode, Vec<u8>) {
-    let req = Request::builder()
-        .method(method)
-        .uri(path)
-        .extension(PeerAddr(SocketAddr::from(([127, 0, 0, 1], 40000))))
-        .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
-        .body(Body::empty())
-        .unwrap();
-    let res = app.clone().oneshot(req).await.unwrap();
-    let status = res.status();
-    (status, res.into_body().collect().await.unwrap().to_bytes().to_vec())
+    let reply = support::call(method, path).bearer(TOKEN).send(app).await;
+    (reply.status, reply.body)
 }
 
 #[tokio::test]
@@ -750,16 +724,11 @@ async fn the_rate_limit_is_off_by_default_and_partitions_by_key_when_on() {
     for _ in 0..3 {
         assert_eq!(call(&app, Method::GET, "/api/runs", &a, None).await.0, StatusCode::OK);
     }
-    let req = Request::get("/api/runs")
-        .extension(PeerAddr(SocketAddr::from(([203, 0, 113, 9], 40000))))
-        .header(header::AUTHORIZATION, format!("Bearer {a}"))
-        .body(Body::empty())
-        .unwrap();
-    let res = app.clone().oneshot(req).await.unwrap();
-    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
-    let retry: u64 = res.headers()[header::RETRY_AFTER].to_str().unwrap().parse().unwrap();
+    let res = support::call(Method::GET, "/api/runs").from(support::REMOTE).bearer(&a).send(&app).await;
+    assert_eq!(res.status, StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = res.header("retry-after").unwrap().parse().unwrap();
     assert!((1..=20).contains(&retry), "{retry}");
-    let doc: Value = serde_json::from_slice(&res.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    let doc = res.json();
     assert_eq!((doc["errorType"].as_str(), doc["retryAfterSeconds"].as_u64()), (Some("rate_limited"), Some(retry)));
     assert_eq!(call(&app, Method::GET, "/api/runs", &b, None).await.0, StatusCode::OK, "another key, another bucket");
     assert_eq!(call(&app, Method::GET, "/api/meta", &a, None).await.0, StatusCode::OK, "metadata is never limited");
@@ -886,16 +855,7 @@ async fn each_threshold_is_announced_once_per_period_and_stops_nothing() {
     let log = |id: &str| {
         let path = format!("/api/runs/{id}/events");
         let app = app.clone();
-        async move {
-            let req = Request::builder()
-                .uri(path)
-                .extension(PeerAddr(SocketAddr::from(([203, 0, 113, 9], 40000))))
-                .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
-                .body(Body::empty())
-                .unwrap();
-            let res = app.oneshot(req).await.unwrap();
-            String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
-        }
+        async move { support::call(Method::GET, &path).from(support::REMOTE).bearer(TOKEN).send(&app).await.text() }
     };
     let second = log(&ids[1]).await;
     let notice_at = second.find("tracon.quota.threshold").expect("the notice frame");
@@ -915,25 +875,9 @@ async fn with_tenant(
     tenant: Option<&str>,
     body: Option<Value>,
 ) -> (StatusCode, Value) {
-    let mut b = Request::builder()
-        .method(method)
-        .uri(path)
-        .extension(PeerAddr(SocketAddr::from(([203, 0, 113, 9], 40000))))
-        .header(header::AUTHORIZATION, format!("Bearer {bearer}"));
-    if let Some(t) = tenant {
-        b = b.header("x-tenant-id", t);
-    }
-    let body = match body {
-        Some(v) => {
-            b = b.header(header::CONTENT_TYPE, "application/json");
-            Body::from(v.to_string())
-        }
-        None => Body::empty(),
-    };
-    let res = app.clone().oneshot(b.body(body).unwrap()).await.unwrap();
-    let status = res.status();
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    let call = support::call(method, path).from(support::REMOTE).bearer(bearer).header_opt("x-tenant-id", tenant);
+    let reply = call.json(body).send(app).await;
+    (reply.status, reply.json_or_null())
 }
 
 #[tokio::test]
@@ -1024,24 +968,9 @@ async fn as_user(
     user: Option<&str>,
     body: Option<Value>,
 ) -> (StatusCode, Vec<u8>) {
-    let mut b = Request::builder()
-        .method(method)
-        .uri(path)
-        .extension(PeerAddr(SocketAddr::from(([203, 0, 113, 9], 40000))))
-        .header(header::AUTHORIZATION, format!("Bearer {key}"));
-    if let Some(u) = user {
-        b = b.header("x-test-user", u);
-    }
-    let body = match body {
-        Some(v) => {
-            b = b.header(header::CONTENT_TYPE, "application/json");
-            Body::from(v.to_string())
-        }
-        None => Body::empty(),
-    };
-    let res = app.clone().oneshot(b.body(body).unwrap()).await.unwrap();
-    let status = res.status();
-    (status, res.into_body().collect().await.unwrap().to_bytes().to_vec())
+    let call = support::call(method, path).from(support::REMOTE).bearer(key).header_opt("x-test-user", user);
+    let reply = call.json(body).send(app).await;
+    (reply.status, reply.body)
 }
 
 fn ids(body: &[u8]) -> Vec<String> {

@@ -3,17 +3,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
 
+mod support;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Method, Request, StatusCode, header};
-use chrono::{DateTime, Utc};
-use futures::future::BoxFuture;
-use http_body_util::BodyExt;
+use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
-use tower::ServiceExt;
+use support::TestClock;
 use tracon_core::approvals::{ApprovalContext, ApprovalPolicy, PolicyVerdict};
 use tracon_core::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
 use tracon_core::definition::AgentDefinition;
@@ -21,30 +19,11 @@ use tracon_core::error::StoreError;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{Message, ModelProvider};
 use tracon_core::names::TenantId;
-use tracon_core::ports::{Clock, Platform, tokio_rt};
+use tracon_core::ports::{Platform, tokio_rt};
 use tracon_core::runtime::RuntimeBuilder;
 use tracon_core::stores::Stores;
 use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
-use tracon_handlers::{AppState, HttpSettings, PeerAddr};
-
-/// Real time plus an offset the test moves forward (expiry without waiting).
-#[derive(Default)]
-struct ShiftedClock(AtomicI64);
-
-impl ShiftedClock {
-    fn advance(&self, seconds: i64) {
-        self.0.fetch_add(seconds, Ordering::SeqCst);
-    }
-}
-
-impl Clock for ShiftedClock {
-    fn now(&self) -> DateTime<Utc> {
-        Utc::now() + chrono::Duration::seconds(self.0.load(Ordering::SeqCst))
-    }
-    fn sleep(&self, duration: std::time::Duration) -> BoxFuture<'static, ()> {
-        Box::pin(tokio::time::sleep(duration))
-    }
-}
+use tracon_handlers::{AppState, HttpSettings};
 
 /// An audit store whose appends can be made to fail.
 #[derive(Default)]
@@ -92,7 +71,7 @@ impl ApprovalPolicy for RefundPolicy {
 
 struct Harness {
     app: Router,
-    clock: Arc<ShiftedClock>,
+    clock: Arc<TestClock>,
     audit: Arc<FlakyAudit>,
 }
 
@@ -124,7 +103,7 @@ fn harness() -> Harness {
             None => ScriptedTurn::text("Nothing to do."),
         }
     });
-    let clock = Arc::new(ShiftedClock::default());
+    let clock = Arc::new(TestClock::default());
     let audit = Arc::new(FlakyAudit::default());
     let mut stores = Stores::in_memory();
     stores.audit = audit.clone();
@@ -141,28 +120,14 @@ fn harness() -> Harness {
     Harness { app: tracon_handlers::router(state), clock, audit }
 }
 
-fn request(method: Method, path: &str, body: Option<Value>) -> Request<Body> {
-    let peer = PeerAddr(std::net::SocketAddr::from(([127, 0, 0, 1], 40000)));
-    let mut b = Request::builder().method(method).uri(path).extension(peer);
-    let body = match body {
-        Some(v) => {
-            b = b.header(header::CONTENT_TYPE, "application/json");
-            Body::from(v.to_string())
-        }
-        None => Body::empty(),
-    };
-    b.body(body).unwrap()
-}
-
 async fn call(app: &Router, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Vec<u8>) {
-    let res = app.clone().oneshot(request(method, path, body)).await.unwrap();
-    let status = res.status();
-    (status, res.into_body().collect().await.unwrap().to_bytes().to_vec())
+    let reply = support::call(method, path).json(body).send(app).await;
+    (reply.status, reply.body)
 }
 
 async fn json_call(app: &Router, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-    let (status, bytes) = call(app, method, path, body).await;
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    let reply = support::call(method, path).json(body).send(app).await;
+    (reply.status, reply.json_or_null())
 }
 
 /// The SSE frames of a run request, as (event, data).

@@ -5,15 +5,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
 
-use std::net::SocketAddr;
+mod support;
+
 use std::sync::Arc;
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Method, Request, StatusCode, header};
-use http_body_util::BodyExt;
+use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
-use tower::ServiceExt;
 use tracon_core::audit::MemoryAuditStore;
 use tracon_core::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
 use tracon_core::error::StoreError;
@@ -23,7 +21,7 @@ use tracon_core::names::TenantId;
 use tracon_core::ports::tokio_rt;
 use tracon_core::runtime::RuntimeBuilder;
 use tracon_core::stores::Stores;
-use tracon_handlers::{AppState, HttpSettings, PeerAddr};
+use tracon_handlers::{AppState, HttpSettings};
 
 const TOKEN: &str = "a-long-enough-test-token";
 
@@ -39,22 +37,8 @@ fn app_on(audit: Arc<dyn AuditStore>) -> Router {
 }
 
 async fn call(app: &Router, method: Method, path: &str, bearer: &str, body: Option<Value>) -> (StatusCode, Value) {
-    let mut b = Request::builder()
-        .method(method)
-        .uri(path)
-        .extension(PeerAddr(SocketAddr::from(([127, 0, 0, 1], 40000))))
-        .header(header::AUTHORIZATION, format!("Bearer {bearer}"));
-    let body = match body {
-        Some(v) => {
-            b = b.header(header::CONTENT_TYPE, "application/json");
-            Body::from(v.to_string())
-        }
-        None => Body::empty(),
-    };
-    let res = app.clone().oneshot(b.body(body).unwrap()).await.unwrap();
-    let status = res.status();
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    let reply = support::call(method, path).bearer(bearer).json(body).send(app).await;
+    (reply.status, reply.json_or_null())
 }
 
 fn agent(instructions: &str) -> Value {

@@ -4,14 +4,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Method, Request, StatusCode, header};
-use http_body_util::BodyExt;
+use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
-use tower::ServiceExt;
+use support::frames;
 use tracon_core::definition::AgentDefinition;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{Message, ModelProvider};
@@ -21,7 +21,7 @@ use tracon_core::runs::request::CLIENT_UNANSWERED;
 use tracon_core::runs::store::RunFilter;
 use tracon_core::runtime::{Runtime, RuntimeBuilder};
 use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
-use tracon_handlers::{AppState, HttpSettings, PeerAddr};
+use tracon_handlers::{AppState, HttpSettings};
 
 /// Every request the model got.
 type Seen = Arc<Mutex<Vec<Vec<Message>>>>;
@@ -68,39 +68,8 @@ fn app() -> (Router, Arc<Runtime>, Seen) {
 }
 
 async fn call(app: &Router, method: Method, path: &str, body: Option<Value>) -> (StatusCode, String) {
-    let mut b = Request::builder()
-        .method(method)
-        .uri(path)
-        .extension(PeerAddr(std::net::SocketAddr::from(([127, 0, 0, 1], 40000))));
-    let body = match body {
-        Some(v) => {
-            b = b.header(header::CONTENT_TYPE, "application/json");
-            Body::from(v.to_string())
-        }
-        None => Body::empty(),
-    };
-    let res = app.clone().oneshot(b.body(body).unwrap()).await.unwrap();
-    let status = res.status();
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8(bytes.to_vec()).unwrap())
-}
-
-fn frames(body: &str) -> Vec<(String, Value)> {
-    body.split("\n\n")
-        .filter(|f| !f.trim().is_empty() && !f.starts_with(':'))
-        .map(|f| {
-            let mut event = String::new();
-            let mut data = String::new();
-            for line in f.lines() {
-                if let Some(e) = line.strip_prefix("event: ") {
-                    event = e.to_owned();
-                } else if let Some(d) = line.strip_prefix("data: ") {
-                    data = d.to_owned();
-                }
-            }
-            (event, serde_json::from_str(&data).unwrap_or(Value::String(data)))
-        })
-        .collect()
+    let reply = support::call(method, path).json(body).send(app).await;
+    (reply.status, reply.text())
 }
 
 fn done(body: &str) -> Value {

@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,9 +11,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
-use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use tower::ServiceExt;
 use tracon_core::definition::AgentDefinition;
 use tracon_core::model::ModelProvider;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
@@ -84,28 +84,17 @@ fn remote() -> PeerAddr {
 }
 
 fn request(method: Method, path: &str, body: Option<Value>) -> Request<Body> {
-    let mut b = Request::builder().method(method).uri(path).extension(loopback());
-    let body = match body {
-        Some(v) => {
-            b = b.header(header::CONTENT_TYPE, "application/json");
-            Body::from(v.to_string())
-        }
-        None => Body::empty(),
-    };
-    b.body(body).unwrap()
+    support::call(method, path).json(body).request()
 }
 
 async fn send(app: &Router, req: Request<Body>) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
-    let res = app.clone().oneshot(req).await.unwrap();
-    let status = res.status();
-    let headers = res.headers().clone();
-    let body = res.into_body().collect().await.unwrap().to_bytes().to_vec();
-    (status, headers, body)
+    let reply = support::send(app, req).await;
+    (reply.status, reply.headers, reply.body)
 }
 
 async fn json_of(app: &Router, req: Request<Body>) -> (StatusCode, Value) {
-    let (status, _, body) = send(app, req).await;
-    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    let reply = support::send(app, req).await;
+    (reply.status, reply.json_or_null())
 }
 
 /// A problem document with this status and errorType, served as problem+json.
@@ -121,22 +110,7 @@ async fn expect_problem(app: &Router, req: Request<Body>, status: StatusCode, er
 }
 
 fn frames(body: &[u8]) -> Vec<(String, Value)> {
-    String::from_utf8_lossy(body)
-        .split("\n\n")
-        .filter(|f| !f.trim().is_empty())
-        .map(|f| {
-            let mut event = String::new();
-            let mut data = String::new();
-            for line in f.lines() {
-                if let Some(e) = line.strip_prefix("event: ") {
-                    event = e.to_owned();
-                } else if let Some(d) = line.strip_prefix("data: ") {
-                    data = d.to_owned();
-                }
-            }
-            (event, serde_json::from_str(&data).unwrap())
-        })
-        .collect()
+    support::json_frames(body)
 }
 
 fn stored(name: &str) -> Value {

@@ -3,21 +3,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Method, Request, StatusCode, header};
-use http_body_util::BodyExt;
+use axum::http::{Method, StatusCode, header};
 use serde_json::{Value, json};
-use tower::ServiceExt;
 use tracon_core::definition::AgentDefinition;
 use tracon_core::model::ModelProvider;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::ports::tokio_rt;
 use tracon_core::runtime::RuntimeBuilder;
-use tracon_handlers::{AppState, HttpSettings, PeerAddr};
+use tracon_handlers::{AppState, HttpSettings};
 
 fn app(calls: Arc<AtomicUsize>) -> Router {
     let script = ScriptedProvider::from_fn("script", move |_| {
@@ -33,18 +32,9 @@ fn app(calls: Arc<AtomicUsize>) -> Router {
 }
 
 async fn submit(app: &Router, key: Option<&str>, body: Value) -> (StatusCode, axum::http::HeaderMap, Value) {
-    let mut b = Request::builder()
-        .method(Method::POST)
-        .uri("/api/agents/once/run")
-        .header(header::CONTENT_TYPE, "application/json")
-        .extension(PeerAddr(std::net::SocketAddr::from(([127, 0, 0, 1], 40000))));
-    if let Some(key) = key {
-        b = b.header("Idempotency-Key", key);
-    }
-    let res = app.clone().oneshot(b.body(Body::from(body.to_string())).unwrap()).await.unwrap();
-    let (status, headers) = (res.status(), res.headers().clone());
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    (status, headers, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    let call = support::call(Method::POST, "/api/agents/once/run").header_opt("Idempotency-Key", key);
+    let reply = call.json(Some(body)).send(app).await;
+    (reply.status, reply.headers.clone(), reply.json_or_null())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -8,21 +8,21 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
 
+mod support;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{Method, Request, StatusCode, header};
+use axum::http::{Method, Request, StatusCode};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use chrono::{DateTime, Utc};
-use futures::future::BoxFuture;
-use http_body_util::BodyExt;
+use chrono::Utc;
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
 use serde_json::{Value, json};
+use support::TestClock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::ServiceExt;
 use tracon_core::config::Config;
@@ -30,7 +30,7 @@ use tracon_core::keys::{self, ApiKeyRecord, Scope};
 use tracon_core::model::ModelProvider;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::names::TenantId;
-use tracon_core::ports::{Clock, Platform, tokio_rt};
+use tracon_core::ports::{Platform, tokio_rt};
 use tracon_core::runtime::RuntimeBuilder;
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 
@@ -44,25 +44,6 @@ const EC_PRIVATE: &str = include_str!("fixtures/jwt/ec-p256-private.pem");
 const EC_PUBLIC: &str = include_str!("fixtures/jwt/ec-p256-public.pem");
 const SECRET: &str = "an-hs256-test-secret-of-more-than-32-bytes";
 const INVALID: &str = "The bearer token is not valid.";
-
-/// The wall clock, moved forward at will (the JWKS refetch limit).
-#[derive(Default)]
-struct ShiftedClock(Mutex<chrono::Duration>);
-
-impl ShiftedClock {
-    fn advance(&self, by: chrono::Duration) {
-        *self.0.lock().unwrap() += by;
-    }
-}
-
-impl Clock for ShiftedClock {
-    fn now(&self) -> DateTime<Utc> {
-        Utc::now() + *self.0.lock().unwrap()
-    }
-    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
-        Box::pin(tokio::time::sleep(duration))
-    }
-}
 
 /// The static token plus JWT settings verifying with `key` (the value of the configuration
 /// key `Test:JwtKey`), and `extra` on top.
@@ -83,8 +64,8 @@ fn base_config(extra: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
 }
 
-fn build_app(pairs: Vec<(String, String)>) -> (Router, AppState, Arc<ShiftedClock>) {
-    let clock = Arc::new(ShiftedClock::default());
+fn build_app(pairs: Vec<(String, String)>) -> (Router, AppState, Arc<TestClock>) {
+    let clock = Arc::new(TestClock::default());
     let platform = Platform { clock: clock.clone(), spawner: tokio_rt::platform().spawner };
     let script = ScriptedProvider::from_fn("script", |_| ScriptedTurn::text("Hello from the model.").with_usage(3, 4));
     let runtime =
@@ -95,36 +76,14 @@ fn build_app(pairs: Vec<(String, String)>) -> (Router, AppState, Arc<ShiftedCloc
 }
 
 async fn call(app: &Router, method: Method, path: &str, bearer: &str, headers: &[(&str, &str)]) -> (StatusCode, Value) {
-    let mut b = Request::builder()
-        .method(method)
-        .uri(path)
-        .extension(PeerAddr(SocketAddr::from(([203, 0, 113, 9], 40000))))
-        .header(header::AUTHORIZATION, format!("Bearer {bearer}"));
-    for (name, value) in headers {
-        b = b.header(*name, *value);
-    }
-    let res = app.clone().oneshot(b.body(Body::empty()).unwrap()).await.unwrap();
-    let status = res.status();
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    let value =
-        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
-    (status, value)
+    let reply = support::call(method, path).from(support::REMOTE).bearer(bearer).headers(headers).send(app).await;
+    (reply.status, reply.json())
 }
 
 async fn post(app: &Router, path: &str, bearer: &str, body: Value, headers: &[(&str, &str)]) -> (StatusCode, Value) {
-    let mut b = Request::builder()
-        .method(Method::POST)
-        .uri(path)
-        .extension(PeerAddr(SocketAddr::from(([203, 0, 113, 9], 40000))))
-        .header(header::AUTHORIZATION, format!("Bearer {bearer}"))
-        .header(header::CONTENT_TYPE, "application/json");
-    for (name, value) in headers {
-        b = b.header(*name, *value);
-    }
-    let res = app.clone().oneshot(b.body(Body::from(body.to_string())).unwrap()).await.unwrap();
-    let status = res.status();
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    let call = support::call(Method::POST, path).from(support::REMOTE).bearer(bearer).headers(headers);
+    let reply = call.json(Some(body)).send(app).await;
+    (reply.status, reply.json_or_null())
 }
 
 /// Claims that pass every check, for `roles`; `edit` changes them.
@@ -505,7 +464,7 @@ async fn rs256_from_a_jwks_is_found_by_kid_and_refetched_at_most_once_a_minute()
     );
     assert_eq!(server.hits.load(Ordering::SeqCst), 1);
     // …after it, one refetch finds it; an unknown kid after that fetches nothing more.
-    clock.advance(chrono::Duration::seconds(61));
+    clock.advance(61);
     let rotated = sign(Algorithm::RS256, Some("k2"), &k2, &claims(json!(["Reader"]), |_| {}));
     let (status, body) = call(&app, Method::GET, "/api/agents", &rotated, &[]).await;
     assert_eq!(status, StatusCode::OK, "{body}");

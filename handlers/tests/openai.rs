@@ -3,14 +3,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Method, Request, StatusCode, header};
-use http_body_util::BodyExt;
+use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
-use tower::ServiceExt;
 use tracon_core::definition::AgentDefinition;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{Message, ModelProvider};
@@ -18,7 +17,7 @@ use tracon_core::names::TenantId;
 use tracon_core::ports::tokio_rt;
 use tracon_core::runs::store::RunFilter;
 use tracon_core::runtime::{Runtime, RuntimeBuilder};
-use tracon_handlers::{AppState, HttpSettings, PeerAddr};
+use tracon_handlers::{AppState, HttpSettings};
 
 /// What the model was sent: the system text and the messages.
 type Seen = Arc<Mutex<Vec<(Option<String>, Vec<Message>)>>>;
@@ -42,23 +41,8 @@ fn app() -> (Router, Arc<Runtime>, Seen) {
 }
 
 async fn call(app: &Router, method: Method, path: &str, body: Option<Value>) -> (StatusCode, String, String) {
-    let mut b = Request::builder()
-        .method(method)
-        .uri(path)
-        .extension(PeerAddr(std::net::SocketAddr::from(([127, 0, 0, 1], 40000))));
-    let body = match body {
-        Some(v) => {
-            b = b.header(header::CONTENT_TYPE, "application/json");
-            Body::from(v.to_string())
-        }
-        None => Body::empty(),
-    };
-    let res = app.clone().oneshot(b.body(body).unwrap()).await.unwrap();
-    let status = res.status();
-    let content_type =
-        res.headers().get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    (status, content_type, String::from_utf8(bytes.to_vec()).unwrap())
+    let reply = support::call(method, path).json(body).send(app).await;
+    (reply.status, reply.header("content-type").unwrap_or_default().to_owned(), reply.text())
 }
 
 fn chat(extra: Value) -> Value {

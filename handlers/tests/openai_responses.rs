@@ -4,16 +4,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::net::SocketAddr;
+mod support;
+
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Method, Request, StatusCode, header};
+use axum::http::{Method, StatusCode};
 use chrono::Utc;
-use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use tower::ServiceExt;
 use tracon_core::definition::AgentDefinition;
 use tracon_core::keys::{self, ApiKeyRecord, Scope};
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
@@ -24,7 +22,7 @@ use tracon_core::runs::store::RunFilter;
 use tracon_core::runtime::{Runtime, RuntimeBuilder, RuntimeSettings};
 use tracon_core::sessions::SessionWrite;
 use tracon_core::sessions::ownership::SessionOwnership;
-use tracon_handlers::{AppState, HttpSettings, PeerAddr};
+use tracon_handlers::{AppState, HttpSettings};
 
 const TOKEN: &str = "a-long-enough-test-token";
 
@@ -90,25 +88,9 @@ struct Call<'a> {
 const ANON: Call<'static> = Call { bearer: None, user: None };
 
 async fn send(app: &Router, who: &Call<'_>, method: Method, path: &str, body: Option<Value>) -> (StatusCode, String) {
-    let mut b =
-        Request::builder().method(method).uri(path).extension(PeerAddr(SocketAddr::from(([127, 0, 0, 1], 40000))));
-    if let Some(bearer) = who.bearer {
-        b = b.header(header::AUTHORIZATION, format!("Bearer {bearer}"));
-    }
-    if let Some(user) = who.user {
-        b = b.header("x-test-user", user);
-    }
-    let body = match body {
-        Some(v) => {
-            b = b.header(header::CONTENT_TYPE, "application/json");
-            Body::from(v.to_string())
-        }
-        None => Body::empty(),
-    };
-    let res = app.clone().oneshot(b.body(body).unwrap()).await.unwrap();
-    let status = res.status();
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8(bytes.to_vec()).unwrap())
+    let call = support::call(method, path).bearer_opt(who.bearer).header_opt("x-test-user", who.user);
+    let reply = call.json(body).send(app).await;
+    (reply.status, reply.text())
 }
 
 async fn call(app: &Router, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {

@@ -3,17 +3,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Method, Request, StatusCode, header};
-use http_body_util::BodyExt;
+use axum::http::{Method, StatusCode, header};
 use serde_json::{Value, json};
-use tower::ServiceExt;
+use support::Manual;
 use tracon_core::definition::AgentDefinition;
-use tracon_core::jobs::{JobHandler, JobRunner, JobSettings, JobTransport};
+use tracon_core::jobs::{JobHandler, JobRunner, JobSettings};
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{Message, ModelProvider, ProviderError, ProviderErrorKind};
 use tracon_core::ports::tokio_rt;
@@ -21,17 +21,7 @@ use tracon_core::runs::queued::QueuedRuns;
 use tracon_core::runtime::RunQueue;
 use tracon_core::runtime::{Runtime, RuntimeBuilder};
 use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
-use tracon_handlers::{AppState, HttpSettings, PeerAddr};
-
-/// Wakes nobody: the test drains the queue itself, so it decides when a worker runs.
-struct Manual;
-
-#[async_trait::async_trait]
-impl JobTransport for Manual {
-    async fn wake(&self, _: uuid::Uuid) -> Result<(), String> {
-        Ok(())
-    }
-}
+use tracon_handlers::{AppState, HttpSettings};
 
 struct Harness {
     app: Router,
@@ -91,24 +81,9 @@ async fn call(
     body: Option<Value>,
     prefer: bool,
 ) -> (StatusCode, axum::http::HeaderMap, Value) {
-    let mut b = Request::builder()
-        .method(method)
-        .uri(path)
-        .extension(PeerAddr(std::net::SocketAddr::from(([127, 0, 0, 1], 40000))));
-    if prefer {
-        b = b.header("Prefer", "wait=5, respond-async");
-    }
-    let body = match body {
-        Some(v) => {
-            b = b.header(header::CONTENT_TYPE, "application/json");
-            Body::from(v.to_string())
-        }
-        None => Body::empty(),
-    };
-    let res = app.clone().oneshot(b.body(body).unwrap()).await.unwrap();
-    let (status, headers) = (res.status(), res.headers().clone());
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    (status, headers, serde_json::from_slice(&bytes).unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into())))
+    let prefer = prefer.then_some("wait=5, respond-async");
+    let reply = support::call(method, path).header_opt("Prefer", prefer).json(body).send(app).await;
+    (reply.status, reply.headers.clone(), reply.json())
 }
 
 #[tokio::test]

@@ -9,24 +9,23 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Method, Request, StatusCode, header};
+use axum::http::{Method, StatusCode};
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
-use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use tower::ServiceExt;
 use tracon_core::definition::{AgentDefinition, AgentParameter};
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{Message, ModelProvider};
 use tracon_core::ports::{Clock, Platform, tokio_rt};
 use tracon_core::runtime::RuntimeBuilder;
 use tracon_core::tools::{ToolError, ToolOutput, ToolRegistration, tool_fn};
-use tracon_handlers::{AppState, HttpSettings, PeerAddr};
+use tracon_handlers::{AppState, HttpSettings};
 
 /// Always the same instant.
 struct Frozen(DateTime<Utc>);
@@ -100,21 +99,8 @@ fn app() -> Router {
 }
 
 async fn call(app: &Router, method: Method, path: &str, body: Option<Value>) -> (StatusCode, String) {
-    let mut b = Request::builder()
-        .method(method)
-        .uri(path)
-        .extension(PeerAddr(std::net::SocketAddr::from(([127, 0, 0, 1], 40000))))
-        .header(header::USER_AGENT, "fixture");
-    let body = match body {
-        Some(v) => {
-            b = b.header(header::CONTENT_TYPE, "application/json");
-            Body::from(v.to_string())
-        }
-        None => Body::empty(),
-    };
-    let res = app.clone().oneshot(b.body(body).unwrap()).await.unwrap();
-    let status = res.status();
-    (status, String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap())
+    let reply = support::call(method, path).header("user-agent", "fixture").json(body).send(app).await;
+    (reply.status, reply.text())
 }
 
 /// The `data:` of the stream's `run` frame: the run id.

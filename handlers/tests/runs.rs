@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
 
+mod support;
+
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,7 +13,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::{Method, Request, StatusCode, header};
+use axum::http::{Method, Request, StatusCode};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
 use http_body_util::BodyExt;
@@ -193,26 +195,17 @@ fn loopback() -> PeerAddr {
 }
 
 fn req(method: Method, path: &str, body: Option<Value>) -> Request<Body> {
-    let mut b = Request::builder().method(method).uri(path).extension(loopback());
-    let body = match body {
-        Some(v) => {
-            b = b.header(header::CONTENT_TYPE, "application/json");
-            Body::from(v.to_string())
-        }
-        None => Body::empty(),
-    };
-    b.body(body).unwrap()
+    support::call(method, path).json(body).request()
 }
 
 async fn send(app: &Router, r: Request<Body>) -> (StatusCode, Vec<u8>) {
-    let res = app.clone().oneshot(r).await.unwrap();
-    let status = res.status();
-    (status, res.into_body().collect().await.unwrap().to_bytes().to_vec())
+    let reply = support::send(app, r).await;
+    (reply.status, reply.body)
 }
 
 async fn json_of(app: &Router, r: Request<Body>) -> (StatusCode, Value) {
-    let (s, b) = send(app, r).await;
-    (s, serde_json::from_slice(&b).unwrap_or(Value::Null))
+    let reply = support::send(app, r).await;
+    (reply.status, reply.json_or_null())
 }
 
 #[derive(Debug, Clone)]

@@ -3,17 +3,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Method, Request, StatusCode, header};
+use axum::http::{Method, StatusCode};
 use chrono::{DateTime, Utc};
-use futures::future::BoxFuture;
-use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use tower::ServiceExt;
+use support::TestClock;
 use tracon_core::background::{TickReport, job_handlers, tick};
 use tracon_core::definition::AgentDefinition;
 use tracon_core::failure::ErrorClass;
@@ -25,26 +24,7 @@ use tracon_core::ports::{Clock, Platform, tokio_rt};
 use tracon_core::runs::store::{RunRecord, RunStatus};
 use tracon_core::runtime::RunQueue;
 use tracon_core::runtime::{Runtime, RuntimeBuilder};
-use tracon_handlers::{AppState, HttpSettings, PeerAddr};
-
-/// Real time plus an offset the test moves forward.
-#[derive(Default)]
-struct ShiftedClock(AtomicI64);
-
-impl ShiftedClock {
-    fn advance(&self, seconds: i64) {
-        self.0.fetch_add(seconds, Ordering::SeqCst);
-    }
-}
-
-impl Clock for ShiftedClock {
-    fn now(&self) -> DateTime<Utc> {
-        Utc::now() + chrono::Duration::seconds(self.0.load(Ordering::SeqCst))
-    }
-    fn sleep(&self, duration: std::time::Duration) -> BoxFuture<'static, ()> {
-        Box::pin(tokio::time::sleep(duration))
-    }
-}
+use tracon_handlers::{AppState, HttpSettings};
 
 /// Counts wake-ups; the test drains the queue itself.
 #[derive(Default)]
@@ -61,13 +41,13 @@ impl JobTransport for Counting {
 struct Harness {
     app: Router,
     runtime: Arc<Runtime>,
-    clock: Arc<ShiftedClock>,
+    clock: Arc<TestClock>,
     transport: Arc<Counting>,
     runner: JobRunner,
 }
 
 fn harness() -> Harness {
-    let clock = Arc::new(ShiftedClock::default());
+    let clock = Arc::new(TestClock::default());
     let platform = Platform { clock: clock.clone(), spawner: tokio_rt::platform().spawner };
     let script = ScriptedProvider::from_fn("script", |_| ScriptedTurn::text("Report sent."));
     let runtime = Arc::new(
@@ -91,21 +71,8 @@ fn harness() -> Harness {
 }
 
 async fn call(app: &Router, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-    let mut b = Request::builder()
-        .method(method)
-        .uri(path)
-        .extension(PeerAddr(std::net::SocketAddr::from(([127, 0, 0, 1], 40000))));
-    let body = match body {
-        Some(v) => {
-            b = b.header(header::CONTENT_TYPE, "application/json");
-            Body::from(v.to_string())
-        }
-        None => Body::empty(),
-    };
-    let res = app.clone().oneshot(b.body(body).unwrap()).await.unwrap();
-    let status = res.status();
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into())))
+    let reply = support::call(method, path).json(body).send(app).await;
+    (reply.status, reply.json())
 }
 
 async fn scheduled_runs(runtime: &Runtime) -> Vec<RunRecord> {

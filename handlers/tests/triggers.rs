@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,14 +15,14 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use futures::StreamExt;
-use http_body_util::BodyExt;
 use serde_json::{Value, json};
+use support::Manual;
 use tower::ServiceExt;
 use tracon_core::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
 use tracon_core::config::Config;
 use tracon_core::definition::AgentDefinition;
 use tracon_core::error::StoreError;
-use tracon_core::jobs::{JobHandler, JobRunner, JobSettings, JobTransport};
+use tracon_core::jobs::{JobHandler, JobRunner, JobSettings};
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{Message, ModelProvider};
 use tracon_core::names::TenantId;
@@ -34,16 +36,6 @@ use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 
 const TOKEN: &str = "a-long-enough-test-token";
 const SECRET: &str = "whsec_slack_test_secret";
-
-/// Wakes nobody: the test drains the queue itself.
-struct Manual;
-
-#[async_trait::async_trait]
-impl JobTransport for Manual {
-    async fn wake(&self, _: uuid::Uuid) -> Result<(), String> {
-        Ok(())
-    }
-}
 
 struct Harness {
     app: Router,
@@ -101,13 +93,15 @@ fn harness(options: Options) -> Harness {
     Harness { app: tracon_handlers::router(state.clone()), runner, state }
 }
 
+/// The address the tests' requests come from.
+const SENDER: [u8; 4] = [203, 0, 113, 7];
+
 fn remote() -> PeerAddr {
-    PeerAddr(std::net::SocketAddr::from(([203, 0, 113, 7], 40000)))
+    PeerAddr(std::net::SocketAddr::from((SENDER, 40000)))
 }
 
-fn another_remote() -> PeerAddr {
-    PeerAddr(std::net::SocketAddr::from(([198, 51, 100, 23], 51000)))
-}
+/// Another sender's address.
+const ANOTHER_SENDER: [u8; 4] = [198, 51, 100, 23];
 
 /// A trigger of `tenant` put straight into the store (the static token acts for the default
 /// tenant only; stored as an older release could have stored it).
@@ -148,37 +142,15 @@ async fn admin_key(state: &AppState, tenant: &str) -> String {
 
 /// `PUT /api/triggers/{name}` with `bearer`.
 async fn put_as(app: &Router, bearer: &str, name: &str, body: Value) -> (StatusCode, Value) {
-    let request = Request::builder()
-        .method(Method::PUT)
-        .uri(format!("/api/triggers/{name}"))
-        .extension(remote())
-        .header(header::AUTHORIZATION, format!("Bearer {bearer}"))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(body.to_string()))
-        .unwrap();
-    let res = app.clone().oneshot(request).await.unwrap();
-    let status = res.status();
-    (status, json_of(&res.into_body().collect().await.unwrap().to_bytes()))
+    let call = support::call(Method::PUT, &format!("/api/triggers/{name}")).from(SENDER).bearer(bearer);
+    let reply = call.json(Some(body)).send(app).await;
+    (reply.status, json_of(&reply.body))
 }
 
 /// A management call with the static token.
 async fn call(app: &Router, method: Method, path: &str, body: Option<Value>) -> (StatusCode, HeaderMap, Value) {
-    let mut b = Request::builder()
-        .method(method)
-        .uri(path)
-        .extension(remote())
-        .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"));
-    let body = match body {
-        Some(v) => {
-            b = b.header(header::CONTENT_TYPE, "application/json");
-            Body::from(v.to_string())
-        }
-        None => Body::empty(),
-    };
-    let res = app.clone().oneshot(b.body(body).unwrap()).await.unwrap();
-    let (status, headers) = (res.status(), res.headers().clone());
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    (status, headers, serde_json::from_slice(&bytes).unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into())))
+    let reply = support::call(method, path).from(SENDER).bearer(TOKEN).json(body).send(app).await;
+    (reply.status, reply.headers.clone(), reply.json())
 }
 
 /// `sha256=<hex>` of `"{timestamp}.{body}"`, computed by Python's `hmac` module.
@@ -220,25 +192,16 @@ impl<'a> Accept<'a> {
     }
 
     async fn send(&self, app: &Router) -> (StatusCode, HeaderMap, Vec<u8>) {
-        self.send_from(app, Some(remote())).await
+        self.send_from(app, Some(SENDER)).await
     }
 
     /// Sent from `peer` (`None`: a host that does not know the client's address).
-    async fn send_from(&self, app: &Router, peer: Option<PeerAddr>) -> (StatusCode, HeaderMap, Vec<u8>) {
-        let mut b =
-            Request::builder().method(Method::POST).uri(self.path).header(header::CONTENT_TYPE, "application/json");
-        if let Some(peer) = peer {
-            b = b.extension(peer);
-        }
-        if let Some(ts) = &self.timestamp {
-            b = b.header("X-Tracon-Timestamp", ts);
-        }
-        if let Some(sig) = &self.signature {
-            b = b.header("X-Tracon-Signature", sig);
-        }
-        let res = app.clone().oneshot(b.body(Body::from(self.body.to_vec())).unwrap()).await.unwrap();
-        let (status, headers) = (res.status(), res.headers().clone());
-        (status, headers, res.into_body().collect().await.unwrap().to_bytes().to_vec())
+    async fn send_from(&self, app: &Router, peer: Option<[u8; 4]>) -> (StatusCode, HeaderMap, Vec<u8>) {
+        let call = support::call(Method::POST, self.path).from(peer);
+        let call = call.header_opt("X-Tracon-Timestamp", self.timestamp.as_deref());
+        let call = call.header_opt("X-Tracon-Signature", self.signature.as_deref());
+        let reply = call.bytes("application/json", self.body.to_vec()).send(app).await;
+        (reply.status, reply.headers, reply.body)
     }
 }
 
@@ -583,18 +546,18 @@ async fn forged_requests_never_use_up_a_triggers_limit_and_are_bounded_per_addre
             timestamp: Some(ts),
             signature: Some(format!("sha256={}", "ab".repeat(32))),
         };
-        answers.push(request.send_from(&h.app, Some(remote())).await.0.as_u16());
+        answers.push(request.send_from(&h.app, Some(SENDER)).await.0.as_u16());
     }
     assert_eq!(answers, [401, 401, 401, 429, 429, 429, 429, 429]);
     // The real sender, elsewhere, still has the trigger's whole budget.
     for n in 0..4 {
         let body = format!("{{\"real\":{n}}}");
         let request = Accept::signed("/api/triggers/default/slack", body.as_bytes(), SECRET);
-        assert_eq!(request.send_from(&h.app, Some(another_remote())).await.0, StatusCode::ACCEPTED, "real {n}");
+        assert_eq!(request.send_from(&h.app, Some(ANOTHER_SENDER)).await.0, StatusCode::ACCEPTED, "real {n}");
     }
     // The trigger's own limit still holds for verified requests.
     let request = Accept::signed("/api/triggers/default/slack", b"{\"real\":4}", SECRET);
-    let (status, headers, _) = request.send_from(&h.app, Some(another_remote())).await;
+    let (status, headers, _) = request.send_from(&h.app, Some(ANOTHER_SENDER)).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     assert!(headers.contains_key(header::RETRY_AFTER));
     assert_eq!(job_count(&h.app).await, 4);

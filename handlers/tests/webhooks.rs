@@ -7,30 +7,28 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::{Method, Request, StatusCode, header};
-use chrono::{DateTime, Utc};
-use futures::future::BoxFuture;
+use axum::http::{Method, StatusCode};
+use chrono::Utc;
 use hmac::{Hmac, Mac};
-use http_body_util::BodyExt;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use serde_json::{Value, json};
 use sha2::Sha256;
+use support::{Manual, TestClock};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tower::ServiceExt;
 use tracon_core::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
 use tracon_core::config::Config;
 use tracon_core::definition::AgentDefinition;
 use tracon_core::error::StoreError;
-use tracon_core::jobs::{JobRunner, JobSettings, JobTransport};
+use tracon_core::jobs::{JobRunner, JobSettings};
 use tracon_core::model::ModelProvider;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::names::TenantId;
@@ -40,30 +38,10 @@ use tracon_core::runtime::{Runtime, RuntimeBuilder};
 use tracon_core::stores::Stores;
 use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
 use tracon_core::webhooks::{WebhookSettings, WebhookSubscription};
-use tracon_handlers::{AppState, HttpSettings, PeerAddr};
+use tracon_handlers::{AppState, HttpSettings};
 
 const SECRET: &str = "whsec-test-value-never-shown";
 const SECRET_NAME: &str = "Tracon:WebhookSecrets:Orders";
-
-// ---- a clock the test moves -------------------------------------------------------------------
-
-/// Stands still until the test moves it, so a retry's backoff passes on demand.
-struct ManualClock(AtomicI64, DateTime<Utc>);
-
-impl Clock for ManualClock {
-    fn now(&self) -> DateTime<Utc> {
-        self.1 + chrono::Duration::milliseconds(self.0.load(Ordering::SeqCst))
-    }
-    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
-        Box::pin(tokio::time::sleep(duration))
-    }
-}
-
-impl ManualClock {
-    fn advance(&self, seconds: i64) {
-        self.0.fetch_add(seconds * 1000, Ordering::SeqCst);
-    }
-}
 
 // ---- a local receiver ---------------------------------------------------------------------------
 
@@ -170,21 +148,11 @@ impl Resolve for FixedDns {
 
 // ---- the harness --------------------------------------------------------------------------------
 
-/// Wakes nobody: the test drains the queue itself.
-struct Manual;
-
-#[async_trait::async_trait]
-impl JobTransport for Manual {
-    async fn wake(&self, _: uuid::Uuid) -> Result<(), String> {
-        Ok(())
-    }
-}
-
 struct Harness {
     app: Router,
     runner: JobRunner,
     runtime: Arc<Runtime>,
-    clock: Arc<ManualClock>,
+    clock: Arc<TestClock>,
 }
 
 fn config(pairs: &[(&str, &str)]) -> Config {
@@ -201,7 +169,7 @@ fn local(extra: &[(&str, &str)]) -> WebhookSettings {
 }
 
 fn harness_with(settings: WebhookSettings, stores: Stores) -> Harness {
-    let clock = Arc::new(ManualClock(AtomicI64::new(0), Utc::now()));
+    let clock = Arc::new(TestClock::frozen(Utc::now()));
     let platform = Platform { clock: clock.clone(), spawner: tokio_rt::platform().spawner };
     let refund = ToolRegistration::new(
         "refund",
@@ -258,23 +226,8 @@ async fn call_with(
     body: Option<Value>,
     headers: &[(&str, &str)],
 ) -> (StatusCode, Value) {
-    let mut b =
-        Request::builder().method(method).uri(path).extension(PeerAddr(SocketAddr::from(([127, 0, 0, 1], 40000))));
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    let body = match body {
-        Some(v) => {
-            b = b.header(header::CONTENT_TYPE, "application/json");
-            Body::from(v.to_string())
-        }
-        None => Body::empty(),
-    };
-    let res = app.clone().oneshot(b.body(body).unwrap()).await.unwrap();
-    let status = res.status();
-    let bytes = res.into_body().collect().await.unwrap().to_bytes();
-    let value = serde_json::from_slice(&bytes).unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()));
-    (status, value)
+    let reply = support::call(method, path).headers(headers).json(body).send(app).await;
+    (reply.status, reply.json())
 }
 
 fn subscription(url: &str, events: &[&str]) -> Value {
