@@ -226,29 +226,7 @@ async fn the_tick_reconciles_a_run_whose_executor_stopped_and_wakes_due_jobs() {
     let h = harness();
     let tenant = TenantId::default_tenant();
     let now = h.clock.now();
-    let mut row = RunRecord {
-        id: RunId(uuid::Uuid::now_v7()),
-        tenant: None,
-        agent_name: "reporter".into(),
-        agent_version: Some(1),
-        status: RunStatus::Running,
-        started_at: now,
-        ended_at: None,
-        duration_ms: None,
-        usage: None,
-        cost: None,
-        model_provider: None,
-        model: None,
-        error: None,
-        session_id: None,
-        parent_run_id: None,
-        root_run_id: None,
-        depth: 0,
-        user_id: None,
-        labels: Default::default(),
-        heartbeat_at: Some(now),
-        cancel_requested: false,
-    };
+    let mut row = RunRecord::opened(RunId(uuid::Uuid::now_v7()), "reporter", Some(1), RunStatus::Running, now);
     h.runtime.stores.runs.create_run(&tenant, &row, None).await.unwrap();
     let alive = RunId(uuid::Uuid::now_v7());
     row.id = alive;

@@ -54,29 +54,7 @@ fn write(text: &str) -> SessionWrite {
 
 async fn write_run(stores: &Stores, text: &str) -> RunId {
     let id = RunId(uuid::Uuid::now_v7());
-    let row = RunRecord {
-        id,
-        tenant: None,
-        agent_name: "a".into(),
-        agent_version: None,
-        status: RunStatus::Running,
-        started_at: Utc::now(),
-        ended_at: None,
-        duration_ms: None,
-        usage: None,
-        cost: None,
-        model_provider: None,
-        model: None,
-        error: None,
-        session_id: None,
-        parent_run_id: None,
-        root_run_id: None,
-        depth: 0,
-        user_id: None,
-        labels: BTreeMap::new(),
-        heartbeat_at: None,
-        cancel_requested: false,
-    };
+    let row = RunRecord { heartbeat_at: None, ..RunRecord::opened(id, "a", None, RunStatus::Running, Utc::now()) };
     let input =
         RunInputRecord { message: text.into(), culture: None, parameters: BTreeMap::new(), documents: Vec::new() };
     stores.runs.create_run(&tenant(), &row, Some(&input)).await.unwrap();

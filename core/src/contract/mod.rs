@@ -61,29 +61,7 @@ fn def(n: &str, instructions: &str) -> AgentDefinition {
 }
 
 fn run_row(agent: &str, started: DateTime<Utc>) -> RunRecord {
-    RunRecord {
-        id: RunId(uuid::Uuid::now_v7()),
-        tenant: None,
-        agent_name: agent.into(),
-        agent_version: Some(1),
-        status: RunStatus::Running,
-        started_at: started,
-        ended_at: None,
-        duration_ms: None,
-        usage: None,
-        cost: None,
-        model_provider: None,
-        model: None,
-        error: None,
-        session_id: None,
-        parent_run_id: None,
-        root_run_id: None,
-        depth: 0,
-        user_id: None,
-        labels: BTreeMap::new(),
-        heartbeat_at: Some(started),
-        cancel_requested: false,
-    }
+    RunRecord::opened(RunId(uuid::Uuid::now_v7()), agent, Some(1), RunStatus::Running, started)
 }
 
 fn event(sequence: u64, text: &str) -> RecordedEvent {

@@ -169,27 +169,10 @@ async fn open_record(
         return Ok(());
     }
     let row = RunRecord {
-        id: run_id,
-        tenant: None,
-        agent_name: agent.name.clone(),
-        agent_version: agent.version,
-        status: RunStatus::Running,
-        started_at,
-        ended_at: None,
-        duration_ms: None,
-        usage: None,
-        cost: None,
-        model_provider: None,
-        model: None,
-        error: None,
         session_id: session.map(|s| s.id.as_str().to_owned()),
-        parent_run_id: None,
-        root_run_id: None,
-        depth: 0,
         user_id: request.attribution.user_id.clone(),
         labels: request.attribution.labels.clone(),
-        heartbeat_at: Some(started_at),
-        cancel_requested: false,
+        ..RunRecord::opened(run_id, &agent.name, agent.version, RunStatus::Running, started_at)
     };
     let input = recording.record_input.then(|| RunInputRecord {
         message: request.message.clone(),

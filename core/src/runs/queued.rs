@@ -54,27 +54,10 @@ pub async fn enqueue(runtime: &Runtime, request: RunRequest, max_attempts: u32) 
     let run_id = RunId(new_id(clock));
     let job_id = new_id(clock);
     let row = RunRecord {
-        id: run_id,
-        tenant: None,
-        agent_name: agent.name.clone(),
-        agent_version: agent.version,
-        status: RunStatus::Queued,
-        started_at: now,
-        ended_at: None,
-        duration_ms: None,
-        usage: None,
-        cost: None,
-        model_provider: None,
-        model: None,
-        error: None,
         session_id: request.session_id.as_ref().map(|s| s.as_str().to_owned()),
-        parent_run_id: None,
-        root_run_id: None,
-        depth: 0,
         user_id: request.attribution.user_id.clone(),
         labels: request.attribution.labels.clone(),
-        heartbeat_at: None,
-        cancel_requested: false,
+        ..RunRecord::opened(run_id, &agent.name, agent.version, RunStatus::Queued, now)
     };
     let input = runtime.settings.recording.record_input.then(|| RunInputRecord {
         message: request.message.clone(),

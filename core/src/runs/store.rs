@@ -79,6 +79,43 @@ pub struct RunRecord {
     pub cancel_requested: bool,
 }
 
+impl RunRecord {
+    /// A row for a run of `agent_name` that has not ended: `status` as of `started_at`, the
+    /// heartbeat at `started_at` for a run executing now (none for a queued one), nothing
+    /// else known yet.
+    pub fn opened(
+        id: RunId,
+        agent_name: &str,
+        agent_version: Option<u32>,
+        status: RunStatus,
+        started_at: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            id,
+            tenant: None,
+            agent_name: agent_name.to_owned(),
+            agent_version,
+            status,
+            started_at,
+            ended_at: None,
+            duration_ms: None,
+            usage: None,
+            cost: None,
+            model_provider: None,
+            model: None,
+            error: None,
+            session_id: None,
+            parent_run_id: None,
+            root_run_id: None,
+            depth: 0,
+            user_id: None,
+            labels: BTreeMap::new(),
+            heartbeat_at: (status == RunStatus::Running).then_some(started_at),
+            cancel_requested: false,
+        }
+    }
+}
+
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunEnd {

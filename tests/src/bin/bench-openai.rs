@@ -46,14 +46,13 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::Parser;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::{Value, json};
-use tracon_tests::bench::{BoxError, Server, cpu_time, loopback_client, percentile_ms, resolve_binary};
+use tracon_tests::bench::{BoxError, Phase, Server, loopback_client, measure, resolve_binary};
 use tracon_tests::mock::{MockConfig, MockServer};
 
 type Result<T, E = BoxError> = std::result::Result<T, E>;
@@ -71,8 +70,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Target at C = [`TARGET_CONCURRENCY`], in milliseconds added over the baseline at p99.
 const TARGET_CONCURRENCY: usize = 64;
 const TARGET_P99_MS: f64 = 5.0;
-/// Error messages kept per phase (the count is always exact).
-const KEPT_ERRORS: usize = 3;
+
+/// The bench's name, in its progress lines.
+const NAME: &str = "bench-openai";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -214,10 +214,10 @@ async fn run(args: Args) -> Result<bool> {
         for mode in Mode::ALL {
             let (baseline, subject) = targets(mode);
             eprintln!("bench-openai: C={c} {}: baseline ({warmup} warm-up + {n} requests)…", mode.label());
-            let base = measure(&client, &baseline, c, warmup, n, pid).await?;
+            let base = measure(NAME, c, warmup, n, pid, sender(&client, &baseline)).await?;
             forget_mock_requests(&client, &mock_url).await;
             eprintln!("bench-openai: C={c} {}: subject ({warmup} warm-up + {n} requests)…", mode.label());
-            let subj = measure(&client, &subject, c, warmup, n, pid).await?;
+            let subj = measure(NAME, c, warmup, n, pid, sender(&client, &subject)).await?;
             forget_mock_requests(&client, &mock_url).await;
             levels.push(Level { concurrency: c, mode, warmup, baseline: base, subject: subj });
         }
@@ -314,113 +314,22 @@ fn excerpt(body: &[u8]) -> String {
     String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned()
 }
 
+/// Sends `target` once per call, for [`measure`].
+fn sender(
+    client: &reqwest::Client,
+    target: &Arc<Target>,
+) -> impl Fn(usize) -> futures::future::BoxFuture<'static, Result<Duration, String>> + Clone + Send + Sync + 'static {
+    let (client, target) = (client.clone(), target.clone());
+    move |_| {
+        let (client, target) = (client.clone(), target.clone());
+        Box::pin(async move { one_request(&client, &target).await })
+    }
+}
+
 /// The mock records every request; between phases that log is only memory.
 async fn forget_mock_requests(client: &reqwest::Client, mock_url: &str) {
     // Best effort: a failure only means the mock keeps some memory.
     let _ = client.delete(format!("{mock_url}/_mock/requests/{MODEL}")).send().await;
-}
-
-/// One measured phase: latencies (sorted, microseconds) and what it cost.
-struct Phase {
-    requests: usize,
-    latencies_us: Vec<u64>,
-    failures: usize,
-    errors: Vec<String>,
-    wall: Duration,
-    /// CPU the server used during the measured part.
-    server_cpu: Option<Duration>,
-}
-
-impl Phase {
-    fn percentile_ms(&self, p: f64) -> f64 {
-        percentile_ms(&self.latencies_us, p)
-    }
-
-    fn mean_ms(&self) -> f64 {
-        if self.latencies_us.is_empty() {
-            return 0.0;
-        }
-        self.latencies_us.iter().map(|&n| n as f64).sum::<f64>() / self.latencies_us.len() as f64 / 1e3
-    }
-
-    fn throughput(&self) -> f64 {
-        self.requests as f64 / self.wall.as_secs_f64().max(f64::MIN_POSITIVE)
-    }
-
-    fn server_cpu_us_per_request(&self) -> Option<f64> {
-        self.server_cpu.map(|c| c.as_secs_f64() * 1e6 / self.requests.max(1) as f64)
-    }
-}
-
-/// Warm-up (unrecorded), then `total` requests with `concurrency` workers.
-async fn measure(
-    client: &reqwest::Client,
-    target: &Arc<Target>,
-    concurrency: usize,
-    warmup: usize,
-    total: usize,
-    server_pid: u32,
-) -> Result<Phase> {
-    let warm = fan_out(client, target, concurrency, warmup).await?;
-    if warm.failures > 0 {
-        // Reported with the measured failures; the warm-up does not stop the run.
-        eprintln!("bench-openai: {} warm-up request(s) failed: {:?}", warm.failures, warm.errors);
-    }
-    let server_before = cpu_time(Some(server_pid));
-    let started = Instant::now();
-    let mut result = fan_out(client, target, concurrency, total).await?;
-    let wall = started.elapsed();
-    let server_after = cpu_time(Some(server_pid));
-    result.latencies_us.sort_unstable();
-    Ok(Phase {
-        requests: total,
-        latencies_us: result.latencies_us,
-        failures: result.failures + warm.failures,
-        errors: warm.errors.into_iter().chain(result.errors).take(KEPT_ERRORS).collect(),
-        wall,
-        server_cpu: server_before.zip(server_after).map(|(a, b)| b.saturating_sub(a)),
-    })
-}
-
-#[derive(Default)]
-struct Samples {
-    latencies_us: Vec<u64>,
-    failures: usize,
-    errors: Vec<String>,
-}
-
-/// `total` requests shared out to `concurrency` workers pulling from one counter.
-async fn fan_out(client: &reqwest::Client, target: &Arc<Target>, concurrency: usize, total: usize) -> Result<Samples> {
-    let next = Arc::new(AtomicUsize::new(0));
-    let mut workers = Vec::with_capacity(concurrency);
-    for _ in 0..concurrency {
-        let (client, target, next) = (client.clone(), target.clone(), next.clone());
-        workers.push(tokio::spawn(async move {
-            let mut samples =
-                Samples { latencies_us: Vec::with_capacity(total / concurrency + 1), ..Default::default() };
-            while next.fetch_add(1, Ordering::Relaxed) < total {
-                match one_request(&client, &target).await {
-                    Ok(d) => samples.latencies_us.push(u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
-                    Err(e) => {
-                        samples.failures += 1;
-                        if samples.errors.len() < KEPT_ERRORS {
-                            samples.errors.push(e);
-                        }
-                    }
-                }
-            }
-            samples
-        }));
-    }
-    let mut all = Samples { latencies_us: Vec::with_capacity(total), ..Default::default() };
-    for worker in workers {
-        let s = worker.await.map_err(|e| format!("a benchmark worker failed: {e}"))?;
-        all.latencies_us.extend(s.latencies_us);
-        all.failures += s.failures;
-        all.errors.extend(s.errors);
-    }
-    all.errors.truncate(KEPT_ERRORS);
-    Ok(all)
 }
 
 /// One concurrency level of one mode: its baseline and subject phases.
@@ -508,7 +417,7 @@ impl Report<'_> {
                     p.percentile_ms(100.0),
                     p.throughput(),
                     // The server does no work in the baseline; its column shows idle noise there.
-                    opt_us(p.server_cpu_us_per_request()),
+                    opt_us(p.cpu_us_per_request(p.server_cpu)),
                 );
             }
         }
@@ -603,7 +512,7 @@ impl Report<'_> {
                 "maxMs": p.percentile_ms(100.0),
                 "requestsPerSecond": p.throughput(),
                 "wallSeconds": p.wall.as_secs_f64(),
-                "serverCpuUsPerRequest": p.server_cpu_us_per_request(),
+                "serverCpuUsPerRequest": p.cpu_us_per_request(p.server_cpu),
             })
         };
         let levels: Vec<Value> = self

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use serde_json::json;
-use tracon_tests::bench::{BoxError, Server, percentile_ms};
+use tracon_tests::bench::{BoxError, Server, complete, measure};
 use tracon_tests::mock::{MockConfig, MockServer};
 
 #[derive(Parser)]
@@ -42,6 +42,9 @@ struct Args {
     database_url: Option<String>,
 }
 
+/// The bench's name, in its progress lines.
+const NAME: &str = "bench-postgres";
+
 async fn spawn(bin: &Path, mock: &str, db: Option<(&str, &str)>) -> Result<Server, BoxError> {
     match db {
         Some((url, schema)) => {
@@ -56,48 +59,24 @@ async fn spawn(bin: &Path, mock: &str, db: Option<(&str, &str)>) -> Result<Serve
     }
 }
 
-async fn drive(
+/// One run through `base`'s native run endpoint, timed to the last byte of its stream.
+fn run_once(
     client: &reqwest::Client,
     base: &str,
-    concurrency: usize,
-    total: usize,
-) -> Result<(Vec<u64>, f64), BoxError> {
-    let url = Arc::new(format!("{base}/api/agents/support/run"));
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let started = Instant::now();
-    let mut workers = Vec::new();
-    for _ in 0..concurrency {
-        let (client, url, next) = (client.clone(), url.clone(), next.clone());
-        workers.push(tokio::spawn(async move {
-            let mut out = Vec::new();
-            while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
-                let t = Instant::now();
-                let body = client
-                    .post(url.as_str())
-                    .json(&json!({"message": "Where is order 4182?"}))
-                    .send()
-                    .await?
-                    .text()
-                    .await?;
-                if !body.contains("event: done") {
-                    return Err::<Vec<u64>, BoxError>(format!("a run did not complete: {body}").into());
-                }
-                out.push(t.elapsed().as_micros() as u64);
+) -> impl Fn(usize) -> futures::future::BoxFuture<'static, Result<Duration, String>> + Clone + Send + Sync + 'static {
+    let (client, url) = (client.clone(), Arc::new(format!("{base}/api/agents/support/run")));
+    move |_| {
+        let (client, url) = (client.clone(), url.clone());
+        Box::pin(async move {
+            let t = Instant::now();
+            let sent = client.post(url.as_str()).json(&json!({"message": "Where is order 4182?"})).send().await;
+            let body = sent.map_err(|e| e.to_string())?.text().await.map_err(|e| e.to_string())?;
+            if !body.contains("event: done") {
+                return Err(format!("a run did not complete: {body}"));
             }
-            Ok(out)
-        }));
+            Ok(t.elapsed())
+        })
     }
-    let mut all = Vec::with_capacity(total);
-    for w in workers {
-        all.extend(w.await??);
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    all.sort_unstable();
-    Ok((all, seconds))
-}
-
-fn pct(sorted: &[u64], p: f64) -> f64 {
-    percentile_ms(sorted, p)
 }
 
 /// Transactions committed in this database so far. Backends report their counters to the
@@ -143,19 +122,20 @@ async fn main() -> Result<(), BoxError> {
     for &c in &args.concurrency {
         let mut p50s = [0.0; 2];
         for (i, (name, server)) in [("memory", &memory), ("postgres", &postgres)].into_iter().enumerate() {
-            drive(&client, &server.base, c, 200.max(c * 4)).await?; // warm-up
+            let runs = run_once(&client, &server.base);
+            complete(measure(NAME, c, 0, 200.max(c * 4), server.pid(), runs.clone()).await?)?; // warm-up
             let before = if i == 1 { commits(&pool).await? } else { 0 };
-            let (lat, seconds) = drive(&client, &server.base, c, args.requests).await?;
+            let phase = complete(measure(NAME, c, 0, args.requests, server.pid(), runs).await?)?;
             // The two reads of the statistics are themselves two transactions.
             let after = if i == 1 { commits(&pool).await? - 2 } else { 0 };
             let trips =
                 if i == 1 { format!("{:.2}", (after - before) as f64 / args.requests as f64) } else { "—".into() };
-            p50s[i] = pct(&lat, 50.0);
+            p50s[i] = phase.percentile_ms(50.0);
             println!(
                 "{c:>4} {name:<9} {:>9.0} {:>9.3} {:>9.3} {trips:>14}",
-                args.requests as f64 / seconds,
-                pct(&lat, 50.0),
-                pct(&lat, 99.0)
+                phase.throughput(),
+                phase.percentile_ms(50.0),
+                phase.percentile_ms(99.0)
             );
         }
         let added = p50s[1] - p50s[0];

@@ -193,27 +193,8 @@ async fn recorder_rate(store: Option<MemoryRunStore>, settings: RecordingSetting
     let run_id = RunId(uuid_v7());
     let tenant = TenantId::default_tenant();
     let row = RunRecord {
-        id: run_id,
-        tenant: None,
-        agent_name: "a".into(),
-        agent_version: None,
-        status: tracon_core::runs::store::RunStatus::Running,
-        started_at: clock.now(),
-        ended_at: None,
-        duration_ms: None,
-        usage: None,
-        cost: None,
-        model_provider: None,
-        model: None,
-        error: None,
-        session_id: None,
-        parent_run_id: None,
-        root_run_id: None,
-        depth: 0,
-        user_id: None,
-        labels: BTreeMap::new(),
         heartbeat_at: None,
-        cancel_requested: false,
+        ..RunRecord::opened(run_id, "a", None, tracon_core::runs::store::RunStatus::Running, clock.now())
     };
     let _ = counting.create_run(&tenant, &row, None).await;
     let recorder = Recorder::new(tenant, run_id, counting, clock, settings, Vec::new());

@@ -37,21 +37,18 @@
 #![allow(clippy::print_stdout)]
 
 use std::fmt::Write as _;
-use std::fs::File;
-use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use clap::Parser;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::{Value, json};
+use tracon_tests::bench::{BoxError, Phase, Server, loopback_client, measure, resolve_binary};
 use tracon_tests::mock::{MockConfig, MockServer};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Result<T, E = BoxError> = std::result::Result<T, E>;
 
 /// The demo agent shipped with the local server.
@@ -59,16 +56,15 @@ const AGENT: &str = "support";
 /// The model name the server is configured with; the mock has no script for it.
 const MODEL: &str = "bench";
 const QUESTION: &str = "Where is order 4182?";
-/// How long the server may take to answer `GET /api/meta` after it is spawned.
-const STARTUP_DEADLINE: Duration = Duration::from_secs(30);
 /// A single request that takes this long is a failure, not a data point.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Targets at C = [`TARGET_CONCURRENCY`], in milliseconds added over the baseline.
 const TARGET_CONCURRENCY: usize = 64;
 const TARGET_P50_MS: f64 = 1.0;
 const TARGET_P99_MS: f64 = 5.0;
-/// Error messages kept per phase (the count is always exact).
-const KEPT_ERRORS: usize = 3;
+
+/// The bench's name, in its progress lines.
+const NAME: &str = "bench-run";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -130,25 +126,20 @@ async fn run(args: Args) -> Result<bool> {
     if args.requests == Some(0) {
         return Err("--requests must be at least 1".into());
     }
-    let tracon_bin = resolve_tracon(&args.tracon)?;
+    let tracon_bin = resolve_binary(&args.tracon)?;
 
     let mock_config = MockConfig { latency_ms: args.mock_latency_ms, chunk_delay_ms: args.mock_chunk_delay_ms };
     let mock = MockServer::start(mock_config).await.map_err(|e| format!("could not start the mock model: {e}"))?;
     let mock_url = mock.base_url();
 
     let max_concurrency = args.concurrency.iter().copied().max().unwrap_or(1);
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(max_concurrency.max(1))
-        .tcp_nodelay(true)
-        // Loopback only; an HTTP(S)_PROXY in the environment must not get in the way.
-        .no_proxy()
-        .timeout(REQUEST_TIMEOUT)
-        .build()
-        .map_err(|e| format!("could not build the HTTP client: {e}"))?;
+    let client = loopback_client(max_concurrency, REQUEST_TIMEOUT)?;
 
     // From here on the guard kills the server on every path, errors included.
-    let mut server = Server::spawn(&tracon_bin, &mock_url)?;
-    server.wait_ready(&client).await?;
+    let server = Server::start(&tracon_bin, &mock_url, &[])
+        .await
+        .map_err(|e| format!("could not start {}: {e}", tracon_bin.display()))?;
+    let pid = server.pid();
 
     let baseline = Arc::new(Target {
         url: format!("{mock_url}/v1/chat/completions"),
@@ -164,7 +155,7 @@ async fn run(args: Args) -> Result<bool> {
         must_contain: b"data: [DONE]",
     });
     let subject = Arc::new(Target {
-        url: format!("http://{}/api/agents/{AGENT}/run", server.addr),
+        url: format!("{}/api/agents/{AGENT}/run", server.base),
         body: Bytes::from(json!({ "message": QUESTION }).to_string()),
         must_contain: b"event: done",
     });
@@ -175,21 +166,20 @@ async fn run(args: Args) -> Result<bool> {
         format!("POST /api/agents/{AGENT}/run did not complete (server log: {}): {e}", server.log_hint())
     })?;
 
-    let clock_ticks = clock_ticks_per_second();
     let mut levels = Vec::new();
     for &c in &args.concurrency {
         let n = args.requests_for(c);
         let warmup = args.warmup.max(4 * c);
         eprintln!("bench-run: C={c}: baseline ({warmup} warm-up + {n} requests)…");
-        let base = measure(&client, &baseline, c, warmup, n, server.pid, clock_ticks).await?;
+        let base = measure(NAME, c, warmup, n, pid, sender(&client, &baseline)).await?;
         forget_mock_requests(&client, &mock_url).await;
         eprintln!("bench-run: C={c}: subject ({warmup} warm-up + {n} runs)…");
-        let subj = measure(&client, &subject, c, warmup, n, server.pid, clock_ticks).await?;
+        let subj = measure(NAME, c, warmup, n, pid, sender(&client, &subject)).await?;
         forget_mock_requests(&client, &mock_url).await;
-        let memory_after = Memory::read(server.pid);
+        let memory_after = Memory::read(pid);
         levels.push(Level { concurrency: c, warmup, baseline: base, subject: subj, memory_after });
     }
-    let memory = Memory::read(server.pid);
+    let memory = Memory::read(pid);
     let server_runs = 1 + levels.iter().map(|l| l.warmup + l.subject.requests).sum::<usize>();
 
     let report = Report { args: &args, tracon_bin: &tracon_bin, mock_config, levels: &levels, memory, server_runs };
@@ -203,146 +193,6 @@ async fn run(args: Args) -> Result<bool> {
     server.stop();
     mock.shutdown().await;
     Ok(levels.iter().all(|l| l.baseline.failures == 0 && l.subject.failures == 0))
-}
-
-/// The binary to spawn; a clear "how to build it" when it is missing.
-fn resolve_tracon(path: &Path) -> Result<PathBuf> {
-    if path.is_file() {
-        return Ok(path.to_path_buf());
-    }
-    // `cargo run` keeps the caller's directory; relative defaults are meant from the root.
-    if path.is_relative() {
-        let from_root = workspace_root().join(path);
-        if from_root.is_file() {
-            return Ok(from_root);
-        }
-    }
-    Err(format!(
-        "the tracon binary is not at {} — build it first with `cargo build --release -p tracon` \
-         (or pass --tracon <path>)",
-        path.display()
-    )
-    .into())
-}
-
-fn workspace_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().unwrap_or(manifest).to_path_buf()
-}
-
-/// The `tracon` child process. Dropping it stops the process.
-struct Server {
-    child: Child,
-    pid: u32,
-    addr: SocketAddr,
-    log: Option<PathBuf>,
-}
-
-impl Server {
-    fn spawn(bin: &Path, mock_url: &str) -> Result<Server> {
-        let addr = free_port()?;
-        let log = log_file();
-        let (stdout, stderr, log) = match log {
-            Some((path, file)) => match file.try_clone() {
-                Ok(copy) => (Stdio::from(file), Stdio::from(copy), Some(path)),
-                Err(_) => (Stdio::null(), Stdio::null(), None),
-            },
-            None => (Stdio::null(), Stdio::null(), None),
-        };
-        let child = Command::new(bin)
-            .arg("--listen")
-            .arg(addr.to_string())
-            .env("OPENAI_API_KEY", "bench-key")
-            .env("Tracon__Providers__OpenAI__Endpoint", format!("{mock_url}/v1"))
-            .env("Tracon__Providers__OpenAI__DefaultModel", MODEL)
-            // Per-run info lines would measure the logger, not the runtime.
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(stdout)
-            .stderr(stderr)
-            .spawn()
-            .map_err(|e| format!("could not start {}: {e}", bin.display()))?;
-        let pid = child.id();
-        Ok(Server { child, pid, addr, log })
-    }
-
-    /// Polls `GET /api/meta` until it answers 200, the process exits, or the deadline passes.
-    async fn wait_ready(&mut self, client: &reqwest::Client) -> Result<()> {
-        let url = format!("http://{}/api/meta", self.addr);
-        let deadline = Instant::now() + STARTUP_DEADLINE;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(format!("tracon exited during start-up ({status}); its log: {}", self.log_hint()).into());
-            }
-            let last = match client.get(&url).timeout(Duration::from_secs(2)).send().await {
-                Ok(r) if r.status().is_success() => return Ok(()),
-                Ok(r) => format!("HTTP {}", r.status()),
-                Err(e) => e.to_string(),
-            };
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "tracon did not answer GET {url} with 200 within {}s (last: {last}); its log: {}",
-                    STARTUP_DEADLINE.as_secs(),
-                    self.log_hint()
-                )
-                .into());
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    fn log_hint(&self) -> String {
-        self.log.as_ref().map_or_else(|| "not kept".to_owned(), |p| p.display().to_string())
-    }
-
-    /// SIGTERM (the server drains, then exits), SIGKILL if it has not exited in 5 s.
-    fn stop(mut self) {
-        self.terminate();
-    }
-
-    fn terminate(&mut self) {
-        if matches!(self.child.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        // `kill` the command: sending a signal ourselves would need `unsafe` libc calls.
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.pid.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.terminate();
-    }
-}
-
-/// A free loopback port: bind port 0, note it, let it go. A race with another process is
-/// possible in principle and shows up as a clear start-up error.
-fn free_port() -> Result<SocketAddr> {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).map_err(|e| format!("could not find a free port: {e}"))?;
-    Ok(listener.local_addr()?)
-}
-
-/// `target/bench-run/tracon.log` under the workspace root, when it can be created.
-fn log_file() -> Option<(PathBuf, File)> {
-    let dir = workspace_root().join("target").join("bench-run");
-    std::fs::create_dir_all(&dir).ok()?;
-    let path = dir.join("tracon.log");
-    let file = File::create(&path).ok()?;
-    Some((path, file))
 }
 
 /// One kind of request: where it goes and what a complete answer contains.
@@ -383,152 +233,22 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
 }
 
+/// Sends `target` once per call, for [`measure`].
+fn sender(
+    client: &reqwest::Client,
+    target: &Arc<Target>,
+) -> impl Fn(usize) -> futures::future::BoxFuture<'static, Result<Duration, String>> + Clone + Send + Sync + 'static {
+    let (client, target) = (client.clone(), target.clone());
+    move |_| {
+        let (client, target) = (client.clone(), target.clone());
+        Box::pin(async move { one_request(&client, &target).await })
+    }
+}
+
 /// The mock records every request; between phases that log is only memory.
 async fn forget_mock_requests(client: &reqwest::Client, mock_url: &str) {
     // Best effort: a failure only means the mock keeps some memory.
     let _ = client.delete(format!("{mock_url}/_mock/requests/{MODEL}")).send().await;
-}
-
-/// One measured phase: latencies (sorted, nanoseconds) and what it cost.
-struct Phase {
-    requests: usize,
-    latencies_ns: Vec<u64>,
-    failures: usize,
-    errors: Vec<String>,
-    wall: Duration,
-    /// CPU the server used during the measured part.
-    server_cpu: Option<Duration>,
-    /// CPU this process (client and mock) used during the measured part.
-    bench_cpu: Option<Duration>,
-}
-
-impl Phase {
-    fn percentile_ms(&self, p: f64) -> f64 {
-        percentile(&self.latencies_ns, p) as f64 / 1e6
-    }
-
-    fn mean_ms(&self) -> f64 {
-        if self.latencies_ns.is_empty() {
-            return 0.0;
-        }
-        self.latencies_ns.iter().map(|&n| n as f64).sum::<f64>() / self.latencies_ns.len() as f64 / 1e6
-    }
-
-    fn throughput(&self) -> f64 {
-        self.requests as f64 / self.wall.as_secs_f64().max(f64::MIN_POSITIVE)
-    }
-
-    fn cpu_us_per_request(cpu: Option<Duration>, requests: usize) -> Option<f64> {
-        cpu.map(|c| c.as_secs_f64() * 1e6 / requests.max(1) as f64)
-    }
-}
-
-/// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-/// Warm-up (unrecorded), then `total` requests with `concurrency` workers.
-async fn measure(
-    client: &reqwest::Client,
-    target: &Arc<Target>,
-    concurrency: usize,
-    warmup: usize,
-    total: usize,
-    server_pid: u32,
-    clock_ticks: f64,
-) -> Result<Phase> {
-    let warm = fan_out(client, target, concurrency, warmup).await?;
-    if warm.failures > 0 {
-        // Reported with the measured failures; the warm-up does not stop the run.
-        eprintln!("bench-run: {} warm-up request(s) failed: {:?}", warm.failures, warm.errors);
-    }
-    let server_before = cpu_time(&format!("/proc/{server_pid}/stat"), clock_ticks);
-    let bench_before = cpu_time("/proc/self/stat", clock_ticks);
-    let started = Instant::now();
-    let mut result = fan_out(client, target, concurrency, total).await?;
-    let wall = started.elapsed();
-    let server_after = cpu_time(&format!("/proc/{server_pid}/stat"), clock_ticks);
-    let bench_after = cpu_time("/proc/self/stat", clock_ticks);
-    result.latencies_ns.sort_unstable();
-    Ok(Phase {
-        requests: total,
-        latencies_ns: result.latencies_ns,
-        failures: result.failures + warm.failures,
-        errors: warm.errors.into_iter().chain(result.errors).take(KEPT_ERRORS).collect(),
-        wall,
-        server_cpu: server_before.zip(server_after).map(|(a, b)| b.saturating_sub(a)),
-        bench_cpu: bench_before.zip(bench_after).map(|(a, b)| b.saturating_sub(a)),
-    })
-}
-
-#[derive(Default)]
-struct Samples {
-    latencies_ns: Vec<u64>,
-    failures: usize,
-    errors: Vec<String>,
-}
-
-/// `total` requests shared out to `concurrency` workers pulling from one counter.
-async fn fan_out(client: &reqwest::Client, target: &Arc<Target>, concurrency: usize, total: usize) -> Result<Samples> {
-    let next = Arc::new(AtomicUsize::new(0));
-    let mut workers = Vec::with_capacity(concurrency);
-    for _ in 0..concurrency {
-        let (client, target, next) = (client.clone(), target.clone(), next.clone());
-        workers.push(tokio::spawn(async move {
-            let mut samples =
-                Samples { latencies_ns: Vec::with_capacity(total / concurrency + 1), ..Default::default() };
-            while next.fetch_add(1, Ordering::Relaxed) < total {
-                match one_request(&client, &target).await {
-                    Ok(d) => samples.latencies_ns.push(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
-                    Err(e) => {
-                        samples.failures += 1;
-                        if samples.errors.len() < KEPT_ERRORS {
-                            samples.errors.push(e);
-                        }
-                    }
-                }
-            }
-            samples
-        }));
-    }
-    let mut all = Samples { latencies_ns: Vec::with_capacity(total), ..Default::default() };
-    for worker in workers {
-        let s = worker.await.map_err(|e| format!("a benchmark worker failed: {e}"))?;
-        all.latencies_ns.extend(s.latencies_ns);
-        all.failures += s.failures;
-        all.errors.extend(s.errors);
-    }
-    all.errors.truncate(KEPT_ERRORS);
-    Ok(all)
-}
-
-/// User + system CPU of a process so far, from `/proc/<pid>/stat` (Linux only).
-fn cpu_time(stat_path: &str, clock_ticks: f64) -> Option<Duration> {
-    let stat = std::fs::read_to_string(stat_path).ok()?;
-    // The command name may contain spaces; fields are counted after its closing ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // Fields 14 (utime) and 15 (stime) of stat(5); `rest` starts at field 3.
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    Some(Duration::from_secs_f64((utime + stime) / clock_ticks))
-}
-
-/// `getconf CLK_TCK`; 100 (what Linux uses almost everywhere) when it cannot be asked.
-fn clock_ticks_per_second() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .filter(|t| *t > 0.0)
-        .unwrap_or(100.0)
 }
 
 /// Resident memory of the server (kB), from `/proc/<pid>/status`; `None` off Linux.
@@ -659,8 +379,8 @@ impl Report<'_> {
                     p.percentile_ms(100.0),
                     p.throughput(),
                     // The server does no work in the baseline; its column shows idle noise there.
-                    opt_us(Phase::cpu_us_per_request(p.server_cpu, p.requests)),
-                    opt_us(Phase::cpu_us_per_request(p.bench_cpu, p.requests)),
+                    opt_us(p.cpu_us_per_request(p.server_cpu)),
+                    opt_us(p.cpu_us_per_request(p.bench_cpu)),
                 );
             }
         }
@@ -774,8 +494,8 @@ impl Report<'_> {
                 "maxMs": p.percentile_ms(100.0),
                 "requestsPerSecond": p.throughput(),
                 "wallSeconds": p.wall.as_secs_f64(),
-                "serverCpuUsPerRequest": Phase::cpu_us_per_request(p.server_cpu, p.requests),
-                "clientCpuUsPerRequest": Phase::cpu_us_per_request(p.bench_cpu, p.requests),
+                "serverCpuUsPerRequest": p.cpu_us_per_request(p.server_cpu),
+                "clientCpuUsPerRequest": p.cpu_us_per_request(p.bench_cpu),
             })
         };
         let levels: Vec<Value> = self

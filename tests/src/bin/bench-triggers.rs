@@ -20,14 +20,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use hmac::{Hmac, Mac};
 use serde_json::json;
 use sha2::Sha256;
-use tracon_tests::bench::{BoxError, Server, percentile_ms};
+use tracon_tests::bench::{BoxError, Server, complete, measure};
 use tracon_tests::mock::{MockConfig, MockServer};
 
 const SECRET: &str = "bench-trigger-secret-0123456789abcdef";
@@ -47,6 +46,9 @@ struct Args {
     #[arg(long)]
     database_url: Option<String>,
 }
+
+/// The bench's name, in its progress lines.
+const NAME: &str = "bench-triggers";
 
 async fn spawn(bin: &Path, mock: &str, url: &str, schema: &str) -> Result<Server, BoxError> {
     let env = [
@@ -69,61 +71,38 @@ fn signature(timestamp: &str, body: &str) -> Result<String, BoxError> {
     Ok(format!("sha256={}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()))
 }
 
-/// Fires `total` signed events from `concurrency` clients; returns the sorted accept
-/// latencies (µs) and the elapsed seconds.
-async fn fire(
+/// One signed event per call (the `offset + n`th, so every body and signature is new),
+/// timed to the `202`.
+fn fire(
     client: &reqwest::Client,
     url: &str,
-    concurrency: usize,
-    total: usize,
     offset: usize,
-) -> Result<(Vec<u64>, f64), BoxError> {
-    let url = Arc::new(url.to_owned());
-    let next = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let mut workers = Vec::new();
-    for _ in 0..concurrency {
-        let (client, url, next) = (client.clone(), url.clone(), next.clone());
-        workers.push(tokio::spawn(async move {
-            let mut out = Vec::new();
-            loop {
-                let n = next.fetch_add(1, Ordering::Relaxed);
-                if n >= total {
-                    break;
-                }
-                let body = json!({"event": {"text": format!("Where is order {}?", offset + n)}}).to_string();
-                let timestamp = chrono::Utc::now().timestamp().to_string();
-                let signed = signature(&timestamp, &body)?;
-                let t = Instant::now();
-                let response = client
-                    .post(url.as_str())
-                    .header("Content-Type", "application/json")
-                    .header("X-Tracon-Timestamp", &timestamp)
-                    .header("X-Tracon-Signature", signed)
-                    .body(body)
-                    .send()
-                    .await?;
-                let status = response.status();
-                let text = response.text().await?;
-                if status != reqwest::StatusCode::ACCEPTED {
-                    return Err::<Vec<u64>, BoxError>(format!("a trigger was not accepted: {status} {text}").into());
-                }
-                out.push(t.elapsed().as_micros() as u64);
+) -> impl Fn(usize) -> futures::future::BoxFuture<'static, Result<Duration, String>> + Clone + Send + Sync + 'static {
+    let (client, url) = (client.clone(), Arc::new(url.to_owned()));
+    move |n| {
+        let (client, url) = (client.clone(), url.clone());
+        Box::pin(async move {
+            let body = json!({"event": {"text": format!("Where is order {}?", offset + n)}}).to_string();
+            let timestamp = chrono::Utc::now().timestamp().to_string();
+            let signed = signature(&timestamp, &body).map_err(|e| e.to_string())?;
+            let t = Instant::now();
+            let response = client
+                .post(url.as_str())
+                .header("Content-Type", "application/json")
+                .header("X-Tracon-Timestamp", &timestamp)
+                .header("X-Tracon-Signature", signed)
+                .body(body)
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = response.status();
+            let text = response.text().await.map_err(|e| e.to_string())?;
+            if status != reqwest::StatusCode::ACCEPTED {
+                return Err(format!("a trigger was not accepted: {status} {text}"));
             }
-            Ok(out)
-        }));
+            Ok(t.elapsed())
+        })
     }
-    let mut all = Vec::with_capacity(total);
-    for w in workers {
-        all.extend(w.await??);
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    all.sort_unstable();
-    Ok((all, seconds))
-}
-
-fn pct(sorted: &[u64], p: f64) -> f64 {
-    percentile_ms(sorted, p)
 }
 
 async fn open_runs(pool: &sqlx::PgPool, schema: &str) -> Result<i64, BoxError> {
@@ -168,16 +147,18 @@ async fn main() -> Result<(), BoxError> {
     );
     println!("cores: {}", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     let warm = 200.max(args.concurrency * 4);
-    fire(&client, &accept, args.concurrency, warm, 0).await?;
+    complete(measure(NAME, args.concurrency, 0, warm, server.pid(), fire(&client, &accept, 0)).await?)?;
     while open_runs(&pool, &schema).await? > 0 {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let started = Instant::now();
-    let (lat, seconds) = fire(&client, &accept, args.concurrency, args.requests, warm).await?;
+    let accepted = fire(&client, &accept, warm);
+    let phase = complete(measure(NAME, args.concurrency, 0, args.requests, server.pid(), accepted).await?)?;
+    let seconds = phase.wall.as_secs_f64();
     println!();
-    println!("accepted      {:>8} triggers in {seconds:.2} s = {:.0}/s", args.requests, args.requests as f64 / seconds);
-    println!("accept  p50   {:>8.3} ms", pct(&lat, 50.0));
-    println!("accept  p99   {:>8.3} ms", pct(&lat, 99.0));
+    println!("accepted      {:>8} triggers in {seconds:.2} s = {:.0}/s", args.requests, phase.throughput());
+    println!("accept  p50   {:>8.3} ms", phase.percentile_ms(50.0));
+    println!("accept  p99   {:>8.3} ms", phase.percentile_ms(99.0));
     let deadline = Instant::now() + Duration::from_secs(600);
     while open_runs(&pool, &schema).await? > 0 {
         if Instant::now() > deadline {
@@ -194,8 +175,8 @@ async fn main() -> Result<(), BoxError> {
         args.requests,
         args.requests as f64 / total
     );
-    let p99 = pct(&lat, 99.0);
-    let rate = args.requests as f64 / seconds;
+    let p99 = phase.percentile_ms(99.0);
+    let rate = phase.throughput();
     println!();
     println!(
         "target: accept p99 < 10 ms ({}) and ≥ 500 accepted/s ({})",
