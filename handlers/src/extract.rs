@@ -215,6 +215,28 @@ impl<S: Send + Sync> FromRequestParts<S> for Tenant {
     }
 }
 
+/// What most handlers start from: the state, the caller the access layer authenticated, and
+/// the tenant it acts for.
+pub struct Ctx {
+    pub state: AppState,
+    pub tenant: TenantId,
+    pub caller: Caller,
+}
+
+impl FromRequestParts<AppState> for Ctx {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        // The access layer always inserts a caller; without one, refuse rather than guess.
+        let caller = parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .ok_or_else(|| ApiError::unauthorized("The request was not authenticated."))?;
+        Ok(Self { state: state.clone(), tenant: caller.tenant.clone(), caller })
+    }
+}
+
 /// The request's headers as `(lowercase name, value)`, what the attribution port reads
 /// (values that are not visible ASCII are left out).
 pub fn header_pairs(headers: &axum::http::HeaderMap) -> Vec<(String, String)> {

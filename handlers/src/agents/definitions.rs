@@ -5,24 +5,23 @@
 //! copy would never resolve, and a silent shadow is worse than a refusal. Saving runs the
 //! same checks as `POST /api/agents/validate` and answers `400` with the same problems.
 
-use axum::extract::{Path, State};
+use axum::Json;
+use axum::extract::Path;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tracon_core::catalog::{AgentSource, CatalogEntry};
 use tracon_core::definition::AgentDefinition;
 use tracon_core::definitions::StoredDefinition;
 use tracon_core::error::StoreError;
-use tracon_core::identity::Caller;
 use tracon_core::names::{AgentName, TenantId};
 use tracon_core::report::ValidationReport;
 use utoipa::ToSchema;
 
 use crate::audit;
 use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::{ApiJson, Paging, Tenant};
+use crate::extract::{ApiJson, Ctx, Paging};
 use crate::state::AppState;
 
 /// An agent as the management API shows it.
@@ -77,11 +76,7 @@ pub(crate) fn agent_name(raw: &str) -> ApiResult<AgentName> {
     params(("skip" = Option<u32>, Query, description = "Items to skip"), ("take" = Option<u32>, Query, description = "Items to return, 1..200 (default 50)")),
     responses((status = 200, body = [AgentView])))]
 #[tracing::instrument(name = "agents.list", skip_all)]
-pub async fn list(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    paging: Paging,
-) -> ApiResult<Json<Vec<AgentView>>> {
+pub async fn list(Ctx { state, tenant, .. }: Ctx, paging: Paging) -> ApiResult<Json<Vec<AgentView>>> {
     let entries = state.runtime.catalog.list(&tenant, paging.skip, paging.take).await?;
     Ok(Json(entries.iter().map(|e| AgentView::from_entry(e, false)).collect()))
 }
@@ -91,11 +86,7 @@ pub async fn list(
     params(("name" = String, Path, description = "Agent name")),
     responses((status = 200, body = AgentView), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "agents.get", skip_all)]
-pub async fn get(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Path(name): Path<String>,
-) -> ApiResult<Json<AgentView>> {
+pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(name): Path<String>) -> ApiResult<Json<AgentView>> {
     let name = agent_name(&name)?;
     let entry =
         state.runtime.catalog.get(&tenant, &name).await?.ok_or_else(|| ApiError::agent_not_found(name.as_str()))?;
@@ -108,12 +99,7 @@ pub async fn get(
         (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "agents.create", skip_all)]
-pub async fn create(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    ApiJson(def): ApiJson<AgentDefinition>,
-) -> ApiResult<Response> {
+pub async fn create(Ctx { state, tenant, caller }: Ctx, ApiJson(def): ApiJson<AgentDefinition>) -> ApiResult<Response> {
     let name = AgentName::parse(&def.name).map_err(|e| ApiError::validation(vec![invalid_name(e.0)]))?;
     refuse_code_agent(&state, &name)?;
     check(&state, &tenant, &def).await?;
@@ -141,9 +127,7 @@ pub async fn create(
         (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "agents.replace", skip_all)]
 pub async fn replace(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     Path(name): Path<String>,
     ApiJson(def): ApiJson<AgentDefinition>,
 ) -> ApiResult<Json<AgentView>> {
@@ -175,12 +159,7 @@ pub async fn replace(
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "agents.delete", skip_all)]
-pub async fn delete(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    Path(name): Path<String>,
-) -> ApiResult<StatusCode> {
+pub async fn delete(Ctx { state, tenant, caller }: Ctx, Path(name): Path<String>) -> ApiResult<StatusCode> {
     let name = agent_name(&name)?;
     refuse_code_agent(&state, &name)?;
     let before = state.runtime.stores.definitions.get(&tenant, &name).await?.as_ref().map(snapshot);
@@ -198,8 +177,7 @@ pub async fn delete(
     responses((status = 200, body = ValidationReport), (status = 400, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "agents.validate", skip_all)]
 pub async fn validate(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Ctx { state, tenant, .. }: Ctx,
     ApiJson(def): ApiJson<AgentDefinition>,
 ) -> ApiResult<Json<ValidationReport>> {
     Ok(Json(state.runtime.catalog.validate(&tenant, &def).await?))
@@ -244,8 +222,7 @@ impl From<StoredDefinition> for AgentVersionView {
         (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "agents.versions", skip_all)]
 pub async fn versions(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Ctx { state, tenant, .. }: Ctx,
     Path(name): Path<String>,
 ) -> ApiResult<Json<Vec<AgentVersionView>>> {
     let name = agent_name(&name)?;
@@ -272,8 +249,7 @@ pub struct VersionDiff {
         (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "agents.diff", skip_all)]
 pub async fn diff(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Ctx { state, tenant, .. }: Ctx,
     Path((name, a, b)): Path<(String, String, String)>,
 ) -> ApiResult<Json<VersionDiff>> {
     let name = agent_name(&name)?;
@@ -308,9 +284,7 @@ pub struct RollbackRequest {
         (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "agents.rollback", skip_all)]
 pub async fn rollback(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<RollbackRequest>,
 ) -> ApiResult<Json<AgentView>> {

@@ -12,9 +12,8 @@
 
 use std::collections::BTreeMap;
 
-use axum::Extension;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
@@ -32,7 +31,7 @@ use utoipa::ToSchema;
 use crate::agents::definitions::agent_name;
 use crate::approvals::{self, InBandDecision};
 use crate::error::{ApiError, ApiResult, ProblemDetails, start_error};
-use crate::extract::{ApiJson, Tenant, header_pairs};
+use crate::extract::{ApiJson, Ctx, header_pairs};
 use crate::sse;
 use crate::state::AppState;
 
@@ -91,9 +90,7 @@ pub struct RunBody {
         (status = 503, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "runs.start", skip_all, fields(agent = %name, run_id))]
 pub async fn run(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     Path(name): Path<String>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<RunBody>,

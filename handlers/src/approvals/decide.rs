@@ -2,9 +2,9 @@
 //! session's next run request). Audited before applied; the last decision of a stopped run
 //! claims its resumption and starts it through the run lifecycle.
 
-use axum::extract::{Path, State};
+use axum::Json;
+use axum::extract::Path;
 use axum::http::StatusCode;
-use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use tracon_core::access::{RunAction, is_allowed};
@@ -21,7 +21,7 @@ use uuid::Uuid;
 use super::{ApprovalView, DecisionBody, DecisionResult, InBandDecision, MAX_REASON, approval_not_found, request_id};
 use crate::audit;
 use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::{ApiJson, Tenant};
+use crate::extract::{ApiJson, Ctx};
 use crate::state::AppState;
 
 /// Decide one request. When it was the stopped run's last undecided request, a new run
@@ -35,9 +35,7 @@ use crate::state::AppState;
         (status = 503, description = "The audit entry could not be written; nothing was applied", body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "approvals.decide", skip_all)]
 pub async fn decide(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<DecisionBody>,
 ) -> ApiResult<Json<DecisionResult>> {

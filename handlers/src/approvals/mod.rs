@@ -12,7 +12,7 @@
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::routing;
 use chrono::{DateTime, Utc};
@@ -25,7 +25,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::{Paging, Tenant};
+use crate::extract::{Ctx, Paging};
 use crate::state::AppState;
 
 pub mod decide;
@@ -144,11 +144,7 @@ fn request_id(raw: &str) -> ApiResult<Uuid> {
     params(("take" = Option<usize>, Query, description = "At most this many (1–200, default 50)")),
     responses((status = 200, body = Vec<ApprovalView>)))]
 #[tracing::instrument(name = "approvals.pending", skip_all)]
-pub async fn pending(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    paging: Paging,
-) -> ApiResult<Json<Vec<ApprovalView>>> {
+pub async fn pending(Ctx { state, tenant, .. }: Ctx, paging: Paging) -> ApiResult<Json<Vec<ApprovalView>>> {
     let now = state.runtime.platform.clock.now();
     let rows = state.runtime.stores.approvals.list_pending(&tenant, now, paging.take).await?;
     Ok(Json(rows.into_iter().map(|r| ApprovalView::new(r, now)).collect()))
@@ -158,11 +154,7 @@ pub async fn pending(
 #[utoipa::path(get, path = "/api/approvals/{id}", tag = "approvals", params(("id" = String, Path, description = "Request id")),
     responses((status = 200, body = ApprovalView), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "approvals.get", skip_all)]
-pub async fn get(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Path(id): Path<String>,
-) -> ApiResult<Json<ApprovalView>> {
+pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiResult<Json<ApprovalView>> {
     let now = state.runtime.platform.clock.now();
     let row = state.runtime.stores.approvals.get(&tenant, request_id(&id)?).await?.ok_or_else(approval_not_found)?;
     Ok(Json(ApprovalView::new(row, now)))

@@ -1,14 +1,13 @@
 //! Standing approval rules (`/api/approvals/rules`): a rule waives the approval of matching
 //! calls. Served with the security administration on every host.
 
-use axum::extract::{Path, Query, State};
+use axum::Json;
+use axum::extract::{Path, Query};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
 use serde::Deserialize;
 use tracon_core::approvals::{ApprovalRule, Condition, MAX_CONDITIONS, MAX_DESCRIPTION};
 use tracon_core::error::StoreError;
-use tracon_core::identity::Caller;
 use tracon_core::names::AgentName;
 use tracon_core::ports::new_id;
 use utoipa::{IntoParams, ToSchema};
@@ -16,8 +15,7 @@ use uuid::Uuid;
 
 use crate::audit;
 use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::{ApiJson, Tenant};
-use crate::state::AppState;
+use crate::extract::{ApiJson, Ctx};
 
 /// A new rule.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -58,8 +56,7 @@ fn rule_not_found() -> ApiError {
     responses((status = 200, body = Vec<ApprovalRule>)))]
 #[tracing::instrument(name = "approvals.rules.list", skip_all)]
 pub async fn list_rules(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Ctx { state, tenant, .. }: Ctx,
     query: Result<Query<RuleQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Vec<ApprovalRule>>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request("validation_failed", e.body_text()))?;
@@ -72,9 +69,7 @@ pub async fn list_rules(
     responses((status = 201, body = ApprovalRule), (status = 400, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "approvals.rules.create", skip_all)]
 pub async fn create_rule(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     ApiJson(body): ApiJson<CreateRule>,
 ) -> ApiResult<Response> {
     let invalid =
@@ -134,12 +129,7 @@ pub async fn create_rule(
 #[utoipa::path(delete, path = "/api/approvals/rules/{id}", tag = "approvals", params(("id" = String, Path, description = "Rule id")),
     responses((status = 204), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "approvals.rules.delete", skip_all)]
-pub async fn delete_rule(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
+pub async fn delete_rule(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<StatusCode> {
     let id = Uuid::parse_str(&id).map_err(|_| rule_not_found())?;
     let removed = match state.runtime.stores.approvals.delete_rule(&tenant, id).await {
         Ok(r) => r,

@@ -6,7 +6,7 @@
 
 use axum::Json;
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query};
 use axum::http::StatusCode;
 use axum::routing;
 use chrono::{DateTime, Utc};
@@ -19,7 +19,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::{Paging, Tenant};
+use crate::extract::{Ctx, Paging};
 use crate::state::AppState;
 
 /// The jobs group: the queue's jobs and their cancellation.
@@ -98,8 +98,7 @@ fn job_id(raw: &str) -> ApiResult<Uuid> {
     responses((status = 200, body = Vec<JobView>), (status = 400, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "jobs.list", skip_all)]
 pub async fn list(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Ctx { state, tenant, .. }: Ctx,
     paging: Paging,
     query: Result<Query<JobQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Vec<JobView>>> {
@@ -123,11 +122,7 @@ pub async fn list(
 #[utoipa::path(get, path = "/api/jobs/{id}", tag = "runs", params(("id" = String, Path, description = "Job id")),
     responses((status = 200, body = JobView), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "jobs.get", skip_all)]
-pub async fn get(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Path(id): Path<String>,
-) -> ApiResult<Json<JobView>> {
+pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiResult<Json<JobView>> {
     let job = state.runtime.stores.jobs.get(&tenant, job_id(&id)?).await?.ok_or_else(job_not_found)?;
     Ok(Json(job.into()))
 }
@@ -138,11 +133,7 @@ pub async fn get(
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, description = "The job has already ended", body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "jobs.cancel", skip_all)]
-pub async fn cancel(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Path(id): Path<String>,
-) -> ApiResult<(StatusCode, Json<JobView>)> {
+pub async fn cancel(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiResult<(StatusCode, Json<JobView>)> {
     let now = state.runtime.platform.clock.now();
     match state.runtime.stores.jobs.cancel(&tenant, job_id(&id)?, now).await {
         Ok(job) => Ok((StatusCode::ACCEPTED, Json(job.into()))),

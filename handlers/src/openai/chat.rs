@@ -1,16 +1,14 @@
 //! `POST /v1/chat/completions`: a chat request as a recorded run of the agent its `model`
 //! names, answered as a `chat.completion` or its streamed chunks.
 
-use axum::Extension;
 use axum::body::{Body, Bytes};
-use axum::extract::{FromRequest, State};
+use axum::extract::FromRequest;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tracon_core::events::ClientToolCall;
 use tracon_core::events::RunEvent;
-use tracon_core::identity::Caller;
 use tracon_core::model::{FinishReason, Message, ToolCall, Usage};
 use tracon_core::names::AgentName;
 use tracon_core::runs::admission::{Admission, Attributed, admit};
@@ -20,9 +18,8 @@ use tracon_core::runs::store::RunStatus;
 
 use super::{LEFT_TO_THE_AGENT, OpenAiResult, approval_error, failure_error, invalid};
 use crate::error::{ApiError, start_error};
-use crate::extract::{ApiJson, Tenant, header_pairs};
+use crate::extract::{ApiJson, Ctx, header_pairs};
 use crate::sse;
-use crate::state::AppState;
 
 /// What a chat request asks for, checked.
 struct ChatAsk {
@@ -230,9 +227,7 @@ fn usage_json(usage: Option<&Usage>) -> Value {
         (status = 502, description = "The agent's model provider failed", body = Object)))]
 #[tracing::instrument(name = "openai.chat", skip_all, fields(agent, run_id))]
 pub async fn chat_completions(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     request: axum::extract::Request,
 ) -> OpenAiResult<Response> {
     let headers: HeaderMap = request.headers().clone();

@@ -1,12 +1,10 @@
 //! The Conversations API (`/v1/conversations`): a conversation is a session of the caller's,
 //! which `POST /v1/responses` runs in when it names it.
 
-use axum::Extension;
-use axum::extract::{FromRequest, Path, RawQuery, State};
+use axum::extract::{FromRequest, Path, RawQuery};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
-use tracon_core::identity::Caller;
 use tracon_core::model::Message;
 use tracon_core::ports::new_id;
 use tracon_core::runs::admission::attribute;
@@ -16,10 +14,9 @@ use tracon_core::sessions::ownership::Use;
 
 use super::responses::{Item, conversation_not_found, item_id, output_text, parse_items, visible_session};
 use crate::error::ApiError;
-use crate::extract::{ApiJson, Tenant, header_pairs};
+use crate::extract::{ApiJson, Ctx, header_pairs};
 use crate::openai::OpenAiResult;
 use crate::openai::invalid;
-use crate::state::AppState;
 
 /// At most this many items go into a new conversation at once (OpenAI's limit).
 const MAX_CONVERSATION_ITEMS: usize = 20;
@@ -42,9 +39,7 @@ fn conversation_json(session: &SessionRecord) -> Value {
         (status = 400, description = "`{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`", body = Object)))]
 #[tracing::instrument(name = "openai.conversations.create", skip_all)]
 pub async fn create_conversation(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     request: axum::extract::Request,
 ) -> OpenAiResult<Response> {
     let headers: HeaderMap = request.headers().clone();
@@ -108,9 +103,7 @@ pub async fn create_conversation(
         (status = 404, description = "`{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`", body = Object)))]
 #[tracing::instrument(name = "openai.conversations.get", skip_all)]
 pub async fn get_conversation(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> OpenAiResult<Response> {
@@ -128,9 +121,7 @@ pub async fn get_conversation(
         (status = 404, description = "`{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`", body = Object)))]
 #[tracing::instrument(name = "openai.conversations.delete", skip_all)]
 pub async fn delete_conversation(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> OpenAiResult<Response> {
@@ -204,9 +195,7 @@ fn items_query(raw: Option<&str>) -> OpenAiResult<ItemsQuery> {
         (status = 404, description = "`{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`", body = Object)))]
 #[tracing::instrument(name = "openai.conversations.items", skip_all)]
 pub async fn list_conversation_items(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
     headers: HeaderMap,

@@ -21,20 +21,17 @@
 //! `response_format`, `logprobs`) is refused with `400` and `param` naming it; sampling
 //! settings (`temperature`, `max_tokens` …) are accepted and left to the agent's definition.
 
-use axum::Extension;
 use axum::Router;
 use axum::body::Body;
-use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing;
 use serde_json::{Value, json};
 use tracon_core::access::{RunAction, is_allowed};
 use tracon_core::failure::{ErrorClass, RunFailure};
-use tracon_core::identity::Caller;
 
 use crate::error::ApiError;
-use crate::extract::Tenant;
+use crate::extract::Ctx;
 use crate::state::AppState;
 
 /// The OpenAI-compatible group.
@@ -127,11 +124,7 @@ pub(crate) fn invalid(param: &str, message: impl Into<String>) -> OpenAiError {
 #[utoipa::path(get, path = "/v1/models", tag = "openai",
     responses((status = 200, description = "`{\"object\": \"list\", \"data\": [{\"id\", \"object\": \"model\", \"created\", \"owned_by\"}]}`: the agents the caller may run", body = Object)))]
 #[tracing::instrument(name = "openai.models", skip_all)]
-pub async fn models(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-) -> OpenAiResult<Response> {
+pub async fn models(Ctx { state, tenant, caller }: Ctx) -> OpenAiResult<Response> {
     let entries = state.runtime.catalog.list(&tenant, 0, 1000).await.map_err(ApiError::from)?;
     let mut data = Vec::with_capacity(entries.len());
     for e in &entries {

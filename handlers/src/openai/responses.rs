@@ -34,9 +34,8 @@
 
 use std::sync::Arc;
 
-use axum::Extension;
 use axum::body::{Body, Bytes};
-use axum::extract::{FromRequest, Path, State};
+use axum::extract::{FromRequest, Path};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
@@ -59,7 +58,7 @@ use tracon_core::sessions::{SessionItem, SessionRecord, SessionWrite};
 use tracon_core::sessions::ownership::Use;
 
 use crate::error::{ApiError, start_error};
-use crate::extract::{ApiJson, Tenant, header_pairs};
+use crate::extract::{ApiJson, Ctx, header_pairs};
 use crate::openai::{LEFT_TO_THE_AGENT, OpenAiError, OpenAiResult, approval_error, failure_error, invalid};
 use crate::sse;
 use crate::state::AppState;
@@ -818,9 +817,7 @@ fn status_name(status: RunStatus) -> &'static str {
         (status = 502, description = "The agent's model provider failed", body = Object)))]
 #[tracing::instrument(name = "openai.responses", skip_all, fields(agent, run_id))]
 pub async fn create_response(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     request: axum::extract::Request,
 ) -> OpenAiResult<Response> {
     let headers: HeaderMap = request.headers().clone();
@@ -995,9 +992,7 @@ pub async fn create_response(
         (status = 404, description = "`{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`", body = Object)))]
 #[tracing::instrument(name = "openai.responses.get", skip_all)]
 pub async fn get_response(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> OpenAiResult<Response> {

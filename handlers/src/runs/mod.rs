@@ -10,11 +10,11 @@ use axum::Router;
 use axum::routing;
 use std::time::Duration;
 
+use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
 use bytes::BytesMut;
 use chrono::{DateTime, Utc};
 use futures::stream;
@@ -28,7 +28,7 @@ use tracon_core::runs::store::{
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::{Paging, Tenant};
+use crate::extract::{Ctx, Paging};
 use crate::sse;
 use crate::state::AppState;
 
@@ -118,13 +118,7 @@ fn timestamp(s: &str) -> Option<DateTime<Utc>> {
         ("take" = Option<u32>, Query, description = "Items to return, 1..200 (default 50)")),
     responses((status = 200, body = [RunRecord]), (status = 400, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "runs.list", skip_all)]
-pub async fn list(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    uri: Uri,
-    paging: Paging,
-) -> ApiResult<Json<Vec<RunRecord>>> {
+pub async fn list(Ctx { state, tenant, caller }: Ctx, uri: Uri, paging: Paging) -> ApiResult<Json<Vec<RunRecord>>> {
     let f = filter(&uri)?;
     if !is_allowed(state.runtime.run_authorizer.as_ref(), &caller, &tenant, RunAction::ListRuns).await {
         return Err(list_denied());
@@ -136,12 +130,7 @@ pub async fn list(
 #[utoipa::path(get, path = "/api/runs/{id}", tag = "runs", params(("id" = String, Path, description = "Run id")),
     responses((status = 200, body = RunRecord), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "runs.get", skip_all)]
-pub async fn get(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<RunRecord>> {
+pub async fn get(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<Json<RunRecord>> {
     Ok(Json(load(&state, &tenant, &caller, run_id(&id)?).await?))
 }
 
@@ -150,12 +139,7 @@ pub async fn get(
 #[utoipa::path(get, path = "/api/runs/{id}/tools", tag = "runs", params(("id" = String, Path, description = "Run id")),
     responses((status = 200, body = [ToolCallRecord]), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "runs.tools", skip_all)]
-pub async fn tools(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Vec<ToolCallRecord>>> {
+pub async fn tools(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<Json<Vec<ToolCallRecord>>> {
     let (tenant, id) = (tenant, run_id(&id)?);
     load(&state, &tenant, &caller, id).await?;
     Ok(Json(state.runtime.stores.runs.list_tool_calls(&tenant, id).await?))
@@ -165,12 +149,7 @@ pub async fn tools(
 #[utoipa::path(get, path = "/api/runs/{id}/input", tag = "runs", params(("id" = String, Path, description = "Run id")),
     responses((status = 200, body = RunInputRecord), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "runs.input", skip_all)]
-pub async fn input(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<RunInputRecord>> {
+pub async fn input(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<Json<RunInputRecord>> {
     let (tenant, id) = (tenant, run_id(&id)?);
     load(&state, &tenant, &caller, id).await?;
     state.runtime.stores.runs.get_input(&tenant, id).await?.map(Json).ok_or_else(|| {
@@ -195,9 +174,7 @@ pub struct Comparison {
     responses((status = 200, body = Comparison), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "runs.compare", skip_all)]
 pub async fn compare(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     Path((a, b)): Path<(String, String)>,
 ) -> ApiResult<Json<Comparison>> {
     let a = load(&state, &tenant, &caller, run_id(&a)?).await?;
@@ -219,12 +196,7 @@ pub struct CancelAccepted {
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "runs.cancel", skip_all)]
-pub async fn cancel(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> ApiResult<Response> {
+pub async fn cancel(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<Response> {
     let id = run_id(&id)?;
     let run = state.runtime.stores.runs.get_run(&tenant, id).await?.ok_or_else(run_not_found)?;
     if !is_allowed(state.runtime.run_authorizer.as_ref(), &caller, &tenant, RunAction::CancelRun { run: &run }).await {
@@ -254,12 +226,7 @@ pub async fn cancel(
         ("to" = Option<String>, Query, description = "Started before (RFC 3339)")),
     responses((status = 200, body = RunStats), (status = 400, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "runs.stats", skip_all)]
-pub async fn stats(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    uri: Uri,
-) -> ApiResult<Json<RunStats>> {
+pub async fn stats(Ctx { state, tenant, caller }: Ctx, uri: Uri) -> ApiResult<Json<RunStats>> {
     let f = filter(&uri)?;
     if !is_allowed(state.runtime.run_authorizer.as_ref(), &caller, &tenant, RunAction::ListRuns).await {
         return Err(list_denied());
@@ -277,9 +244,7 @@ pub async fn stats(
         (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "runs.events", skip_all)]
 pub async fn events(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {

@@ -8,14 +8,13 @@ use axum::Router;
 use axum::routing;
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, State};
+use axum::Json;
+use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tracon_core::error::StoreError;
-use tracon_core::identity::Caller;
 use tracon_core::names::{AgentName, RunId, TenantId};
 use tracon_core::schedules::{ScheduleRecord, TimingView};
 use utoipa::ToSchema;
@@ -23,7 +22,7 @@ use uuid::Uuid;
 
 use crate::audit;
 use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::{ApiJson, Paging, Tenant};
+use crate::extract::{ApiJson, Ctx, Paging};
 use crate::state::AppState;
 
 /// The schedules group.
@@ -186,11 +185,7 @@ fn audited(s: &ScheduleRecord) -> Option<serde_json::Value> {
     params(("skip" = Option<usize>, Query, description = "Skip this many"), ("take" = Option<usize>, Query, description = "At most this many (1–200, default 50)")),
     responses((status = 200, body = Vec<ScheduleView>)))]
 #[tracing::instrument(name = "schedules.list", skip_all)]
-pub async fn list(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    paging: Paging,
-) -> ApiResult<Json<Vec<ScheduleView>>> {
+pub async fn list(Ctx { state, tenant, .. }: Ctx, paging: Paging) -> ApiResult<Json<Vec<ScheduleView>>> {
     let rows = state.runtime.stores.schedules.list(&tenant, paging.skip, paging.take).await?;
     Ok(Json(rows.iter().map(ScheduleView::from).collect()))
 }
@@ -199,11 +194,7 @@ pub async fn list(
 #[utoipa::path(get, path = "/api/schedules/{id}", tag = "runs", params(("id" = String, Path, description = "Schedule id")),
     responses((status = 200, body = ScheduleView), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "schedules.get", skip_all)]
-pub async fn get(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Path(id): Path<String>,
-) -> ApiResult<Json<ScheduleView>> {
+pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiResult<Json<ScheduleView>> {
     let id = schedule_id(&id)?;
     let s = state.runtime.stores.schedules.get(&tenant, id).await?.ok_or_else(schedule_not_found)?;
     Ok(Json(ScheduleView::from(&s)))
@@ -215,12 +206,7 @@ pub async fn get(
         (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "schedules.create", skip_all)]
-pub async fn create(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    ApiJson(body): ApiJson<ScheduleInput>,
-) -> ApiResult<Response> {
+pub async fn create(Ctx { state, tenant, caller }: Ctx, ApiJson(body): ApiJson<ScheduleInput>) -> ApiResult<Response> {
     let record = validated(&state, &tenant, body, None).await?;
     match state.runtime.stores.schedules.create(&record).await {
         Ok(()) => {}
@@ -241,9 +227,7 @@ pub async fn create(
         (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "schedules.update", skip_all)]
 pub async fn update(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<ScheduleInput>,
 ) -> ApiResult<Json<ScheduleView>> {
@@ -267,12 +251,7 @@ pub async fn update(
 #[utoipa::path(delete, path = "/api/schedules/{id}", tag = "runs", params(("id" = String, Path, description = "Schedule id")),
     responses((status = 204), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "schedules.delete", skip_all)]
-pub async fn delete(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
+pub async fn delete(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<StatusCode> {
     let id = schedule_id(&id)?;
     let store = &state.runtime.stores.schedules;
     let before = store.get(&tenant, id).await?.ok_or_else(schedule_not_found)?;

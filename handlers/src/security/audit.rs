@@ -8,7 +8,7 @@ use tracon_core::audit::{self, AuditEntry, AuditFilter, ChainReport};
 use utoipa::IntoParams;
 
 use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::{Paging, Tenant};
+use crate::extract::{Ctx, Paging, Tenant};
 use crate::state::AppState;
 
 /// Filters of the trail.
@@ -38,8 +38,7 @@ pub struct AuditQuery {
     responses((status = 200, body = [AuditEntry]), (status = 400, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "audit.list", skip_all)]
 pub async fn list(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Ctx { state, tenant, .. }: Ctx,
     paging: Paging,
     query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Vec<AuditEntry>>> {

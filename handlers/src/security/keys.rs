@@ -7,10 +7,10 @@
 
 use std::collections::BTreeSet;
 
+use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tracon_core::error::StoreError;
@@ -20,7 +20,7 @@ use utoipa::ToSchema;
 
 use crate::audit;
 use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::{ApiJson, Tenant};
+use crate::extract::{ApiJson, Ctx, Tenant};
 use crate::state::AppState;
 
 /// Longest key name.
@@ -112,12 +112,7 @@ fn no_randomness(e: String) -> ApiError {
         (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 403, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "keys.create", skip_all)]
-pub async fn create(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    ApiJson(body): ApiJson<CreateApiKey>,
-) -> ApiResult<Response> {
+pub async fn create(Ctx { state, tenant, caller }: Ctx, ApiJson(body): ApiJson<CreateApiKey>) -> ApiResult<Response> {
     let name = body.name.trim();
     if name.is_empty() || name.chars().count() > MAX_NAME_LEN || name.chars().any(char::is_control) {
         return Err(ApiError::bad_request(
@@ -182,11 +177,7 @@ pub async fn list(State(state): State<AppState>, Tenant(tenant): Tenant) -> ApiR
 #[utoipa::path(get, path = "/api/api-keys/{id}", tag = "security", params(("id" = String, Path, description = "Key id")),
     responses((status = 200, body = ApiKeyView), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "keys.get", skip_all)]
-pub async fn get(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Path(id): Path<String>,
-) -> ApiResult<Json<ApiKeyView>> {
+pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiResult<Json<ApiKeyView>> {
     let now = state.runtime.platform.clock.now();
     let key = state.runtime.stores.keys.get(&tenant, key_id(&id)?).await?.ok_or_else(key_not_found)?;
     Ok(Json(ApiKeyView::new(key, now)))
@@ -196,12 +187,7 @@ pub async fn get(
 #[utoipa::path(delete, path = "/api/api-keys/{id}", tag = "security", params(("id" = String, Path, description = "Key id")),
     responses((status = 200, body = ApiKeyView), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "keys.revoke", skip_all)]
-pub async fn revoke(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<ApiKeyView>> {
+pub async fn revoke(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<Json<ApiKeyView>> {
     let id = key_id(&id)?;
     let now = state.runtime.platform.clock.now();
     let target = state.runtime.stores.keys.get(&tenant, id).await?.ok_or_else(key_not_found)?;
@@ -223,12 +209,7 @@ pub async fn revoke(
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "keys.rotate", skip_all)]
-pub async fn rotate(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> ApiResult<Json<IssuedApiKey>> {
+pub async fn rotate(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<Json<IssuedApiKey>> {
     let id = key_id(&id)?;
     let now = state.runtime.platform.clock.now();
     let target = state.runtime.stores.keys.get(&tenant, id).await?.ok_or_else(key_not_found)?;

@@ -5,21 +5,19 @@
 //! tenant sees and renames only its own, and every other record answers exactly as a
 //! missing one. Every change is audited.
 
-use axum::extract::{Path, State};
+use axum::Json;
+use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
 use serde::Deserialize;
 use tracon_core::error::StoreError;
-use tracon_core::identity::Caller;
 use tracon_core::names::TenantId;
 use tracon_core::tenants::{MAX_DISPLAY_NAME, TenantRecord};
 use utoipa::ToSchema;
 
 use crate::audit;
 use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::{ApiJson, Paging, Tenant};
-use crate::state::AppState;
+use crate::extract::{ApiJson, Ctx, Paging};
 
 /// A new tenant record.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -72,11 +70,7 @@ fn display_name(raw: &str) -> ApiResult<String> {
     params(("skip" = Option<usize>, Query, description = "Skip this many"), ("take" = Option<usize>, Query, description = "At most this many (1–200, default 50)")),
     responses((status = 200, body = Vec<TenantRecord>)))]
 #[tracing::instrument(name = "tenants.list", skip_all)]
-pub async fn list(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    paging: Paging,
-) -> ApiResult<Json<Vec<TenantRecord>>> {
+pub async fn list(Ctx { state, tenant, .. }: Ctx, paging: Paging) -> ApiResult<Json<Vec<TenantRecord>>> {
     let store = &state.runtime.stores.tenants;
     if is_operator(&tenant) {
         return Ok(Json(store.list(paging.skip, paging.take).await?));
@@ -89,11 +83,7 @@ pub async fn list(
 #[utoipa::path(get, path = "/api/tenants/{id}", tag = "security", params(("id" = String, Path, description = "Tenant id")),
     responses((status = 200, body = TenantRecord), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "tenants.get", skip_all)]
-pub async fn get(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Path(id): Path<String>,
-) -> ApiResult<Json<TenantRecord>> {
+pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiResult<Json<TenantRecord>> {
     let id = visible(&tenant, &id)?;
     Ok(Json(state.runtime.stores.tenants.get(&id).await?.ok_or_else(tenant_not_found)?))
 }
@@ -105,12 +95,7 @@ pub async fn get(
         (status = 403, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "tenants.create", skip_all)]
-pub async fn create(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    ApiJson(body): ApiJson<CreateTenant>,
-) -> ApiResult<Response> {
+pub async fn create(Ctx { state, tenant, caller }: Ctx, ApiJson(body): ApiJson<CreateTenant>) -> ApiResult<Response> {
     if !is_operator(&tenant) {
         return Err(ApiError::forbidden(
             "platform_operator_required",
@@ -141,9 +126,7 @@ pub async fn create(
         (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "tenants.update", skip_all)]
 pub async fn update(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<UpdateTenant>,
 ) -> ApiResult<Json<TenantRecord>> {
@@ -175,12 +158,7 @@ pub async fn update(
     responses((status = 204), (status = 403, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "tenants.delete", skip_all)]
-pub async fn delete(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
+pub async fn delete(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<StatusCode> {
     let id = visible(&tenant, &id)?;
     if !is_operator(&tenant) {
         return Err(ApiError::forbidden(

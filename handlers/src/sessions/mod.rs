@@ -5,12 +5,12 @@
 //! Branching copies items into a new session — the parent is never touched, and the
 //! pointer back to it is provenance only.
 
+use axum::Json;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing;
-use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use tracon_core::access::{RunAction, is_allowed};
 use tracon_core::error::StoreError;
@@ -24,7 +24,7 @@ use tracon_core::sessions::{SessionItem, SessionRecord};
 use utoipa::ToSchema;
 
 use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::{ApiJson, Paging, Tenant, header_pairs};
+use crate::extract::{ApiJson, Ctx, Paging, header_pairs};
 use crate::state::AppState;
 
 /// The sessions group.
@@ -86,9 +86,7 @@ fn session_id(raw: &str) -> ApiResult<SessionId> {
     responses((status = 200, body = [SessionRecord])))]
 #[tracing::instrument(name = "sessions.list", skip_all)]
 pub async fn list(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     headers: HeaderMap,
     paging: Paging,
 ) -> ApiResult<Json<Vec<SessionRecord>>> {
@@ -120,9 +118,7 @@ pub async fn list(
     responses((status = 200, body = SessionView), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "sessions.get", skip_all)]
 pub async fn get(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult<Json<SessionView>> {
@@ -140,9 +136,7 @@ pub async fn get(
     responses((status = 204), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "sessions.delete", skip_all)]
 pub async fn delete(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult<StatusCode> {
@@ -179,9 +173,7 @@ pub struct BranchRequest {
         (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "sessions.branch", skip_all)]
 pub async fn branch(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     Path(id): Path<String>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<BranchRequest>,

@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, State};
+use axum::Json;
+use axum::extract::Path;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use tracon_core::catalog::CatalogError;
@@ -18,7 +18,7 @@ use utoipa::ToSchema;
 
 use crate::audit;
 use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::{ApiJson, Paging, Tenant};
+use crate::extract::{ApiJson, Ctx, Paging};
 use crate::state::AppState;
 
 /// A trigger definition (the body of `PUT /api/triggers/{name}`).
@@ -168,11 +168,7 @@ async fn audit_first(
     params(("skip" = Option<usize>, Query, description = "Skip this many"), ("take" = Option<usize>, Query, description = "At most this many (1–200, default 50)")),
     responses((status = 200, body = Vec<TriggerView>)))]
 #[tracing::instrument(name = "triggers.list", skip_all)]
-pub async fn list(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    paging: Paging,
-) -> ApiResult<Json<Vec<TriggerView>>> {
+pub async fn list(Ctx { state, tenant, .. }: Ctx, paging: Paging) -> ApiResult<Json<Vec<TriggerView>>> {
     let rows = state.runtime.stores.triggers.list(&tenant, paging.skip, paging.take).await?;
     Ok(Json(rows.into_iter().map(|r| TriggerView::new(&tenant, r)).collect()))
 }
@@ -183,11 +179,7 @@ pub async fn list(
         (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "triggers.get", skip_all)]
-pub async fn get(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Path(name): Path<String>,
-) -> ApiResult<Json<TriggerView>> {
+pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(name): Path<String>) -> ApiResult<Json<TriggerView>> {
     let name = trigger_name(&name)?;
     let found = state.runtime.stores.triggers.get(&tenant, &name).await?.ok_or_else(trigger_not_found)?;
     Ok(Json(TriggerView::new(&tenant, found)))
@@ -202,9 +194,7 @@ pub async fn get(
         (status = 503, description = "The audit entry could not be written; nothing was applied", body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "triggers.put", skip_all)]
 pub async fn put(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     Path(name): Path<String>,
     ApiJson(body): ApiJson<TriggerBody>,
 ) -> ApiResult<Response> {
@@ -237,12 +227,7 @@ pub async fn put(
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 503, description = "The audit entry could not be written; nothing was applied", body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "triggers.delete", skip_all)]
-pub async fn delete(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    Path(name): Path<String>,
-) -> ApiResult<StatusCode> {
+pub async fn delete(Ctx { state, tenant, caller }: Ctx, Path(name): Path<String>) -> ApiResult<StatusCode> {
     let name = trigger_name(&name)?;
     let store = &state.runtime.stores.triggers;
     let before = store.get(&tenant, &name).await?.ok_or_else(trigger_not_found)?;

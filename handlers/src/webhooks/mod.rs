@@ -12,9 +12,8 @@ use axum::Router;
 use axum::routing;
 use std::collections::BTreeMap;
 
-use axum::Extension;
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -33,7 +32,7 @@ use uuid::Uuid;
 
 use crate::audit;
 use crate::error::{ApiError, ApiResult, ProblemDetails};
-use crate::extract::{ApiJson, Paging, Tenant};
+use crate::extract::{ApiJson, Ctx, Paging};
 use crate::state::AppState;
 
 /// The webhooks group: subscriptions, test deliveries and the delivery log.
@@ -217,11 +216,7 @@ fn change_json(c: &SubscriptionChange) -> serde_json::Value {
     params(("skip" = Option<usize>, Query, description = "Skip this many"), ("take" = Option<usize>, Query, description = "At most this many (1–200, default 50)")),
     responses((status = 200, body = Vec<WebhookSubscription>)))]
 #[tracing::instrument(name = "webhooks.list", skip_all)]
-pub async fn list(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    paging: Paging,
-) -> ApiResult<Json<Vec<WebhookSubscription>>> {
+pub async fn list(Ctx { state, tenant, .. }: Ctx, paging: Paging) -> ApiResult<Json<Vec<WebhookSubscription>>> {
     Ok(Json(state.runtime.stores.webhooks.list(&tenant, paging.skip, paging.take).await?))
 }
 
@@ -231,12 +226,7 @@ pub async fn list(
         (status = 400, description = "Invalid body, a refused URL (`url_not_allowed`) or a reserved header (`reserved_header`)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 503, description = "The audit entry could not be written; nothing was applied", body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "webhooks.create", skip_all)]
-pub async fn create(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    ApiJson(body): ApiJson<WebhookBody>,
-) -> ApiResult<Response> {
+pub async fn create(Ctx { state, tenant, caller }: Ctx, ApiJson(body): ApiJson<WebhookBody>) -> ApiResult<Response> {
     let change = validate(&state, &tenant, body, None)?;
     let now = state.runtime.platform.clock.now();
     let subscription = WebhookSubscription {
@@ -265,11 +255,7 @@ pub async fn create(
 #[utoipa::path(get, path = "/api/webhooks/{id}", tag = "webhooks", params(("id" = String, Path, description = "Subscription id")),
     responses((status = 200, body = WebhookSubscription), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "webhooks.get", skip_all)]
-pub async fn get(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Path(id): Path<String>,
-) -> ApiResult<Json<WebhookSubscription>> {
+pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiResult<Json<WebhookSubscription>> {
     let id = webhook_id(&id)?;
     Ok(Json(state.runtime.stores.webhooks.get(&tenant, id).await?.ok_or_else(webhook_not_found)?))
 }
@@ -283,9 +269,7 @@ pub async fn get(
         (status = 503, description = "The audit entry could not be written; nothing was applied", body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "webhooks.update", skip_all)]
 pub async fn update(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
+    Ctx { state, tenant, caller }: Ctx,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<WebhookBody>,
 ) -> ApiResult<Json<WebhookSubscription>> {
@@ -309,12 +293,7 @@ pub async fn update(
     responses((status = 204), (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 503, description = "The audit entry could not be written; nothing was applied", body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "webhooks.delete", skip_all)]
-pub async fn delete(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
-) -> ApiResult<StatusCode> {
+pub async fn delete(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<StatusCode> {
     let id = webhook_id(&id)?;
     let store = &state.runtime.stores.webhooks;
     let before = store.get(&tenant, id).await?.ok_or_else(webhook_not_found)?;
@@ -332,11 +311,7 @@ pub async fn delete(
         (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
         (status = 409, description = "The subscription is disabled", body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "webhooks.test", skip_all)]
-pub async fn test(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
-    Path(id): Path<String>,
-) -> ApiResult<(StatusCode, Json<TestQueued>)> {
+pub async fn test(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiResult<(StatusCode, Json<TestQueued>)> {
     let id = webhook_id(&id)?;
     let subscription = state.runtime.stores.webhooks.get(&tenant, id).await?.ok_or_else(webhook_not_found)?;
     if !subscription.enabled {
@@ -379,8 +354,7 @@ pub async fn test(
     responses((status = 200, body = Vec<WebhookDelivery>), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "webhooks.deliveries", skip_all)]
 pub async fn deliveries(
-    State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    Ctx { state, tenant, .. }: Ctx,
     Path(id): Path<String>,
     paging: Paging,
 ) -> ApiResult<Json<Vec<WebhookDelivery>>> {
