@@ -16,7 +16,7 @@ use tracon_core::runs::launch::{Delivery, History, Launched, Start, launch};
 use tracon_core::runs::request::RunRequest;
 use tracon_core::runs::store::RunStatus;
 
-use super::{LEFT_TO_THE_AGENT, OpenAiResult, approval_error, failure_error, invalid};
+use super::{OpenAiResult, approval_error, checked_fields, failure_error, invalid};
 use crate::error::{ApiError, start_error};
 use crate::extract::{ApiJson, Ctx, header_pairs};
 use crate::sse;
@@ -31,38 +31,37 @@ struct ChatAsk {
     include_usage: bool,
 }
 
+/// The chat route's own fields (besides [`LEFT_TO_THE_AGENT`]).
+const CHAT_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "stream",
+    "stream_options",
+    "n",
+    "tools",
+    "functions",
+    "tool_choice",
+    "function_call",
+    "response_format",
+    "logprobs",
+    "top_logprobs",
+    "audio",
+    "modalities",
+    "web_search_options",
+];
+
 fn parse_chat(body: &Value) -> OpenAiResult<ChatAsk> {
-    let Some(object) = body.as_object() else {
-        return Err(invalid("", "The body must be a JSON object."));
+    let changes_meaning = |key: &str, value: &Value| match key {
+        "tools" | "functions" => value.as_array().is_some_and(|a| !a.is_empty()),
+        "tool_choice" | "function_call" => !matches!(value.as_str(), Some("none" | "auto")) && !value.is_null(),
+        "response_format" => value.get("type").and_then(Value::as_str).is_some_and(|t| t != "text"),
+        "logprobs" => value.as_bool() == Some(true),
+        "top_logprobs" => !value.is_null(),
+        "audio" | "modalities" | "web_search_options" => !value.is_null(),
+        _ => false,
     };
-    for (key, value) in object {
-        let known = matches!(key.as_str(), "model" | "messages" | "stream" | "stream_options" | "n")
-            || LEFT_TO_THE_AGENT.contains(&key.as_str());
-        let changes_meaning = match key.as_str() {
-            "tools" | "functions" => value.as_array().is_some_and(|a| !a.is_empty()),
-            "tool_choice" | "function_call" => !matches!(value.as_str(), Some("none" | "auto")) && !value.is_null(),
-            "response_format" => value.get("type").and_then(Value::as_str).is_some_and(|t| t != "text"),
-            "logprobs" => value.as_bool() == Some(true),
-            "top_logprobs" => !value.is_null(),
-            "audio" | "modalities" | "web_search_options" => !value.is_null(),
-            _ if known => false,
-            _ => return Err(invalid(key, format!("Unrecognized request argument supplied: {key}"))),
-        };
-        if changes_meaning {
-            return Err(invalid(
-                key,
-                format!("'{key}' is not supported here: the agent's definition decides its tools and output."),
-            ));
-        }
-    }
-    let model = object
-        .get("model")
-        .and_then(Value::as_str)
-        .ok_or_else(|| invalid("model", "'model' (an agent name) is required."))?;
-    let agent = AgentName::parse(model).map_err(|e| invalid("model", e.0))?;
-    if object.get("n").is_some_and(|n| !n.is_null() && n.as_u64() != Some(1)) {
-        return Err(invalid("n", "Only one choice per request is supported ('n' must be 1)."));
-    }
+    let agent = checked_fields(body, CHAT_FIELDS, changes_meaning, "choice")?;
+    let object = body.as_object().ok_or_else(|| invalid("", "The body must be a JSON object."))?;
     let stream = match object.get("stream") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,

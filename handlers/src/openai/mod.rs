@@ -28,6 +28,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing;
 use serde_json::{Value, json};
 use tracon_core::access::{RunAction, is_allowed};
+use tracon_core::names::AgentName;
 use tracon_core::failure::{ErrorClass, RunFailure};
 
 use crate::error::ApiError;
@@ -185,6 +186,41 @@ pub(crate) fn approval_error() -> ApiError {
         "approval_required",
         "A tool call of this run waits for a person's approval; decide it in the approval mailbox (/api/approvals/pending).",
     )
+}
+
+/// The request body's fields, checked the way both routes check them: every field is known
+/// (its own, or one [`LEFT_TO_THE_AGENT`]), and one whose silent omission would change the
+/// answer — `changes_meaning(field, value)` says which — is refused with `400`, naming it.
+/// Returns the agent `model` names; `n` must be 1 (`one` names what there is one of).
+pub(crate) fn checked_fields(
+    body: &Value,
+    own: &[&str],
+    changes_meaning: impl Fn(&str, &Value) -> bool,
+    one: &str,
+) -> OpenAiResult<AgentName> {
+    let Some(object) = body.as_object() else {
+        return Err(invalid("", "The body must be a JSON object."));
+    };
+    for (key, value) in object {
+        if !own.contains(&key.as_str()) && !LEFT_TO_THE_AGENT.contains(&key.as_str()) {
+            return Err(invalid(key, format!("Unrecognized request argument supplied: {key}")));
+        }
+        if changes_meaning(key, value) {
+            return Err(invalid(
+                key,
+                format!("'{key}' is not supported here: the agent's definition decides its tools and output."),
+            ));
+        }
+    }
+    let model = object
+        .get("model")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid("model", "'model' (an agent name) is required."))?;
+    let agent = AgentName::parse(model).map_err(|e| invalid("model", e.0))?;
+    if object.get("n").is_some_and(|n| !n.is_null() && n.as_u64() != Some(1)) {
+        return Err(invalid("n", format!("Only one {one} per request is supported ('n' must be 1).")));
+    }
+    Ok(agent)
 }
 
 pub mod chat;

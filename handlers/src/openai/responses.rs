@@ -59,7 +59,7 @@ use tracon_core::sessions::ownership::Use;
 
 use crate::error::{ApiError, start_error};
 use crate::extract::{ApiJson, Ctx, header_pairs};
-use crate::openai::{LEFT_TO_THE_AGENT, OpenAiError, OpenAiResult, approval_error, failure_error, invalid};
+use crate::openai::{OpenAiError, OpenAiResult, approval_error, checked_fields, failure_error, invalid};
 use crate::sse;
 use crate::state::AppState;
 
@@ -284,6 +284,14 @@ const RESPONSES_FIELDS: &[&str] = &[
     "truncation",
     "prompt_cache_retention",
     "n",
+    // Accepted while they change nothing (see `parse_response`).
+    "tools",
+    "tool_choice",
+    "text",
+    "include",
+    "background",
+    "top_logprobs",
+    "prompt",
 ];
 
 /// What a Responses request asks for, checked.
@@ -304,37 +312,18 @@ struct ResponseAsk {
 }
 
 fn parse_response(body: &Value) -> OpenAiResult<ResponseAsk> {
-    let Some(object) = body.as_object() else {
-        return Err(invalid("", "The body must be a JSON object."));
+    let changes_meaning = |key: &str, value: &Value| match key {
+        "tools" => value.as_array().is_some_and(|a| !a.is_empty()),
+        "tool_choice" => !matches!(value.as_str(), Some("none" | "auto")) && !value.is_null(),
+        "text" => value.pointer("/format/type").and_then(Value::as_str).is_some_and(|t| t != "text"),
+        "include" => value.as_array().is_some_and(|a| !a.is_empty()),
+        "background" => value.as_bool() == Some(true),
+        "top_logprobs" => !value.is_null() && value.as_u64() != Some(0),
+        "prompt" => !value.is_null(),
+        _ => false,
     };
-    for (key, value) in object {
-        let known = RESPONSES_FIELDS.contains(&key.as_str()) || LEFT_TO_THE_AGENT.contains(&key.as_str());
-        let changes_meaning = match key.as_str() {
-            "tools" => value.as_array().is_some_and(|a| !a.is_empty()),
-            "tool_choice" => !matches!(value.as_str(), Some("none" | "auto")) && !value.is_null(),
-            "text" => value.pointer("/format/type").and_then(Value::as_str).is_some_and(|t| t != "text"),
-            "include" => value.as_array().is_some_and(|a| !a.is_empty()),
-            "background" => value.as_bool() == Some(true),
-            "top_logprobs" => !value.is_null() && value.as_u64() != Some(0),
-            "prompt" => !value.is_null(),
-            _ if known => false,
-            _ => return Err(invalid(key, format!("Unrecognized request argument supplied: {key}"))),
-        };
-        if changes_meaning {
-            return Err(invalid(
-                key,
-                format!("'{key}' is not supported here: the agent's definition decides its tools and output."),
-            ));
-        }
-    }
-    let model = object
-        .get("model")
-        .and_then(Value::as_str)
-        .ok_or_else(|| invalid("model", "'model' (an agent name) is required."))?;
-    let agent = AgentName::parse(model).map_err(|e| invalid("model", e.0))?;
-    if object.get("n").is_some_and(|n| !n.is_null() && n.as_u64() != Some(1)) {
-        return Err(invalid("n", "Only one output per request is supported ('n' must be 1)."));
-    }
+    let agent = checked_fields(body, RESPONSES_FIELDS, changes_meaning, "output")?;
+    let object = body.as_object().ok_or_else(|| invalid("", "The body must be a JSON object."))?;
     let flag = |name: &str, default: bool| match object.get(name) {
         None | Some(Value::Null) => Ok(default),
         Some(Value::Bool(b)) => Ok(*b),
