@@ -19,21 +19,9 @@ use std::sync::Arc;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
 
+use crate::contract::fixtures::{a, b, secs};
 use crate::idempotency::{Claim, IdempotencyStore, KeyRef};
 use crate::names::TenantId;
-
-fn a() -> TenantId {
-    TenantId::parse("tenant-a").unwrap()
-}
-fn b() -> TenantId {
-    TenantId::parse("tenant-b").unwrap()
-}
-fn t0() -> DateTime<Utc> {
-    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
-}
-fn secs(n: i64) -> DateTime<Utc> {
-    t0() + Duration::seconds(n)
-}
 
 const OP: &str = "run:support-bot";
 const KEY: &str = "key-1";

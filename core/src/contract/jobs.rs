@@ -22,21 +22,9 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::StoreError;
+use crate::contract::fixtures::{a, b, secs};
 use crate::jobs::{JobError, JobFilter, JobRecord, JobStatus, JobStore, Lease, LeaseRequest, Outcome};
 use crate::names::{RunId, TenantId};
-
-fn a() -> TenantId {
-    TenantId::parse("tenant-a").unwrap()
-}
-fn b() -> TenantId {
-    TenantId::parse("tenant-b").unwrap()
-}
-fn t0() -> DateTime<Utc> {
-    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
-}
-fn secs(n: i64) -> DateTime<Utc> {
-    t0() + Duration::seconds(n)
-}
 
 const RUN: &str = "run.execute";
 const HOOK: &str = "webhook.deliver";

@@ -12,6 +12,7 @@
 // A test suite: assertions are its whole point.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod fixtures;
 pub mod idempotency;
 pub mod jobs;
 pub mod triggers;
@@ -25,6 +26,7 @@ use crate::approvals::{
     ApprovalDecision, ApprovalRecord, ApprovalRule, ApprovalStatus, Condition, Operator, arguments_hash,
 };
 use crate::audit::{AuditFilter, ChainStatus, NewAuditEntry};
+use crate::contract::fixtures::{a, b, t0};
 use crate::definition::AgentDefinition;
 use crate::error::StoreError;
 use crate::events::ToolCallStatus;
@@ -44,15 +46,6 @@ use crate::stores::Stores;
 use crate::tenants::TenantRecord;
 use crate::tools::effect::ToolEffect;
 
-fn a() -> TenantId {
-    TenantId::parse("tenant-a").unwrap()
-}
-fn b() -> TenantId {
-    TenantId::parse("tenant-b").unwrap()
-}
-fn t0() -> DateTime<Utc> {
-    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
-}
 fn name(s: &str) -> AgentName {
     AgentName::parse(s).unwrap()
 }

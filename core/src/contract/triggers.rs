@@ -18,18 +18,9 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 
-use crate::names::TenantId;
+use crate::contract::fixtures::{a, b, t0};
 use crate::triggers::{PayloadMode, TargetKind, TriggerName, TriggerRecord, TriggerStore};
 
-fn a() -> TenantId {
-    TenantId::parse("tenant-a").unwrap()
-}
-fn b() -> TenantId {
-    TenantId::parse("tenant-b").unwrap()
-}
-fn t0() -> DateTime<Utc> {
-    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
-}
 fn name(n: &str) -> TriggerName {
     TriggerName::parse(n).unwrap()
 }

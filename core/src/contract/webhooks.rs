@@ -15,9 +15,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use chrono::{DateTime, Duration, Utc};
 use uuid::Uuid;
 
+use crate::contract::fixtures::{a, b, secs};
 use crate::error::StoreError;
 use crate::names::TenantId;
 use crate::webhooks::{
@@ -25,18 +25,6 @@ use crate::webhooks::{
     WebhookSubscription,
 };
 
-fn a() -> TenantId {
-    TenantId::parse("tenant-a").unwrap()
-}
-fn b() -> TenantId {
-    TenantId::parse("tenant-b").unwrap()
-}
-fn t0() -> DateTime<Utc> {
-    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
-}
-fn secs(n: i64) -> DateTime<Utc> {
-    t0() + Duration::seconds(n)
-}
 fn id(n: u128) -> Uuid {
     Uuid::from_u128(0x0190_0000_0000_7000_8000_0000_0000_0000 + n)
 }

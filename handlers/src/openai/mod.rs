@@ -28,8 +28,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing;
 use serde_json::{Value, json};
 use tracon_core::access::{RunAction, is_allowed};
-use tracon_core::names::AgentName;
 use tracon_core::failure::{ErrorClass, RunFailure};
+use tracon_core::names::AgentName;
 
 use crate::error::ApiError;
 use crate::extract::Ctx;
