@@ -27,7 +27,7 @@ use tracing::Instrument;
 use crate::compiler::CompiledAgent;
 use crate::events::RunEvent;
 use crate::events::{ApprovalRequest, ToolCallStatus};
-use crate::failure::RunFailure;
+use crate::failure::{ErrorClass, RunFailure};
 use crate::model::{
     FinishReason, Message, ModelEvent, ModelRequest, ModelStream, ProviderError, ProviderErrorKind, ReasoningBlock,
     ToolCall, Usage,
@@ -35,7 +35,7 @@ use crate::model::{
 use crate::names::{RunId, TenantId};
 use crate::ports::{Clock, millis_between};
 use crate::recorder::Recorder;
-use crate::runs::store::{RunStore, ToolCallRecord};
+use crate::runs::store::{ModelStep, RunStore, ToolCallRecord};
 use crate::runtime::Runtime;
 use crate::tools::pipeline::{self, CallEnv, CallOutcome, Gate};
 
@@ -270,7 +270,7 @@ async fn resume(
     state: &mut TurnTally,
 ) -> Result<TurnEnd, Stop> {
     let calls = open_calls(&request.messages);
-    match run_tools(runtime, agent, env, &calls, emitter).await? {
+    match run_tools(runtime, agent, env, &calls, emitter, None).await? {
         ToolRound::Approvals(requests) => return Ok(TurnEnd::AwaitingApproval(requests)),
         ToolRound::Results { outcomes, client } => {
             push_results(request, outcomes);
@@ -327,12 +327,13 @@ async fn run_loop(
             });
             return Ok(TurnEnd::Answered);
         }
-        let results = run_tools(runtime, agent, env, &turn.calls, emitter).await?;
-        request.messages.push(Message::Assistant {
+        let asked = Message::Assistant {
             text: (!turn.text.is_empty()).then_some(turn.text),
-            tool_calls: turn.calls,
+            tool_calls: turn.calls.clone(),
             reasoning: turn.reasoning,
-        });
+        };
+        let results = run_tools(runtime, agent, env, &turn.calls, emitter, Some(&asked)).await?;
+        request.messages.push(asked);
         match results {
             ToolRound::Results { outcomes, client } => {
                 push_results(request, outcomes);
@@ -454,7 +455,27 @@ pub async fn model_turn(
             c.id = format!("call_{i}");
         }
     }
+    unique_call_ids(&request.messages, &mut turn.calls, env.ledger.step() + 1);
     Ok(turn)
+}
+
+/// Makes each call's id unique within the run: a provider that numbers its calls per
+/// response (`call_1` in every turn) would otherwise have a later call's record overwrite an
+/// earlier one's, and the step ledger could not tell them apart. A repeated id becomes
+/// `{id}_{step}_{index}`; the run sends the model its own ids back, so nothing else changes.
+fn unique_call_ids(history: &[Message], calls: &mut [ToolCall], step: u32) {
+    let earlier = |id: &str| {
+        history
+            .iter()
+            .any(|m| matches!(m, Message::Assistant { tool_calls, .. } if tool_calls.iter().any(|c| c.id == id)))
+    };
+    let mut seen = std::collections::HashSet::with_capacity(calls.len());
+    for (i, call) in calls.iter_mut().enumerate() {
+        if earlier(&call.id) || seen.contains(&call.id) {
+            call.id = format!("{}_{step}_{i}", call.id);
+        }
+        seen.insert(call.id.clone());
+    }
 }
 
 /// How a round of tool calls ended.
@@ -469,14 +490,17 @@ pub enum ToolRound {
 }
 
 /// One tool round. Admits every call of the turn first (authorization, validation,
-/// approval), so that one approval stops the turn before any body runs; then executes the
-/// admitted calls, one after another or concurrently when the binding allows it.
+/// approval), so that one approval stops the turn before any body runs; then writes the step
+/// ledger — `step`, the model's message that asked for the calls (none for a resumed round),
+/// and each admitted call's start — and executes the admitted calls, one after another or
+/// concurrently when the binding allows it.
 pub async fn run_tools(
     runtime: &Runtime,
     agent: &CompiledAgent,
     env: &CallEnv,
     calls: &[ToolCall],
     emitter: &mut Emitter,
+    step: Option<&Message>,
 ) -> Result<ToolRound, Stop> {
     let mut gates = Vec::with_capacity(calls.len());
     for call in calls {
@@ -554,6 +578,12 @@ pub async fn run_tools(
     if !admitted.is_empty() && emitter.should_stop().await {
         return Err(Stop::Canceled);
     }
+    if !begin_step(runtime, env, step, &admitted).await {
+        return Err(Stop::Failed(RunFailure::new(
+            ErrorClass::Orphaned,
+            "This run was closed while it ran (its executor was taken for gone); its calls did not run here.",
+        )));
+    }
     let invoke = |i: usize, a: pipeline::Admitted| {
         let span = tracing::info_span!("tools.invoke", tool = %a.call.name, call_id = %a.call.id);
         async move { (i, pipeline::execute(a, env).await) }.instrument(span)
@@ -586,6 +616,58 @@ pub async fn run_tools(
         return Err(Stop::Canceled);
     }
     Ok(ToolRound::Results { outcomes: results, client })
+}
+
+/// The step ledger's write before a round's bodies run (one round trip): the model step and
+/// the admitted calls' starts. `false` when the store says the run is no longer running —
+/// whoever closed it owns what happens next, so no body runs here. A store failure is
+/// logged and the round goes on: recording never breaks a run (a continuation after a
+/// crash then finds less in the ledger than happened, and calls the model again from there).
+async fn begin_step(
+    runtime: &Runtime,
+    env: &CallEnv,
+    step: Option<&Message>,
+    admitted: &[(usize, pipeline::Admitted)],
+) -> bool {
+    let ledger = &env.ledger;
+    if !ledger.enabled || (step.is_none() && admitted.is_empty()) {
+        return true;
+    }
+    let now = runtime.platform.clock.now();
+    let step = step.map(|message| ModelStep { step: ledger.next_step(), message: message.clone(), recorded_at: now });
+    let starts: Vec<ToolCallRecord> = admitted
+        .iter()
+        .map(|(_, a)| ToolCallRecord {
+            run_id: env.run_id,
+            call_id: a.call.id.clone(),
+            tool_name: a.call.name.clone(),
+            arguments: a.call.arguments.clone(),
+            effect: Some(a.tool.effect),
+            status: ToolCallStatus::Started,
+            result: None,
+            error: None,
+            omitted_bytes: None,
+            started_at: a.started_at,
+            duration_ms: 0,
+            timed_out: false,
+            late_completed_at: None,
+            late_duration_ms: None,
+            late_result: None,
+            late_error: None,
+        })
+        .collect();
+    match runtime.stores.runs.begin_step(&env.tenant, env.run_id, step.as_ref(), &starts).await {
+        Ok(written) => {
+            if !written {
+                tracing::warn!(run_id = %env.run_id, "the run is no longer running; its round does not run here");
+            }
+            written
+        }
+        Err(e) => {
+            tracing::warn!(run_id = %env.run_id, error = ?e, "could not write the step ledger; the round goes on");
+            true
+        }
+    }
 }
 
 /// Emits the call's result event and writes its record; then, for a call that timed out,

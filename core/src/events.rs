@@ -220,6 +220,9 @@ pub enum ToolCallStatus {
     Canceled,
     /// Waiting for a person's decision; the body has not run.
     AwaitingApproval,
+    /// The body started and has not reported an ending: while the run runs, it is running;
+    /// after a crash, its outcome is unknown (the step ledger's open entry).
+    Started,
 }
 
 impl ToolCallStatus {

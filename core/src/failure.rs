@@ -39,6 +39,10 @@ pub enum ErrorClass {
     /// The process executing the run went away: its heartbeat expired and reconciliation
     /// closed it.
     Orphaned,
+    /// A continuation stopped before a call whose outcome is unknown (it started before the
+    /// interruption and never reported an ending) and that may not run twice: a `Destructive`
+    /// or `External` tool that does not declare `SafeToRepeat`. The message names the tool.
+    ContinuationBlocked,
     Internal,
 }
 
@@ -60,6 +64,7 @@ impl ErrorClass {
             Self::SessionConflict => "session_conflict",
             Self::Configuration => "configuration_error",
             Self::Orphaned => "orphaned",
+            Self::ContinuationBlocked => "continuation_blocked",
             Self::Internal => "internal_error",
         }
     }

@@ -45,6 +45,10 @@ pub struct RuntimeSettings {
     pub reconciliation: ReconciliationSettings,
     /// Session ownership (`Tracon:SessionOwnership:*`; off by default).
     pub session_ownership: crate::sessions::ownership::SessionOwnership,
+    /// `Tracon:RunContinuation:Enabled` (true): a queued run whose executor went away is
+    /// continued as a new run by whichever worker gets its job next (see
+    /// [`crate::runs::continuation`]); off, it stays closed `Orphaned`.
+    pub continuation: bool,
 }
 
 /// `Tracon:RunReconciliation:*`: an executing run moves its heartbeat every `heartbeat`
@@ -93,6 +97,7 @@ impl Default for RuntimeSettings {
             approval_expiry: Duration::from_secs(24 * 3600),
             reconciliation: ReconciliationSettings::default(),
             session_ownership: crate::sessions::ownership::SessionOwnership::default(),
+            continuation: true,
         }
     }
 }
@@ -118,6 +123,7 @@ impl RuntimeSettings {
                 None => d.approval_expiry,
             },
             reconciliation: ReconciliationSettings::from_config(config)?,
+            continuation: config.bool("Tracon:RunContinuation:Enabled")?.unwrap_or(true),
             session_ownership: crate::sessions::ownership::SessionOwnership::from_config(config)?,
         })
     }

@@ -19,7 +19,7 @@ use tracon_core::model::{Message, ModelProvider, ProviderError, ProviderErrorKin
 use tracon_core::ports::tokio_rt;
 use tracon_core::runs::queued::QueuedRuns;
 use tracon_core::runtime::RunQueue;
-use tracon_core::runtime::{Runtime, RuntimeBuilder};
+use tracon_core::runtime::{Runtime, RuntimeBuilder, RuntimeSettings};
 use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
 use tracon_handlers::{AppState, HttpSettings};
 
@@ -30,6 +30,10 @@ struct Harness {
 }
 
 fn harness(with_consumer: bool) -> Harness {
+    harness_with(with_consumer, RuntimeSettings::default())
+}
+
+fn harness_with(with_consumer: bool, settings: RuntimeSettings) -> Harness {
     let refund = ToolRegistration::new(
         "refund",
         "Refunds.",
@@ -56,6 +60,7 @@ fn harness(with_consumer: bool) -> Harness {
     });
     let runtime = Arc::new(
         RuntimeBuilder::new(tokio_rt::platform())
+            .settings(settings)
             .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
             .add_tool(refund)
             .add_agent(AgentDefinition::new("worker", "script", "m").with_tools(&["refund"]))
@@ -194,7 +199,9 @@ async fn a_queued_run_that_fails_fails_its_job_with_the_runs_error_class() {
 
 #[tokio::test]
 async fn the_job_of_a_run_whose_process_died_waits_for_it_and_settles_as_it_ended() {
-    let h = harness(true);
+    // Continuation off: the run stays as reconciliation closed it (`continuation.rs` has the
+    // default, where it is continued).
+    let h = harness_with(true, RuntimeSettings { continuation: false, ..RuntimeSettings::default() });
     let (run_id, job_id) = queue(&h, "hello").await;
     // An earlier attempt started the run, then its process went away without ending it.
     let tenant = tracon_core::names::TenantId::default_tenant();

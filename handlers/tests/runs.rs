@@ -32,7 +32,8 @@ use tracon_core::ports::tokio_rt;
 use tracon_core::recorder::{RecordingSettings, RunEventSink};
 use tracon_core::runs::store::LateCompletion;
 use tracon_core::runs::store::{
-    CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStore, StaleRun, ToolCallRecord,
+    CancelOutcome, ModelStep, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStore, StaleRun,
+    ToolCallRecord,
 };
 use tracon_core::runtime::{RuntimeBuilder, RuntimeSettings};
 use tracon_core::sessions::{SessionItem, SessionRecord, SessionStore, SessionWrite};
@@ -726,6 +727,24 @@ impl RunStore for Broken {
     async fn record_tool_call(&self, _: &TenantId, _: &ToolCallRecord) -> Result<(), StoreError> {
         down()
     }
+    async fn last_sequence(&self, _: &TenantId, _: RunId) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+    async fn begin_step(
+        &self,
+        _: &TenantId,
+        _: RunId,
+        _: Option<&ModelStep>,
+        _: &[ToolCallRecord],
+    ) -> Result<bool, StoreError> {
+        down()
+    }
+    async fn list_steps(&self, _: &TenantId, _: RunId) -> Result<Vec<ModelStep>, StoreError> {
+        Ok(Vec::new())
+    }
+    async fn open_continuation(&self, _: &TenantId, _: RunId, _: &RunRecord) -> Result<bool, StoreError> {
+        down()
+    }
     async fn complete_tool_call_late(&self, _: &TenantId, _: &LateCompletion) -> Result<(), StoreError> {
         down()
     }
@@ -872,6 +891,24 @@ impl RunStore for Unreachable {
     }
     async fn record_tool_call(&self, t: &TenantId, c: &ToolCallRecord) -> Result<(), StoreError> {
         Broken.record_tool_call(t, c).await
+    }
+    async fn last_sequence(&self, t: &TenantId, r: RunId) -> Result<u64, StoreError> {
+        Broken.last_sequence(t, r).await
+    }
+    async fn begin_step(
+        &self,
+        _: &TenantId,
+        _: RunId,
+        _: Option<&ModelStep>,
+        _: &[ToolCallRecord],
+    ) -> Result<bool, StoreError> {
+        Err(StoreError::Unavailable { detail: "connection refused".into() })
+    }
+    async fn list_steps(&self, t: &TenantId, r: RunId) -> Result<Vec<ModelStep>, StoreError> {
+        Broken.list_steps(t, r).await
+    }
+    async fn open_continuation(&self, t: &TenantId, f: RunId, n: &RunRecord) -> Result<bool, StoreError> {
+        Broken.open_continuation(t, f, n).await
     }
     async fn complete_tool_call_late(&self, t: &TenantId, l: &LateCompletion) -> Result<(), StoreError> {
         Broken.complete_tool_call_late(t, l).await

@@ -813,6 +813,8 @@ async fn killed_mid_queue_every_job_ends_once_and_the_orphaned_runs_are_reconcil
         ("Tracon__RunReconciliation__HeartbeatSeconds", "1"),
         ("Tracon__RunReconciliation__OrphanAfterSeconds", "3"),
         ("Tracon__Scheduling__TickSeconds", "1"),
+        // What reconciliation alone does; `crash_matrix.rs` has continuation (the default).
+        ("Tracon__RunContinuation__Enabled", "false"),
     ];
     let (schema, url) = (fresh_schema(), database_url());
     let mut first = start_on_pg(&schema, &url, &settings).await;

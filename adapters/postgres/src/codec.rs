@@ -126,6 +126,10 @@ pub fn tool_place<'a>(tenant: &'a TenantId, column: &'static str, row: &'a str) 
     Place { tenant: tenant.as_str(), table: "tool_calls", column, row }
 }
 
+pub fn step_place<'a>(tenant: &'a TenantId, row: &'a str) -> Place<'a> {
+    Place { tenant: tenant.as_str(), table: "run_steps", column: "message", row }
+}
+
 pub fn item_place<'a>(tenant: &'a TenantId, row: &'a str) -> Place<'a> {
     Place { tenant: tenant.as_str(), table: "session_items", column: "content", row }
 }

@@ -49,7 +49,7 @@ pub const RUN_FINISH: &str = "WITH ins AS (INSERT INTO run_events (tenant_id, ru
 
 pub const RUN_GET: &str = "SELECT id, agent_name, agent_version, status, started_at, ended_at, duration_ms, usage, cost, \
      model_provider, model, error, session_id, parent_run_id, root_run_id, depth, user_id, labels, heartbeat_at, \
-     cancel_requested FROM runs WHERE tenant_id = $1 AND id = $2";
+     cancel_requested, continued_from_run_id, continued_by_run_id FROM runs WHERE tenant_id = $1 AND id = $2";
 
 /// The run filter, on `$2`…`$8`: agent, status, session, user, labels (`@>`), from, to.
 macro_rules! run_filter {
@@ -64,7 +64,7 @@ macro_rules! run_filter {
 pub const RUN_LIST: &str = concat!(
     "SELECT id, agent_name, agent_version, status, started_at, ended_at, duration_ms, usage, cost, \
      model_provider, model, error, session_id, parent_run_id, root_run_id, depth, user_id, labels, heartbeat_at, \
-     cancel_requested FROM runs WHERE ",
+     cancel_requested, continued_from_run_id, continued_by_run_id FROM runs WHERE ",
     run_filter!(),
     " ORDER BY started_at DESC, id DESC OFFSET $9 LIMIT $10"
 );
@@ -126,6 +126,43 @@ pub const EVENTS_APPEND: &str = "WITH ins AS (INSERT INTO run_events (tenant_id,
 
 pub const EVENTS_READ: &str = "SELECT sequence, occurred_at, payload FROM run_events \
      WHERE tenant_id = $1 AND run_id = $2 AND sequence > $3 ORDER BY sequence LIMIT $4";
+
+// ---- tool calls and the step ledger --------------------------------------------------------------
+
+/// A tool round's ledger write, fenced by the run being `Running`: the model step (`$3`…`$5`,
+/// all NULL for a round without one) and the calls' starts as arrays (`$6`…`$11`: call id,
+/// tool name, effect, status, arguments, started at). Returns one row, `written`.
+pub const STEP_BEGIN: &str = "WITH live AS (SELECT 1 FROM runs WHERE tenant_id = $1 AND id = $2 AND status = 'Running' \
+     FOR UPDATE), \
+     step AS (INSERT INTO run_steps (tenant_id, run_id, step, message, recorded_at) \
+     SELECT $1, $2, $3, $4, $5 WHERE $3::integer IS NOT NULL AND EXISTS (SELECT 1 FROM live) RETURNING 1), \
+     calls AS (INSERT INTO tool_calls (tenant_id, run_id, call_id, position, tool_name, effect, status, arguments, \
+     started_at, duration_ms, timed_out) \
+     SELECT $1, $2, u.call_id, (SELECT count(*) FROM tool_calls WHERE tenant_id = $1 AND run_id = $2) + u.n - 1, \
+     u.tool_name, u.effect, u.status, u.arguments, u.started_at, 0, false \
+     FROM unnest($6::text[], $7::text[], $8::text[], $9::text[], $10::bytea[], $11::timestamptz[]) \
+     WITH ORDINALITY AS u(call_id, tool_name, effect, status, arguments, started_at, n) \
+     WHERE EXISTS (SELECT 1 FROM live) \
+     ON CONFLICT (tenant_id, run_id, call_id) DO UPDATE SET status = EXCLUDED.status, \
+     arguments = EXCLUDED.arguments, started_at = EXCLUDED.started_at RETURNING 1) \
+     SELECT EXISTS (SELECT 1 FROM live) AS written, (SELECT count(*) FROM step) AS steps, \
+     (SELECT count(*) FROM calls) AS calls";
+
+pub const EVENTS_LAST: &str =
+    "SELECT COALESCE(max(sequence), 0) AS last FROM run_events WHERE tenant_id = $1 AND run_id = $2";
+
+pub const STEP_LIST: &str =
+    "SELECT step, message, recorded_at FROM run_steps WHERE tenant_id = $1 AND run_id = $2 ORDER BY step";
+
+/// Opens a continuation (`$3` its id, `$4` agent, `$5` version, `$6` started at, `$7` session,
+/// `$8` parent, `$9` root, `$10` depth, `$11` user, `$12` labels) of the ended run `$2` and
+/// links `$2` to it, only when `$2` has ended and has no continuation yet. Rows inserted.
+pub const RUN_CONTINUE: &str = "WITH link AS (UPDATE runs SET continued_by_run_id = $3 \
+     WHERE tenant_id = $1 AND id = $2 AND continued_by_run_id IS NULL AND status NOT IN ('Running', 'Queued') \
+     RETURNING 1) \
+     INSERT INTO runs (tenant_id, id, agent_name, agent_version, status, started_at, session_id, parent_run_id, \
+     root_run_id, depth, user_id, labels, heartbeat_at, cancel_requested, continued_from_run_id) \
+     SELECT $1, $3, $4, $5, 'Running', $6, $7, $8, $9, $10, $11, $12, $6, false, $2 WHERE EXISTS (SELECT 1 FROM link)";
 
 // ---- tool calls ------------------------------------------------------------------------------
 
@@ -789,6 +826,10 @@ mod tests {
             RUN_FINISH,
             RUN_GET,
             RUN_LIST,
+            STEP_BEGIN,
+            STEP_LIST,
+            EVENTS_LAST,
+            RUN_CONTINUE,
             RUN_STATS,
             RUN_SET_INPUT,
             RUN_GET_INPUT,

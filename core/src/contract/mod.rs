@@ -13,6 +13,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod fixtures;
+mod ledger;
+pub use ledger::{
+    an_ended_run_is_continued_once_and_linked_both_ways, the_ledger_is_fenced_by_the_run_being_running,
+    the_ledger_records_each_step_with_its_calls_starts_before_their_endings,
+};
 pub mod idempotency;
 pub mod jobs;
 pub mod triggers;
@@ -1377,6 +1382,9 @@ macro_rules! store_contract_tests {
             tenants_are_created_listed_updated_and_deleted,
             quota_thresholds_are_claimed_once_per_tenant_quota_period_and_percentage,
             text_holding_nul_is_refused_alike_by_every_store,
+            the_ledger_records_each_step_with_its_calls_starts_before_their_endings,
+            the_ledger_is_fenced_by_the_run_being_running,
+            an_ended_run_is_continued_once_and_linked_both_ways,
         );
     };
     (@tests $make:expr; $($check:ident),* $(,)?) => {

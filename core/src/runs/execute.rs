@@ -23,6 +23,7 @@ use crate::names::{RunId, SessionId, TenantId};
 use crate::ports::millis_between;
 use crate::quota::{RunConsumption, THRESHOLD_EVENT};
 use crate::recorder::Recorder;
+use crate::runs::continuation::Continuation;
 use crate::runs::outcome::RunOutcome;
 use crate::runs::prepare::user_message;
 use crate::runs::prepare::{LoadedSession, PreparedRun};
@@ -30,7 +31,7 @@ use crate::runs::request::{CLIENT_UNANSWERED, Resume, RunRequest, UNDECIDED, ref
 use crate::runs::store::{RunEnd, RunStatus};
 use crate::runtime::Runtime;
 use crate::sessions::SessionWrite;
-use crate::tools::pipeline::CallEnv;
+use crate::tools::pipeline::{CallEnv, Ledger};
 
 /// Runs a prepared run to its end. `events` receives every event as it happens (the live
 /// stream); closing it cancels the run, as does `cancel`.
@@ -63,6 +64,8 @@ pub struct Execution<'r> {
     /// The caller keeps the conversation (it sent its history along).
     caller_keeps_history: bool,
     client_results: Vec<Message>,
+    /// Where the interrupted run this one continues left off.
+    continuation: Option<Continuation>,
     recorder: Arc<Recorder>,
     emitter: Emitter,
     env: CallEnv,
@@ -77,7 +80,8 @@ impl<'r> Execution<'r> {
         cancel: CancellationToken,
         events: Option<mpsc::Sender<RunEvent>>,
     ) -> Self {
-        let PreparedRun { run_id, agent, request, session, started_at, supplied_history, client_results } = prepared;
+        let PreparedRun { run_id, agent, request, session, started_at, supplied_history, client_results, continuation } =
+            prepared;
         let caller_keeps_history = supplied_history.is_some();
         let clock = runtime.platform.clock.clone();
         let tenant = request.tenant.clone();
@@ -132,6 +136,11 @@ impl<'r> Execution<'r> {
                 .collect(),
             gatekeeper: runtime.gatekeeper.clone(),
             events: if recording.enabled { EventWriter::new(recorder.clone()) } else { EventWriter::none() },
+            ledger: Ledger::new(
+                continuation.as_ref().map_or(run_id, |c| c.origin),
+                recording.enabled,
+                continuation.as_ref().map_or(0, |c| c.steps),
+            ),
         };
         // Where the session's save starts: a session read at a generation gets what this turn
         // adds; a session this run creates gets the whole conversation, so one seeded with
@@ -154,6 +163,7 @@ impl<'r> Execution<'r> {
             save_from,
             caller_keeps_history,
             client_results,
+            continuation,
             recorder,
             emitter,
             env,
@@ -182,13 +192,43 @@ impl<'r> Execution<'r> {
                 Message::Tool { call_id: c.id, name: c.name, content: content.to_owned(), is_error: true }
             })
             .collect();
-        TurnStart::User { prelude, message: user_message(&self.request.message, &self.request.documents) }
+        let message = user_message(&self.request.message, &self.request.documents);
+        if let Some(continuation) = self.continuation.as_mut() {
+            // The interrupted run's turn as its ledger recorded it; the model goes on from
+            // there, after the calls of its last step that did not end.
+            self.emitter.emit(continuation.event()).await;
+            if self.session.is_none() {
+                self.save_from = Some(self.history.len());
+            }
+            self.history.extend(prelude);
+            self.history.push(message);
+            self.history.append(&mut continuation.replayed);
+            return if engine::open_calls(&self.history).is_empty() {
+                TurnStart::Continue { results: Vec::new() }
+            } else {
+                TurnStart::Resume
+            };
+        }
+        TurnStart::User { prelude, message }
     }
 
     /// The turn through the engine — model calls and tool rounds until an answer, a stop, a
     /// failure or a cancellation — with the run's heartbeat moving meanwhile.
     pub async fn turn(&mut self, start: TurnStart) -> TurnResult {
         let history = std::mem::take(&mut self.history);
+        if let Some(failure) = self.continuation.as_mut().and_then(|c| c.blocked.take()) {
+            // A call with an unknown outcome may not run twice: nothing runs.
+            return TurnResult {
+                end: TurnEnd::Failed(failure),
+                new_from: history.len(),
+                messages: history,
+                usage: None,
+                model: None,
+                called: false,
+                text: String::new(),
+                finish: None,
+            };
+        }
         let turn = engine::run_turn(self.runtime, &self.agent, &self.env, history, start, &mut self.emitter);
         with_heartbeat(turn, self.runtime, &self.request.tenant, self.run_id).await
     }

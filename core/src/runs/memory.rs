@@ -7,8 +7,8 @@ use std::sync::Mutex;
 use chrono::{DateTime, Utc};
 
 use super::store::{
-    CancelOutcome, LateCompletion, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, RunStore,
-    StaleRun, ToolCallRecord,
+    CancelOutcome, LateCompletion, ModelStep, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus,
+    RunStore, StaleRun, ToolCallRecord,
 };
 use crate::error::StoreError;
 use crate::events::RecordedEvent;
@@ -29,6 +29,7 @@ struct RunEntry {
     row: RunRecord,
     events: Vec<RecordedEvent>,
     calls: Vec<ToolCallRecord>,
+    steps: Vec<ModelStep>,
     input: Option<RunInputRecord>,
 }
 
@@ -55,6 +56,28 @@ fn append_checked(log: &mut Vec<RecordedEvent>, events: &[RecordedEvent]) -> Res
     }
     log.extend_from_slice(events);
     Ok(())
+}
+
+/// Writes a new run's entry, forgetting the oldest beyond `max_runs`.
+fn insert(inner: &mut Runs, max_runs: usize, tenant: &TenantId, run: &RunRecord, input: Option<&RunInputRecord>) {
+    let key = (tenant.clone(), run.id);
+    let mut row = run.clone();
+    row.tenant = Some(tenant.clone());
+    let entry = RunEntry { row, events: Vec::new(), calls: Vec::new(), steps: Vec::new(), input: input.cloned() };
+    inner.rows.insert(key.clone(), entry);
+    inner.order.push_back(key);
+    while inner.rows.len() > max_runs {
+        let Some(oldest) = inner.order.pop_front() else { break };
+        inner.rows.remove(&oldest);
+    }
+}
+
+/// Inserts or replaces a call's record by its id, keeping its place.
+fn upsert_call(calls: &mut Vec<ToolCallRecord>, call: &ToolCallRecord) {
+    match calls.iter_mut().find(|c| c.call_id == call.call_id) {
+        Some(existing) => *existing = call.clone(),
+        None => calls.push(call.clone()),
+    }
 }
 
 impl Default for MemoryRunStore {
@@ -94,14 +117,7 @@ impl RunStore for MemoryRunStore {
         if inner.rows.contains_key(&key) {
             return Err(StoreError::Conflict("A run with this id already exists.".into()));
         }
-        let mut row = run.clone();
-        row.tenant = Some(tenant.clone());
-        inner.rows.insert(key.clone(), RunEntry { row, events: Vec::new(), calls: Vec::new(), input: input.cloned() });
-        inner.order.push_back(key);
-        while inner.rows.len() > self.max_runs {
-            let Some(oldest) = inner.order.pop_front() else { break };
-            inner.rows.remove(&oldest);
-        }
+        insert(&mut inner, self.max_runs, tenant, run, input);
         Ok(())
     }
 
@@ -195,12 +211,59 @@ impl RunStore for MemoryRunStore {
 
     async fn record_tool_call(&self, tenant: &TenantId, call: &ToolCallRecord) -> Result<(), StoreError> {
         self.with_entry(tenant, call.run_id, |e| {
-            match e.calls.iter_mut().find(|c| c.call_id == call.call_id) {
-                Some(existing) => *existing = call.clone(),
-                None => e.calls.push(call.clone()),
-            }
+            upsert_call(&mut e.calls, call);
             Ok(())
         })
+    }
+
+    async fn last_sequence(&self, tenant: &TenantId, run: RunId) -> Result<u64, StoreError> {
+        let inner = lock(&self.inner);
+        Ok(inner.rows.get(&(tenant.clone(), run)).and_then(|e| e.events.last()).map_or(0, |e| e.sequence))
+    }
+
+    async fn begin_step(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        step: Option<&ModelStep>,
+        starts: &[ToolCallRecord],
+    ) -> Result<bool, StoreError> {
+        let mut inner = lock(&self.inner);
+        let Some(e) = inner.rows.get_mut(&(tenant.clone(), run)) else { return Ok(false) };
+        if e.row.status != RunStatus::Running {
+            return Ok(false);
+        }
+        if let Some(step) = step {
+            if e.steps.iter().any(|s| s.step == step.step) {
+                return Err(StoreError::Conflict(format!("step {} of this run is already stored", step.step)));
+            }
+            e.steps.push(step.clone());
+            e.steps.sort_by_key(|s| s.step);
+        }
+        for call in starts {
+            upsert_call(&mut e.calls, call);
+        }
+        Ok(true)
+    }
+
+    async fn list_steps(&self, tenant: &TenantId, run: RunId) -> Result<Vec<ModelStep>, StoreError> {
+        Ok(lock(&self.inner).rows.get(&(tenant.clone(), run)).map(|e| e.steps.clone()).unwrap_or_default())
+    }
+
+    async fn open_continuation(&self, tenant: &TenantId, from: RunId, next: &RunRecord) -> Result<bool, StoreError> {
+        let mut inner = lock(&self.inner);
+        if inner.rows.contains_key(&(tenant.clone(), next.id)) {
+            return Err(StoreError::Conflict("A run with this id already exists.".into()));
+        }
+        let Some(e) = inner.rows.get_mut(&(tenant.clone(), from)) else { return Ok(false) };
+        if !e.row.status.is_terminal() || e.row.continued_by_run_id.is_some() {
+            return Ok(false);
+        }
+        e.row.continued_by_run_id = Some(next.id);
+        let mut row = next.clone();
+        row.continued_from_run_id = Some(from);
+        insert(&mut inner, self.max_runs, tenant, &row, None);
+        Ok(true)
     }
 
     async fn complete_tool_call_late(&self, tenant: &TenantId, late: &LateCompletion) -> Result<(), StoreError> {

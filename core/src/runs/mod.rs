@@ -6,12 +6,14 @@
 //! - [`outcome`] — how a run ended;
 //! - [`queued`] — runs accepted for a worker, and the job handler that executes them;
 //! - [`reconcile`] — closing runs whose executor went away;
+//! - [`continuation`] — continuing them as new runs from the step ledger;
 //! - [`store`] and [`memory`] — the run records, their port and the in-memory store.
 //!
 //! Nothing here names a web framework: the HTTP handlers parse, call these, and map the
 //! outcome to a response.
 
 pub mod admission;
+pub mod continuation;
 pub mod drain;
 pub mod execute;
 pub mod launch;

@@ -47,6 +47,8 @@ pub struct PreparedRun {
     /// The tool messages that answer the session's open client-side calls (from
     /// `request.tool_results`, checked).
     pub client_results: Vec<Message>,
+    /// Set when this run continues an interrupted one: where its ledger left off.
+    pub continuation: Option<crate::runs::continuation::Continuation>,
 }
 
 /// Every check that can refuse the request before anything streams. `run_id` is the run's
@@ -99,7 +101,16 @@ pub async fn prepare(runtime: &Runtime, request: RunRequest, run_id: Option<RunI
     if request.queued.is_none() {
         open_record(runtime, run_id, &agent, &request, session.as_ref(), started_at).await?;
     }
-    Ok(PreparedRun { run_id, agent, request, session, started_at, supplied_history: None, client_results })
+    Ok(PreparedRun {
+        run_id,
+        agent,
+        request,
+        session,
+        started_at,
+        supplied_history: None,
+        client_results,
+        continuation: None,
+    })
 }
 
 /// The tool messages for the session's open client-side calls: each answer matched to its

@@ -14,9 +14,11 @@ use crate::failure::{ErrorClass, RunFailure};
 use crate::identity::Caller;
 use crate::names::{AgentName, RunId, SessionId, TenantId};
 use crate::ports::new_id;
+use crate::runs::continuation::{self, Continuation, MAX_CHAIN};
 use crate::runs::execute::execute;
 use crate::runs::outcome::Accepted;
 use crate::runs::prepare::{check_documents, prepare};
+use crate::runs::reconcile::close_orphan;
 use crate::runs::request::{RunRequest, StartError};
 use crate::runs::store::{DocumentInput, RunEnd, RunInputRecord, RunRecord, RunStatus};
 use crate::runtime::Runtime;
@@ -154,24 +156,28 @@ impl crate::jobs::JobHandler for QueuedRuns {
         };
         let Some(cancel_asked) = runtime.stores.runs.start_queued(&tenant, run_id, now).await.map_err(transient)?
         else {
-            // An earlier attempt started it: the job settles as the run did, and a run still
+            // An earlier attempt started it. With continuation on, a run whose executor went
+            // away is continued here; otherwise the job settles as the run did, and a run still
             // `Running` (its process went away before it ended) is waited for — reconciliation
             // closes it — rather than reported as done.
-            let run = runtime.stores.runs.get_run(&tenant, run_id).await.map_err(transient)?;
-            tracing::info!(run_id = %run_id, status = ?run.as_ref().map(|r| r.status), "the queued run was started before; not running it again");
-            return match run {
-                Some(run) => job_result(run_id, run.status, run.error.as_ref()),
-                None => Err(JobFailure::Permanent {
+            let latest = latest_of_chain(runtime, &tenant, run_id).await.map_err(transient)?;
+            let Some(latest) = latest else {
+                return Err(JobFailure::Permanent {
                     code: "tracon.run.gone".into(),
                     message: "The queued run's record no longer exists.".into(),
-                }),
+                });
             };
+            if runtime.settings.continuation
+                && let Some(done) = self.take_over(&tenant, queued, latest.clone(), cancel).await
+            {
+                return done;
+            }
+            tracing::info!(run_id = %latest.id, status = ?latest.status, "the queued run was started before; not running it again");
+            return job_result(latest.id, latest.status, latest.error.as_ref());
         };
         let permanent =
             |message: &str| JobFailure::Permanent { code: "tracon.run.cannot-start".into(), message: message.into() };
-        let (Ok(agent), Ok(session_id)) =
-            (AgentName::parse(&queued.agent), queued.session_id.as_deref().map(SessionId::parse).transpose())
-        else {
+        let Some(request) = queued.into_request(&tenant, run_id) else {
             close_unstarted(
                 runtime,
                 &tenant,
@@ -182,29 +188,10 @@ impl crate::jobs::JobHandler for QueuedRuns {
             .await;
             return Err(permanent("The queued run is malformed."));
         };
-        let request = RunRequest {
-            tenant: tenant.clone(),
-            agent,
-            message: queued.message,
-            culture: queued.culture,
-            parameters: queued.parameters,
-            documents: queued.documents,
-            session_id,
-            caller: queued.caller,
-            attribution: queued.attribution,
-            resume: None,
-            queued: Some(run_id),
-            tool_results: Vec::new(),
-        };
         let prepared = match prepare(runtime, request, None).await {
             Ok(p) => p,
             Err(e) => {
-                let message = match &e {
-                    StartError::Agent(CatalogError::NotFound) => "The agent no longer exists.".to_owned(),
-                    StartError::Agent(_) => "The agent no longer compiles with these parameters.".to_owned(),
-                    StartError::Documents(m) | StartError::Resume(m) | StartError::ToolResults(m) => m.clone(),
-                    StartError::Store(_) => "The store could not load the run's agent or session.".to_owned(),
-                };
+                let message = cannot_start(&e);
                 close_unstarted(runtime, &tenant, run_id, now, RunFailure::new(ErrorClass::Internal, &message)).await;
                 return Err(permanent(&message));
             }
@@ -215,6 +202,151 @@ impl crate::jobs::JobHandler for QueuedRuns {
         }
         let outcome = execute(runtime, prepared, cancel, None).await;
         job_result(run_id, outcome.status, outcome.failure.as_ref())
+    }
+}
+
+impl QueuedRun {
+    /// The run request this payload was accepted as, executing under `run_id` (its row
+    /// exists); `None` when the payload's names do not parse.
+    fn into_request(self, tenant: &TenantId, run_id: RunId) -> Option<RunRequest> {
+        let agent = AgentName::parse(&self.agent).ok()?;
+        let session_id = self.session_id.as_deref().map(SessionId::parse).transpose().ok()?;
+        Some(RunRequest {
+            tenant: tenant.clone(),
+            agent,
+            message: self.message,
+            culture: self.culture,
+            parameters: self.parameters,
+            documents: self.documents,
+            session_id,
+            caller: self.caller,
+            attribution: self.attribution,
+            resume: None,
+            queued: Some(run_id),
+            tool_results: Vec::new(),
+        })
+    }
+}
+
+/// Why a queued run could not start, as its failure says it.
+fn cannot_start(e: &StartError) -> String {
+    match e {
+        StartError::Agent(CatalogError::NotFound) => "The agent no longer exists.".to_owned(),
+        StartError::Agent(_) => "The agent no longer compiles with these parameters.".to_owned(),
+        StartError::Documents(m) | StartError::Resume(m) | StartError::ToolResults(m) => m.clone(),
+        StartError::Store(_) => "The store could not load the run's agent or session.".to_owned(),
+    }
+}
+
+/// The newest run of the continuation chain `run_id` starts (`run_id` itself when nobody
+/// continued it); `None` when `run_id` does not exist.
+async fn latest_of_chain(runtime: &Runtime, tenant: &TenantId, run_id: RunId) -> Result<Option<RunRecord>, StoreError> {
+    let store = &runtime.stores.runs;
+    let Some(mut run) = store.get_run(tenant, run_id).await? else { return Ok(None) };
+    for _ in 0..MAX_CHAIN {
+        let Some(next) = run.continued_by_run_id else { break };
+        match store.get_run(tenant, next).await? {
+            Some(r) => run = r,
+            None => break,
+        }
+    }
+    Ok(Some(run))
+}
+
+impl QueuedRuns {
+    /// Continues the queued run whose latest attempt is `latest`, when its executor went away:
+    /// a run still `Running` whose heartbeat is older than one and a half heartbeat intervals
+    /// (this job's earlier lease was lost, so its executor stopped) is closed `Orphaned` here;
+    /// an `Orphaned` run nobody continued yet gets its continuation, executed now. `None` when
+    /// there is nothing to continue (the run ended otherwise, or its executor is alive).
+    async fn take_over(
+        &self,
+        tenant: &TenantId,
+        queued: QueuedRun,
+        mut latest: RunRecord,
+        cancel: CancellationToken,
+    ) -> Option<Result<Option<serde_json::Value>, crate::jobs::JobFailure>> {
+        use crate::jobs::JobFailure;
+        let runtime = &self.runtime;
+        let transient = |e: StoreError| {
+            Some(Err(JobFailure::Transient {
+                code: "tracon.store.unavailable".into(),
+                message: "The store could not be reached.".into(),
+                detail: format!("{e:?}"),
+            }))
+        };
+        if latest.status == RunStatus::Running {
+            let now = runtime.platform.clock.now();
+            let every = runtime.settings.reconciliation.heartbeat;
+            let quiet = chrono::Duration::from_std(every + every / 2).unwrap_or(chrono::Duration::seconds(45));
+            let stale_before = now - quiet;
+            if latest.heartbeat_at.unwrap_or(latest.started_at) >= stale_before {
+                return None;
+            }
+            let last = match runtime.stores.runs.last_sequence(tenant, latest.id).await {
+                Ok(n) => n,
+                Err(e) => return transient(e),
+            };
+            match close_orphan(runtime, tenant, latest.id, latest.started_at, last, stale_before).await {
+                Ok(true) => {}
+                Ok(false) => return None,
+                Err(e) => return transient(e),
+            }
+            latest = match runtime.stores.runs.get_run(tenant, latest.id).await {
+                Ok(Some(r)) => r,
+                Ok(None) => return None,
+                Err(e) => return transient(e),
+            };
+        }
+        let orphaned = latest.error.as_ref().is_some_and(|f| f.error_class == ErrorClass::Orphaned);
+        if latest.status != RunStatus::Failed || !orphaned || latest.continued_by_run_id.is_some() {
+            return None;
+        }
+        let next = match continuation::open(runtime, tenant, &latest).await {
+            Ok(Some(next)) => next,
+            // Somebody continued it first: the next attempt follows the chain.
+            Ok(None) => {
+                return Some(Err(JobFailure::Transient {
+                    code: "tracon.run.unfinished".into(),
+                    message: "The run was continued by another attempt.".into(),
+                    detail: format!("run {} has a continuation", latest.id),
+                }));
+            }
+            Err(e) => return transient(e),
+        };
+        let now = runtime.platform.clock.now();
+        let permanent =
+            |message: &str| JobFailure::Permanent { code: "tracon.run.cannot-start".into(), message: message.into() };
+        let Some(request) = queued.into_request(tenant, next.id) else {
+            let failure = RunFailure::new(ErrorClass::Internal, "The queued run is malformed.");
+            close_unstarted(runtime, tenant, next.id, now, failure).await;
+            return Some(Err(permanent("The queued run is malformed.")));
+        };
+        let mut prepared = match prepare(runtime, request, None).await {
+            Ok(p) => p,
+            Err(e) => {
+                let message = cannot_start(&e);
+                close_unstarted(runtime, tenant, next.id, now, RunFailure::new(ErrorClass::Internal, &message)).await;
+                return Some(Err(permanent(&message)));
+            }
+        };
+        // Left `Running` when the ledger cannot be read: reconciliation closes it, and the
+        // next attempt continues from there.
+        let continuation = match Continuation::read(runtime, tenant, &latest, &prepared.agent).await {
+            Ok(c) => c,
+            Err(e) => return transient(e),
+        };
+        tracing::warn!(
+            run_id = %next.id,
+            from = %latest.id,
+            steps = continuation.steps,
+            rerun = continuation.rerun.len(),
+            blocked = continuation.blocked.is_some(),
+            "continuing an interrupted run"
+        );
+        prepared.continuation = Some(continuation);
+        let outcome = execute(runtime, prepared, cancel, None).await;
+        Some(job_result(next.id, outcome.status, outcome.failure.as_ref()))
     }
 }
 

@@ -20,35 +20,52 @@ pub async fn reconcile_orphans(runtime: &Runtime, limit: usize) -> Result<usize,
     let store = &runtime.stores.runs;
     let mut closed = 0;
     for stale in store.stale_runs(stale_before, limit).await? {
-        let failure = RunFailure::new(
-            ErrorClass::Orphaned,
-            "The process executing this run stopped before it finished; reconciliation closed it.",
-        );
-        let end = RunEnd {
-            status: RunStatus::Failed,
-            ended_at: now,
-            duration_ms: u64::try_from((now - stale.started_at).num_milliseconds()).unwrap_or(0),
-            usage: None,
-            cost: None,
-            model_provider: None,
-            model: None,
-            error: Some(failure.clone()),
-        };
-        let event = crate::events::RecordedEvent {
-            sequence: stale.last_sequence + 1,
-            timestamp: now,
-            event: RunEvent::RunFailed { error: failure.clone() },
-        };
-        match store.close_stale(&stale.tenant, stale.id, stale_before, &end, &[event]).await {
-            Ok(true) => {
-                tracing::warn!(run_id = %stale.id, tenant = %stale.tenant, "closed an orphaned run");
-                closed += 1;
-                crate::webhooks::sources::publish_run_failed(runtime, &stale.tenant, stale.id, None, &failure).await;
-            }
+        match close_orphan(runtime, &stale.tenant, stale.id, stale.started_at, stale.last_sequence, stale_before).await
+        {
+            Ok(true) => closed += 1,
             Ok(false) => {}
             // One run's failure (a racing writer took the sequence) does not stop the others.
             Err(e) => tracing::warn!(run_id = %stale.id, error = ?e, "could not close an orphaned run"),
         }
+    }
+    Ok(closed)
+}
+
+/// Closes one running run whose heartbeat is older than `stale_before`: `Failed`, error class
+/// `Orphaned`, with a closing `RunFailed` event after `last_sequence`, and the run-failed
+/// webhooks. `false` when the run moved on meanwhile (it finished, or its executor came back).
+pub async fn close_orphan(
+    runtime: &Runtime,
+    tenant: &crate::names::TenantId,
+    id: crate::names::RunId,
+    started_at: chrono::DateTime<chrono::Utc>,
+    last_sequence: u64,
+    stale_before: chrono::DateTime<chrono::Utc>,
+) -> Result<bool, StoreError> {
+    let now = runtime.platform.clock.now();
+    let failure = RunFailure::new(
+        ErrorClass::Orphaned,
+        "The process executing this run stopped before it finished; reconciliation closed it.",
+    );
+    let end = RunEnd {
+        status: RunStatus::Failed,
+        ended_at: now,
+        duration_ms: u64::try_from((now - started_at).num_milliseconds()).unwrap_or(0),
+        usage: None,
+        cost: None,
+        model_provider: None,
+        model: None,
+        error: Some(failure.clone()),
+    };
+    let event = crate::events::RecordedEvent {
+        sequence: last_sequence + 1,
+        timestamp: now,
+        event: RunEvent::RunFailed { error: failure.clone() },
+    };
+    let closed = runtime.stores.runs.close_stale(tenant, id, stale_before, &end, &[event]).await?;
+    if closed {
+        tracing::warn!(run_id = %id, tenant = %tenant, "closed an orphaned run");
+        crate::webhooks::sources::publish_run_failed(runtime, tenant, id, None, &failure).await;
     }
     Ok(closed)
 }

@@ -77,6 +77,12 @@ pub struct RunRecord {
     /// Somebody asked this run to stop; the executing turn observes it.
     #[serde(default)]
     pub cancel_requested: bool,
+    /// The interrupted run this one continues (set by continuation, never by a caller).
+    #[serde(default)]
+    pub continued_from_run_id: Option<RunId>,
+    /// The run that continues this one, once its executor went away and it was continued.
+    #[serde(default)]
+    pub continued_by_run_id: Option<RunId>,
 }
 
 impl RunRecord {
@@ -112,6 +118,8 @@ impl RunRecord {
             labels: BTreeMap::new(),
             heartbeat_at: (status == RunStatus::Running).then_some(started_at),
             cancel_requested: false,
+            continued_from_run_id: None,
+            continued_by_run_id: None,
         }
     }
 }
@@ -150,6 +158,21 @@ pub struct ToolCallRecord {
     pub late_duration_ms: Option<u64>,
     pub late_result: Option<String>,
     pub late_error: Option<String>,
+}
+
+/// One model call of the step ledger that asked for tools: the assistant's message as the
+/// model produced it (text, tool calls, reasoning). Written before any of its calls' bodies
+/// run, together with each call's start (a [`ToolCallRecord`] in `Started`), so after a crash
+/// the ledger says which calls ended, which started without an ending and which never started;
+/// a continuation rebuilds the conversation from these steps without calling the model again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelStep {
+    /// 1, 2, … in the order of the run's model calls; a continuation numbers on from the
+    /// run it continues.
+    pub step: u32,
+    /// A [`Message::Assistant`](crate::model::Message::Assistant).
+    pub message: crate::model::Message,
+    pub recorded_at: DateTime<Utc>,
 }
 
 /// What the caller sent, when input recording is on.
@@ -313,7 +336,30 @@ pub trait RunStore: Send + Sync {
         limit: usize,
     ) -> Result<Vec<RecordedEvent>, StoreError>;
 
+    /// The sequence of the run's last stored event (0 without events, or for a missing run).
+    async fn last_sequence(&self, tenant: &TenantId, run: RunId) -> Result<u64, StoreError>;
+
     async fn record_tool_call(&self, tenant: &TenantId, call: &ToolCallRecord) -> Result<(), StoreError>;
+    /// The step ledger's write before a tool round (one round trip): the model step that asked
+    /// for the calls (when there is one; a resumed round has none) and each call's start, a
+    /// record in `Started` that [`Self::record_tool_call`] later overwrites with its ending.
+    /// Fenced by the run's state: only while the run is `Running` — `false`, and nothing
+    /// written, when it is not (reconciliation closed it, its executor lost it), and then no
+    /// body may run. A step number already stored is a `Conflict`.
+    async fn begin_step(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        step: Option<&ModelStep>,
+        starts: &[ToolCallRecord],
+    ) -> Result<bool, StoreError>;
+    /// The run's model steps, in step order.
+    async fn list_steps(&self, tenant: &TenantId, run: RunId) -> Result<Vec<ModelStep>, StoreError>;
+    /// Opens `next` (a `Running` row naming `from` in `continued_from_run_id`) as the
+    /// continuation of the ended run `from`, and links `from` to it, in one round trip; `false`
+    /// and nothing written when `from` does not exist, has not ended, or already has a
+    /// continuation — so a run is continued at most once however many workers try.
+    async fn open_continuation(&self, tenant: &TenantId, from: RunId, next: &RunRecord) -> Result<bool, StoreError>;
     /// Writes a late result onto the same call's record (no second record).
     async fn complete_tool_call_late(&self, tenant: &TenantId, late: &LateCompletion) -> Result<(), StoreError>;
     /// In call order.

@@ -36,6 +36,10 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// The run's event log, for a tool's own `Custom` events.
     pub events: crate::events::EventWriter,
+    /// This call's key, for a body that passes one on to an external system so a repeated
+    /// call has no second effect: `{originRunId}:{step}:{callId}`, the same in every run that
+    /// continues the one the model asked in (see [`crate::runs::continuation`]).
+    pub idempotency_key: String,
 }
 
 /// A tool failure.

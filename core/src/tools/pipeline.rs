@@ -143,6 +143,41 @@ pub struct CallEnv {
     pub gatekeeper: Arc<crate::approvals::Gatekeeper>,
     /// Where tool bodies write their own events.
     pub events: crate::events::EventWriter,
+    /// The run's step ledger: step numbers and the calls' idempotency keys.
+    pub ledger: Ledger,
+}
+
+/// Where a run is in its step ledger (clones share the count).
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    /// The first run of the continuation chain this run belongs to (itself when it continues
+    /// none): the calls' idempotency keys are named after it, so they survive a continuation.
+    pub origin: RunId,
+    /// Whether steps are written (recording on).
+    pub enabled: bool,
+    /// The number of the run's latest model step (a continuation starts at its source's).
+    step: Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl Ledger {
+    pub fn new(origin: RunId, enabled: bool, last_step: u32) -> Self {
+        Self { origin, enabled, step: Arc::new(std::sync::atomic::AtomicU32::new(last_step)) }
+    }
+
+    /// The latest step's number.
+    pub fn step(&self) -> u32 {
+        self.step.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Numbers the next model step.
+    pub fn next_step(&self) -> u32 {
+        self.step.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
+    }
+
+    /// A call's idempotency key in the latest step.
+    pub fn key(&self, call_id: &str) -> String {
+        format!("{}:{}:{call_id}", self.origin, self.step())
+    }
 }
 
 /// What [`execute`] returns: the outcome, and for a call that timed out, the still-running
@@ -158,7 +193,7 @@ pub struct Admitted {
     pub call: ToolCall,
     pub tool: Arc<ToolRegistration>,
     pub arguments: Value,
-    started_at: DateTime<Utc>,
+    pub started_at: DateTime<Utc>,
 }
 
 /// What [`admit`] decided.
@@ -296,6 +331,7 @@ pub async fn execute(admitted: Admitted, env: &CallEnv) -> Executed {
         caller: env.caller.clone(),
         cancel: call_cancel.clone(),
         events: env.events.clone(),
+        idempotency_key: env.ledger.key(&call.id),
     };
     let body = tool.body();
     let mut body_future = async move { body.call(arguments, ctx).await }.boxed();

@@ -36,7 +36,8 @@ use tracon_core::runs::memory::MemoryRunStore;
 use tracon_core::runs::request::RunRequest;
 use tracon_core::runs::store::LateCompletion;
 use tracon_core::runs::store::{
-    CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStore, StaleRun, ToolCallRecord,
+    CancelOutcome, ModelStep, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStore, StaleRun,
+    ToolCallRecord,
 };
 use tracon_core::runtime::RuntimeBuilder;
 use tracon_core::stores::Stores;
@@ -111,6 +112,24 @@ impl RunStore for Counting {
     }
     async fn complete_tool_call_late(&self, t: &TenantId, l: &LateCompletion) -> Result<(), StoreError> {
         delegate!(self, (), s => s.complete_tool_call_late(t, l))
+    }
+    async fn last_sequence(&self, t: &TenantId, id: RunId) -> Result<u64, StoreError> {
+        delegate!(self, 0, s => s.last_sequence(t, id))
+    }
+    async fn begin_step(
+        &self,
+        t: &TenantId,
+        id: RunId,
+        step: Option<&ModelStep>,
+        starts: &[ToolCallRecord],
+    ) -> Result<bool, StoreError> {
+        delegate!(self, true, s => s.begin_step(t, id, step, starts))
+    }
+    async fn list_steps(&self, t: &TenantId, id: RunId) -> Result<Vec<ModelStep>, StoreError> {
+        delegate!(self, Vec::new(), s => s.list_steps(t, id))
+    }
+    async fn open_continuation(&self, t: &TenantId, from: RunId, next: &RunRecord) -> Result<bool, StoreError> {
+        delegate!(self, false, s => s.open_continuation(t, from, next))
     }
     async fn list_tool_calls(&self, t: &TenantId, id: RunId) -> Result<Vec<ToolCallRecord>, StoreError> {
         delegate!(self, Vec::new(), s => s.list_tool_calls(t, id))

@@ -13,14 +13,14 @@ use tracon_core::events::RecordedEvent;
 use tracon_core::names::{RunId, TenantId};
 use tracon_core::runs::store::LateCompletion;
 use tracon_core::runs::store::{
-    CancelOutcome, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, RunStore, StaleRun,
+    CancelOutcome, ModelStep, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, RunStore, StaleRun,
     ToolCallRecord,
 };
 
 use super::Db;
 use crate::codec::{
     add_stats_row, corrupt, duplicate_event, enum_parse, enum_text, event_arrays, from_json, input_place, open_event,
-    status_parse, to_json, tool_place, unreadable,
+    status_parse, step_place, to_json, tool_place, unreadable,
 };
 use crate::params;
 use crate::protect::Protection;
@@ -109,6 +109,8 @@ fn run_record(row: &Row, tenant: &TenantId) -> Result<RunRecord, StoreError> {
         labels: serde_json::from_value(labels).map_err(|e| corrupt("labels", e))?,
         heartbeat_at: row.get("heartbeat_at")?,
         cancel_requested: row.get("cancel_requested")?,
+        continued_from_run_id: row.get::<Option<uuid::Uuid>>("continued_from_run_id")?.map(RunId),
+        continued_by_run_id: row.get::<Option<uuid::Uuid>>("continued_by_run_id")?.map(RunId),
     })
 }
 
@@ -324,6 +326,112 @@ impl RunStore for PgRunStore {
             )
             .await?;
         Ok(())
+    }
+
+    async fn last_sequence(&self, tenant: &TenantId, run: RunId) -> Result<u64, StoreError> {
+        let row = self.db.query_opt(sql::EVENTS_LAST, &params![tenant.as_str(), run.0]).await?;
+        let last: i64 = match row {
+            Some(row) => row.get("last")?,
+            None => 0,
+        };
+        Ok(last.max(0) as u64)
+    }
+
+    async fn begin_step(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        step: Option<&ModelStep>,
+        starts: &[ToolCallRecord],
+    ) -> Result<bool, StoreError> {
+        let (number, message, recorded_at) = match step {
+            Some(step) => {
+                let json = serde_json::to_string(&step.message).map_err(|e| corrupt("step", e))?;
+                let row = format!("{run}/{}", step.step);
+                let sealed = self.protection.seal(&step_place(tenant, &row), &json);
+                (Some(i32::try_from(step.step).unwrap_or(i32::MAX)), Some(sealed), Some(step.recorded_at))
+            }
+            None => (None, None, None),
+        };
+        let mut ids = Vec::with_capacity(starts.len());
+        let mut names = Vec::with_capacity(starts.len());
+        let mut effects = Vec::with_capacity(starts.len());
+        let mut statuses = Vec::with_capacity(starts.len());
+        let mut arguments = Vec::with_capacity(starts.len());
+        let mut times = Vec::with_capacity(starts.len());
+        for call in starts {
+            let row = format!("{run}/{}", call.call_id);
+            ids.push(call.call_id.clone());
+            names.push(call.tool_name.clone());
+            effects.push(call.effect.as_ref().map(enum_text).transpose()?);
+            statuses.push(enum_text(&call.status)?);
+            arguments.push(self.protection.seal(&tool_place(tenant, "arguments", &row), &call.arguments));
+            times.push(call.started_at);
+        }
+        let row = self
+            .db
+            .query_opt(
+                sql::STEP_BEGIN,
+                &params![
+                    tenant.as_str(),
+                    run.0,
+                    number,
+                    message,
+                    recorded_at,
+                    ids,
+                    names,
+                    effects,
+                    statuses,
+                    arguments,
+                    times
+                ],
+            )
+            .await?;
+        match row {
+            Some(row) => row.get("written"),
+            None => Ok(false),
+        }
+    }
+
+    async fn list_steps(&self, tenant: &TenantId, run: RunId) -> Result<Vec<ModelStep>, StoreError> {
+        let rows = self.db.query(sql::STEP_LIST, &params![tenant.as_str(), run.0]).await?;
+        rows.iter()
+            .map(|r| {
+                let step: i32 = r.get("step")?;
+                let sealed: Vec<u8> = r.get("message")?;
+                let place = format!("{run}/{step}");
+                let json = self.protection.open(&step_place(tenant, &place), &sealed).map_err(unreadable)?;
+                Ok(ModelStep {
+                    step: step.max(0) as u32,
+                    message: serde_json::from_str(&json).map_err(|e| corrupt("step", e))?,
+                    recorded_at: r.get("recorded_at")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn open_continuation(&self, tenant: &TenantId, from: RunId, next: &RunRecord) -> Result<bool, StoreError> {
+        let inserted = self
+            .db
+            .execute(
+                sql::RUN_CONTINUE,
+                &params![
+                    tenant.as_str(),
+                    from.0,
+                    next.id.0,
+                    &next.agent_name,
+                    next.agent_version.map(|v| i32::try_from(v).unwrap_or(i32::MAX)),
+                    next.started_at,
+                    next.session_id.as_deref(),
+                    next.parent_run_id.map(|r| r.0),
+                    next.root_run_id.map(|r| r.0),
+                    i32::try_from(next.depth).unwrap_or(i32::MAX),
+                    next.user_id.as_deref(),
+                    to_json(&next.labels)?
+                ],
+            )
+            .await?;
+        Ok(inserted > 0)
     }
 
     async fn complete_tool_call_late(&self, tenant: &TenantId, late: &LateCompletion) -> Result<(), StoreError> {

@@ -1,0 +1,175 @@
+//! The step ledger and continuation part of the run store contract (checks of
+//! [`crate::store_contract_tests!`]): every [`RunStore`](crate::runs::store::RunStore) must
+//! pass them unchanged.
+
+// A test suite: assertions are its whole point.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use chrono::Duration;
+
+use crate::contract::fixtures::{a, b, t0};
+use crate::error::StoreError;
+use crate::events::ToolCallStatus;
+use crate::failure::{ErrorClass, RunFailure};
+use crate::model::{Message, ToolCall};
+use crate::names::RunId;
+use crate::runs::store::{ModelStep, RunEnd, RunRecord, RunStatus, ToolCallRecord};
+use crate::stores::Stores;
+use crate::tools::effect::ToolEffect;
+
+fn running() -> RunRecord {
+    RunRecord::opened(RunId(uuid::Uuid::now_v7()), "agent", Some(1), RunStatus::Running, t0())
+}
+
+fn step(n: u32, calls: &[&str]) -> ModelStep {
+    ModelStep {
+        step: n,
+        message: Message::Assistant {
+            text: Some(format!("step {n}")),
+            tool_calls: calls
+                .iter()
+                .map(|id| ToolCall { id: (*id).into(), name: "lookup".into(), arguments: format!(r#"{{"q":"{id}"}}"#) })
+                .collect(),
+            reasoning: Vec::new(),
+        },
+        recorded_at: t0() + Duration::seconds(i64::from(n)),
+    }
+}
+
+fn start(run: RunId, id: &str, effect: ToolEffect) -> ToolCallRecord {
+    ToolCallRecord {
+        run_id: run,
+        call_id: id.into(),
+        tool_name: "lookup".into(),
+        arguments: format!(r#"{{"q":"{id}"}}"#),
+        effect: Some(effect),
+        status: ToolCallStatus::Started,
+        result: None,
+        error: None,
+        omitted_bytes: None,
+        started_at: t0() + Duration::seconds(1),
+        duration_ms: 0,
+        timed_out: false,
+        late_completed_at: None,
+        late_duration_ms: None,
+        late_result: None,
+        late_error: None,
+    }
+}
+
+fn failed() -> RunEnd {
+    RunEnd {
+        status: RunStatus::Failed,
+        ended_at: t0() + Duration::seconds(30),
+        duration_ms: 30_000,
+        usage: None,
+        cost: None,
+        model_provider: None,
+        model: None,
+        error: Some(RunFailure::new(ErrorClass::Orphaned, "gone")),
+    }
+}
+
+pub async fn the_ledger_records_each_step_with_its_calls_starts_before_their_endings(s: Stores) {
+    let r = &s.runs;
+    let row = running();
+    r.create_run(&a(), &row, None).await.unwrap();
+    let first = step(1, &["c1", "c2"]);
+    let starts = [start(row.id, "c1", ToolEffect::Read), start(row.id, "c2", ToolEffect::External)];
+    assert!(r.begin_step(&a(), row.id, Some(&first), &starts).await.unwrap());
+    let mut ended = start(row.id, "c1", ToolEffect::Read);
+    ended.status = ToolCallStatus::Succeeded;
+    ended.result = Some("one".into());
+    ended.duration_ms = 12;
+    r.record_tool_call(&a(), &ended).await.unwrap();
+    // A resumed round writes its calls' starts without a model step.
+    assert!(r.begin_step(&a(), row.id, None, &[start(row.id, "c3", ToolEffect::Write)]).await.unwrap());
+    let second = step(2, &[]);
+    assert!(r.begin_step(&a(), row.id, Some(&second), &[]).await.unwrap());
+
+    assert_eq!(r.list_steps(&a(), row.id).await.unwrap(), vec![first.clone(), second]);
+    let calls = r.list_tool_calls(&a(), row.id).await.unwrap();
+    let seen: Vec<(&str, ToolCallStatus, Option<&str>)> =
+        calls.iter().map(|c| (c.call_id.as_str(), c.status, c.result.as_deref())).collect();
+    assert_eq!(
+        seen,
+        [
+            ("c1", ToolCallStatus::Succeeded, Some("one")),
+            ("c2", ToolCallStatus::Started, None),
+            ("c3", ToolCallStatus::Started, None)
+        ],
+        "in call order; the ending overwrites the start"
+    );
+    assert_eq!(calls[1].effect, Some(ToolEffect::External));
+    assert_eq!(calls[1].arguments, r#"{"q":"c2"}"#);
+
+    let again = r.begin_step(&a(), row.id, Some(&first), &[]).await;
+    assert!(matches!(again, Err(StoreError::Conflict(_))), "a step number is written once: {again:?}");
+    assert!(r.list_steps(&b(), row.id).await.unwrap().is_empty(), "another tenant sees no step");
+    assert!(!r.begin_step(&b(), row.id, Some(&step(3, &[])), &[]).await.unwrap(), "nor writes one");
+    assert_eq!(r.list_steps(&a(), row.id).await.unwrap().len(), 2);
+}
+
+pub async fn the_ledger_is_fenced_by_the_run_being_running(s: Stores) {
+    let r = &s.runs;
+    let row = running();
+    r.create_run(&a(), &row, None).await.unwrap();
+    r.finish_run(&a(), row.id, &failed(), &[]).await.unwrap();
+    let (first, starts) = (step(1, &["c1"]), [start(row.id, "c1", ToolEffect::Read)]);
+    let written = r.begin_step(&a(), row.id, Some(&first), &starts).await.unwrap();
+    assert!(!written, "an ended run takes no step: its executor lost it");
+    assert!(r.list_steps(&a(), row.id).await.unwrap().is_empty());
+    assert!(r.list_tool_calls(&a(), row.id).await.unwrap().is_empty(), "and no call starts");
+    let missing = RunId(uuid::Uuid::now_v7());
+    assert!(!r.begin_step(&a(), missing, Some(&step(1, &[])), &[]).await.unwrap());
+}
+
+pub async fn an_ended_run_is_continued_once_and_linked_both_ways(s: Stores) {
+    let r = &s.runs;
+    let from = running();
+    r.create_run(&a(), &from, None).await.unwrap();
+    let next = RunRecord {
+        session_id: Some("s-1".into()),
+        user_id: Some("u-1".into()),
+        ..RunRecord::opened(RunId(uuid::Uuid::now_v7()), "agent", Some(1), RunStatus::Running, t0())
+    };
+    assert!(!r.open_continuation(&a(), from.id, &next).await.unwrap(), "a running run is not continued");
+    assert_eq!(r.last_sequence(&a(), from.id).await.unwrap(), 0, "no events yet");
+    let ev = |n: u64| crate::events::RecordedEvent {
+        sequence: n,
+        timestamp: t0(),
+        event: crate::events::RunEvent::MessageDelta { text: format!("d{n}") },
+    };
+    r.append_events(&a(), from.id, &[ev(1), ev(2), ev(3)], t0()).await.unwrap();
+    assert_eq!(r.last_sequence(&a(), from.id).await.unwrap(), 3);
+    assert_eq!(r.last_sequence(&b(), from.id).await.unwrap(), 0, "another tenant's run has none");
+    r.finish_run(&a(), from.id, &failed(), &[]).await.unwrap();
+    assert!(!r.open_continuation(&b(), from.id, &next).await.unwrap(), "nor another tenant's");
+    assert!(r.get_run(&b(), next.id).await.unwrap().is_none());
+
+    let tenant = a();
+    let racing: Vec<RunRecord> = (0..4)
+        .map(|_| RunRecord { id: RunId(uuid::Uuid::now_v7()), ..next.clone() })
+        .chain(std::iter::once(next.clone()))
+        .collect();
+    let opened = futures::future::join_all(racing.iter().map(|n| r.open_continuation(&tenant, from.id, n))).await;
+    let winners: Vec<&RunRecord> =
+        racing.iter().zip(&opened).filter(|(_, o)| *o.as_ref().unwrap()).map(|(n, _)| n).collect();
+    assert_eq!(winners.len(), 1, "one continuation however many try: {opened:?}");
+    let winner = winners[0];
+    let original = r.get_run(&a(), from.id).await.unwrap().unwrap();
+    assert_eq!(
+        (original.status, original.continued_by_run_id),
+        (RunStatus::Failed, Some(winner.id)),
+        "stays as it was, linked"
+    );
+    assert_eq!(original.error.map(|e| e.error_class), Some(ErrorClass::Orphaned));
+    let continued = r.get_run(&a(), winner.id).await.unwrap().unwrap();
+    assert_eq!(continued.continued_from_run_id, Some(from.id));
+    assert_eq!(continued.status, RunStatus::Running);
+    assert_eq!((continued.session_id.as_deref(), continued.user_id.as_deref()), (Some("s-1"), Some("u-1")));
+    assert_eq!(continued.heartbeat_at, Some(t0()), "a continuation starts alive");
+    for loser in racing.iter().filter(|n| n.id != winner.id) {
+        assert!(r.get_run(&a(), loser.id).await.unwrap().is_none(), "a lost race writes nothing");
+    }
+}

@@ -1,0 +1,331 @@
+//! The step ledger and run continuation through the router, with a consumer draining the job
+//! queue in process. A crash is what the store holds after one: a queued run started by an
+//! attempt whose process went away (its heartbeat old), with the ledger that attempt wrote.
+//! Every tool body counts its executions by the idempotency key it was given.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::{Method, StatusCode};
+use serde_json::{Value, json};
+use support::Manual;
+use tracon_core::definition::AgentDefinition;
+use tracon_core::events::ToolCallStatus;
+use tracon_core::jobs::{JobHandler, JobRunner, JobSettings};
+use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
+use tracon_core::model::{Message, ModelProvider, ToolCall};
+use tracon_core::names::{RunId, TenantId};
+use tracon_core::ports::tokio_rt;
+use tracon_core::runs::queued::QueuedRuns;
+use tracon_core::runs::store::{ModelStep, ToolCallRecord};
+use tracon_core::runtime::{RunQueue, Runtime, RuntimeBuilder, RuntimeSettings};
+use tracon_core::tools::effect::ToolEffect;
+use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
+use tracon_handlers::{AppState, HttpSettings};
+
+/// Executions per idempotency key, and the model's calls.
+#[derive(Default)]
+struct Counts {
+    bodies: Mutex<HashMap<String, u32>>,
+    model_calls: Mutex<u32>,
+}
+
+impl Counts {
+    fn of(&self, key: &str) -> u32 {
+        self.bodies.lock().unwrap().get(key).copied().unwrap_or(0)
+    }
+    fn total(&self) -> u32 {
+        self.bodies.lock().unwrap().values().sum()
+    }
+}
+
+struct Harness {
+    app: Router,
+    runner: JobRunner,
+    runtime: Arc<Runtime>,
+    counts: Arc<Counts>,
+}
+
+fn counting(
+    name: &str,
+    effect: ToolEffect,
+    safe_to_repeat: bool,
+    counts: &Arc<Counts>,
+) -> Result<ToolRegistration, tracon_core::tools::RegistrationError> {
+    let counts = counts.clone();
+    ToolRegistration::new(
+        name,
+        "Counts its executions.",
+        json!({"type": "object"}),
+        tool_fn(move |_, ctx| {
+            let counts = counts.clone();
+            async move {
+                *counts.bodies.lock().unwrap().entry(ctx.idempotency_key.clone()).or_default() += 1;
+                Ok(ToolOutput::from(format!("done {}", ctx.call_id)))
+            }
+        }),
+    )
+    .map(|r| r.effect(effect).safe_to_repeat(safe_to_repeat))
+}
+
+/// The model asks, in its first step, for one call of each tool named in the message
+/// (`"lookup ship"`), then answers with the results it was given.
+fn harness(continuation: bool) -> Harness {
+    let counts = Arc::new(Counts::default());
+    let seen = counts.clone();
+    let script = ScriptedProvider::from_fn("script", move |req| {
+        *seen.model_calls.lock().unwrap() += 1;
+        if let Some(Message::Tool { .. }) = req.messages.last() {
+            let results: Vec<String> = req
+                .messages
+                .iter()
+                .filter_map(|m| match m {
+                    Message::Tool { content, .. } => Some(content.clone()),
+                    _ => None,
+                })
+                .collect();
+            return ScriptedTurn::text(&format!("answered with {}", results.join(", ")));
+        }
+        let asked = req.messages.iter().rev().find_map(|m| match m {
+            Message::User { text } => Some(text.clone()),
+            _ => None,
+        });
+        let mut turn = ScriptedTurn::default();
+        for tool in asked.unwrap_or_default().split_whitespace() {
+            turn = turn.and_tool_call(tool, json!({}));
+        }
+        if turn.tool_calls.is_empty() { ScriptedTurn::text("nothing to do") } else { turn }
+    });
+    let settings = RuntimeSettings { continuation, ..RuntimeSettings::default() };
+    let runtime = RuntimeBuilder::new(tokio_rt::platform())
+        .settings(settings)
+        .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
+        .add_tool(counting("lookup", ToolEffect::Read, false, &counts))
+        .add_tool(counting("ship", ToolEffect::External, false, &counts))
+        .add_tool(counting("charge", ToolEffect::External, true, &counts))
+        .add_agent(AgentDefinition::new("worker", "script", "m").with_tools(&["lookup", "ship", "charge"]))
+        .build()
+        .unwrap();
+    let runtime = Arc::new(runtime);
+    let handlers: Vec<Arc<dyn JobHandler>> = vec![Arc::new(QueuedRuns { runtime: runtime.clone() })];
+    let settings = JobSettings { retry_base: Duration::ZERO, ..JobSettings::default() };
+    let runner =
+        JobRunner::new(runtime.stores.jobs.clone(), handlers, runtime.platform.clock.clone(), settings, "test");
+    runtime.set_queue(RunQueue { transport: Arc::new(Manual), max_attempts: 5 });
+    let state = AppState::new(runtime.clone(), HttpSettings::default());
+    Harness { app: tracon_handlers::router(state), runner, runtime, counts }
+}
+
+async fn get(h: &Harness, path: &str) -> Value {
+    let reply = support::call(Method::GET, path).send(&h.app).await;
+    assert_eq!(reply.status, StatusCode::OK, "{path}");
+    reply.json()
+}
+
+async fn queue(h: &Harness, message: &str) -> (RunId, String) {
+    let reply = support::call(Method::POST, "/api/agents/worker/run")
+        .header_opt("Prefer", Some("respond-async"))
+        .json(Some(json!({"message": message})))
+        .send(&h.app)
+        .await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED);
+    let accepted = reply.json();
+    (RunId::parse(accepted["runId"].as_str().unwrap()).unwrap(), accepted["jobId"].as_str().unwrap().to_owned())
+}
+
+fn call(id: &str, tool: &str) -> ToolCall {
+    ToolCall { id: id.into(), name: tool.into(), arguments: "{}".into() }
+}
+
+fn record(
+    run: RunId,
+    c: &ToolCall,
+    effect: ToolEffect,
+    status: ToolCallStatus,
+    result: Option<&str>,
+) -> ToolCallRecord {
+    ToolCallRecord {
+        run_id: run,
+        call_id: c.id.clone(),
+        tool_name: c.name.clone(),
+        arguments: c.arguments.clone(),
+        effect: Some(effect),
+        status,
+        result: result.map(str::to_owned),
+        error: None,
+        omitted_bytes: None,
+        started_at: chrono::Utc::now(),
+        duration_ms: 0,
+        timed_out: false,
+        late_completed_at: None,
+        late_duration_ms: None,
+        late_result: None,
+        late_error: None,
+    }
+}
+
+/// What the store holds after an attempt started `run`, wrote its first step asking for
+/// `calls`, finished the `ended` ones and died: the heartbeat ten minutes old.
+async fn crashed(h: &Harness, run: RunId, calls: &[(ToolCall, ToolEffect)], ended: &[&str]) {
+    let tenant = TenantId::default_tenant();
+    let runs = &h.runtime.stores.runs;
+    let long_ago = chrono::Utc::now() - chrono::Duration::minutes(10);
+    assert_eq!(runs.start_queued(&tenant, run, long_ago).await.unwrap(), Some(false));
+    let step = ModelStep {
+        step: 1,
+        message: Message::Assistant {
+            text: None,
+            tool_calls: calls.iter().map(|(c, _)| c.clone()).collect(),
+            reasoning: Vec::new(),
+        },
+        recorded_at: long_ago,
+    };
+    let starts: Vec<ToolCallRecord> =
+        calls.iter().map(|(c, e)| record(run, c, *e, ToolCallStatus::Started, None)).collect();
+    assert!(runs.begin_step(&tenant, run, Some(&step), &starts).await.unwrap());
+    for (c, e) in calls.iter().filter(|(c, _)| ended.contains(&c.id.as_str())) {
+        let done = format!("done {}", c.id);
+        runs.record_tool_call(&tenant, &record(run, c, *e, ToolCallStatus::Succeeded, Some(&done))).await.unwrap();
+    }
+    runs.heartbeat(&tenant, run, long_ago).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_queued_run_writes_its_step_ledger_and_gives_each_call_a_key() {
+    let h = harness(true);
+    let (run, job) = queue(&h, "lookup ship").await;
+    assert_eq!(h.runner.drain(10).await.unwrap(), 1);
+    let tenant = TenantId::default_tenant();
+    let steps = h.runtime.stores.runs.list_steps(&tenant, run).await.unwrap();
+    assert_eq!(steps.len(), 1, "one model step asked for tools; the answer closes the run");
+    let Message::Assistant { tool_calls, .. } = &steps[0].message else { panic!("{steps:?}") };
+    assert_eq!(tool_calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["lookup", "ship"]);
+    let calls = get(&h, &format!("/api/runs/{run}/tools")).await;
+    assert_eq!(calls[0]["status"], "Succeeded", "{calls}");
+    assert_eq!(calls[1]["status"], "Succeeded", "{calls}");
+    assert_eq!(h.counts.of(&format!("{run}:1:call_1")), 1);
+    assert_eq!(h.counts.of(&format!("{run}:1:call_2")), 1);
+    assert_eq!(get(&h, &format!("/api/jobs/{job}")).await["status"], "Succeeded");
+}
+
+#[tokio::test]
+async fn a_run_whose_executor_died_continues_as_a_new_run_without_running_a_completed_call_again() {
+    let h = harness(true);
+    let (run, job) = queue(&h, "lookup lookup").await;
+    let (first, second) = (call("call_1", "lookup"), call("call_2", "lookup"));
+    crashed(&h, run, &[(first, ToolEffect::Read), (second, ToolEffect::Read)], &["call_1"]).await;
+
+    assert_eq!(h.runner.drain(10).await.unwrap(), 1);
+    let original = get(&h, &format!("/api/runs/{run}")).await;
+    assert_eq!(original["status"], "Failed", "{original}");
+    assert_eq!(original["error"]["errorClass"], "Orphaned", "{original}");
+    let next = original["continuedByRunId"].as_str().expect("linked to its continuation").to_owned();
+    let continued = get(&h, &format!("/api/runs/{next}")).await;
+    assert_eq!(continued["status"], "Completed", "{continued}");
+    assert_eq!(continued["continuedFromRunId"], json!(run), "{continued}");
+
+    assert_eq!(h.counts.of(&format!("{run}:1:call_1")), 0, "the completed call is replayed, not run");
+    assert_eq!(h.counts.of(&format!("{run}:1:call_2")), 1, "the Read call of unknown outcome runs again");
+    assert_eq!(*h.counts.model_calls.lock().unwrap(), 1, "the recorded step is not asked again");
+    let text = support::call(Method::GET, &format!("/api/runs/{next}/events")).send(&h.app).await.text();
+    assert!(text.contains("tracon.run.continued"), "{text}");
+    assert!(text.contains("answered with done call_1, done call_2"), "{text}");
+    let job = get(&h, &format!("/api/jobs/{job}")).await;
+    assert_eq!(job["status"], "Succeeded", "the job settles as its continuation ended: {job}");
+}
+
+#[tokio::test]
+async fn an_external_call_of_unknown_outcome_blocks_the_continuation_naming_the_tool() {
+    let h = harness(true);
+    let (run, job) = queue(&h, "lookup ship").await;
+    let calls = [(call("call_1", "lookup"), ToolEffect::Read), (call("call_2", "ship"), ToolEffect::External)];
+    crashed(&h, run, &calls, &["call_1"]).await;
+
+    assert_eq!(h.runner.drain(10).await.unwrap(), 1);
+    let original = get(&h, &format!("/api/runs/{run}")).await;
+    let next = original["continuedByRunId"].as_str().unwrap().to_owned();
+    let continued = get(&h, &format!("/api/runs/{next}")).await;
+    assert_eq!(continued["status"], "Failed", "{continued}");
+    assert_eq!(continued["error"]["errorType"], "continuation_blocked", "{continued}");
+    let message = continued["error"]["message"].as_str().unwrap();
+    assert!(message.contains("'ship'") && message.contains("call_2"), "{message}");
+    assert_eq!(h.counts.total(), 0, "nothing ran: not the blocked call, not the completed one");
+    assert_eq!(*h.counts.model_calls.lock().unwrap(), 0);
+    let job = get(&h, &format!("/api/jobs/{job}")).await;
+    assert_eq!(job["status"], "Failed", "{job}");
+    assert_eq!(job["error"]["code"], "tracon.run.continuation_blocked", "{job}");
+}
+
+#[tokio::test]
+async fn a_safe_to_repeat_external_call_runs_again_under_the_same_idempotency_key() {
+    let h = harness(true);
+    let (run, _) = queue(&h, "charge").await;
+    crashed(&h, run, &[(call("call_1", "charge"), ToolEffect::External)], &[]).await;
+    assert_eq!(h.runner.drain(10).await.unwrap(), 1);
+    let next = get(&h, &format!("/api/runs/{run}")).await["continuedByRunId"].as_str().unwrap().to_owned();
+    assert_eq!(get(&h, &format!("/api/runs/{next}")).await["status"], "Completed");
+    assert_eq!(h.counts.of(&format!("{run}:1:call_1")), 1, "the key is the original run's, so the effect dedups");
+}
+
+#[tokio::test]
+async fn a_continuation_that_dies_too_is_continued_from_the_whole_chain() {
+    let h = harness(true);
+    let (run, job) = queue(&h, "lookup lookup").await;
+    let calls = [(call("call_1", "lookup"), ToolEffect::Read), (call("call_2", "lookup"), ToolEffect::Read)];
+    crashed(&h, run, &calls, &["call_1"]).await;
+    // The first continuation: opened, then its process died before it ran anything.
+    let tenant = TenantId::default_tenant();
+    let runs = &h.runtime.stores.runs;
+    let original = runs.get_run(&tenant, run).await.unwrap().unwrap();
+    let stale_before = chrono::Utc::now();
+    let last = runs.last_sequence(&tenant, run).await.unwrap();
+    assert!(
+        tracon_core::runs::reconcile::close_orphan(&h.runtime, &tenant, run, original.started_at, last, stale_before)
+            .await
+            .unwrap()
+    );
+    let original = runs.get_run(&tenant, run).await.unwrap().unwrap();
+    let middle = tracon_core::runs::continuation::open(&h.runtime, &tenant, &original).await.unwrap().unwrap();
+    runs.heartbeat(&tenant, middle.id, chrono::Utc::now() - chrono::Duration::minutes(5)).await.unwrap();
+
+    assert_eq!(h.runner.drain(10).await.unwrap(), 1);
+    let middle_row = get(&h, &format!("/api/runs/{}", middle.id)).await;
+    assert_eq!(middle_row["error"]["errorClass"], "Orphaned", "{middle_row}");
+    let last = middle_row["continuedByRunId"].as_str().unwrap().to_owned();
+    assert_eq!(get(&h, &format!("/api/runs/{last}")).await["status"], "Completed");
+    assert_eq!(h.counts.of(&format!("{run}:1:call_1")), 0);
+    assert_eq!(h.counts.of(&format!("{run}:1:call_2")), 1);
+    assert_eq!(get(&h, &format!("/api/jobs/{job}")).await["status"], "Succeeded");
+}
+
+#[tokio::test]
+async fn a_run_whose_executor_is_alive_is_waited_for_not_continued() {
+    let h = harness(true);
+    let (run, job) = queue(&h, "lookup").await;
+    let tenant = TenantId::default_tenant();
+    assert_eq!(h.runtime.stores.runs.start_queued(&tenant, run, chrono::Utc::now()).await.unwrap(), Some(false));
+    assert_eq!(h.runner.drain(10).await.unwrap(), 1);
+    let row = get(&h, &format!("/api/runs/{run}")).await;
+    assert_eq!((row["status"].as_str(), &row["continuedByRunId"]), (Some("Running"), &Value::Null), "{row}");
+    let job = get(&h, &format!("/api/jobs/{job}")).await;
+    assert_eq!(job["error"]["code"], "tracon.run.unfinished", "{job}");
+    assert_eq!(h.counts.total(), 0);
+}
+
+#[tokio::test]
+async fn with_continuation_off_an_interrupted_run_stays_orphaned() {
+    let h = harness(false);
+    let (run, _) = queue(&h, "lookup lookup").await;
+    let calls = [(call("call_1", "lookup"), ToolEffect::Read), (call("call_2", "lookup"), ToolEffect::Read)];
+    crashed(&h, run, &calls, &["call_1"]).await;
+    assert_eq!(h.runner.drain(10).await.unwrap(), 1);
+    let row = get(&h, &format!("/api/runs/{run}")).await;
+    assert_eq!((row["status"].as_str(), &row["continuedByRunId"]), (Some("Running"), &Value::Null), "{row}");
+    assert_eq!(h.counts.total(), 0);
+}
