@@ -546,28 +546,15 @@ pub async fn run_tools(
             finish_call(runtime, env, emitter, outcome, None).await;
         }
         for request in &approvals {
-            let record = ToolCallRecord {
-                run_id: env.run_id,
-                call_id: request.call_id.clone(),
-                tool_name: request.tool_name.clone(),
-                arguments: calls
-                    .iter()
-                    .find(|c| c.id == request.call_id)
-                    .map(|c| c.arguments.clone())
-                    .unwrap_or_default(),
-                effect: Some(request.effect),
-                status: ToolCallStatus::AwaitingApproval,
-                result: None,
-                error: None,
-                omitted_bytes: None,
-                started_at: runtime.platform.clock.now(),
-                duration_ms: 0,
-                timed_out: false,
-                late_completed_at: None,
-                late_duration_ms: None,
-                late_result: None,
-                late_error: None,
-            };
+            let asked = calls.iter().find(|c| c.id == request.call_id);
+            let call = asked.cloned().unwrap_or_else(|| ToolCall {
+                id: request.call_id.clone(),
+                name: request.tool_name.clone(),
+                arguments: String::new(),
+            });
+            let now = runtime.platform.clock.now();
+            let record =
+                ToolCallRecord::opened(env.run_id, call, Some(request.effect), ToolCallStatus::AwaitingApproval, now);
             if let Err(e) = runtime.stores.runs.record_tool_call(&env.tenant, &record).await {
                 tracing::warn!(run_id = %env.run_id, error = ?e, "could not record a tool call");
             }
@@ -637,23 +624,9 @@ async fn begin_step(
     let step = step.map(|message| ModelStep { step: ledger.next_step(), message: message.clone(), recorded_at: now });
     let starts: Vec<ToolCallRecord> = admitted
         .iter()
-        .map(|(_, a)| ToolCallRecord {
-            run_id: env.run_id,
-            call_id: a.call.id.clone(),
-            tool_name: a.call.name.clone(),
-            arguments: a.call.arguments.clone(),
-            effect: Some(a.tool.effect),
-            status: ToolCallStatus::Started,
-            result: None,
-            error: None,
-            omitted_bytes: None,
-            started_at: a.started_at,
-            duration_ms: 0,
-            timed_out: false,
-            late_completed_at: None,
-            late_duration_ms: None,
-            late_result: None,
-            late_error: None,
+        .map(|(_, a)| {
+            let call = a.call.clone();
+            ToolCallRecord::opened(env.run_id, call, Some(a.tool.effect), ToolCallStatus::Started, a.started_at)
         })
         .collect();
     match runtime.stores.runs.begin_step(&env.tenant, env.run_id, step.as_ref(), &starts).await {
@@ -705,23 +678,15 @@ async fn finish_call(
         "tool call settled"
     );
     emitter.emit(event).await;
+    let call =
+        ToolCall { id: outcome.call_id.clone(), name: outcome.tool_name.clone(), arguments: outcome.arguments.clone() };
     let record = ToolCallRecord {
-        run_id: env.run_id,
-        call_id: outcome.call_id.clone(),
-        tool_name: outcome.tool_name.clone(),
-        arguments: outcome.arguments.clone(),
-        effect: outcome.effect,
-        status: outcome.status,
         result: (!outcome.status.is_failure()).then(|| outcome.result.clone()),
         error: outcome.error.clone(),
         omitted_bytes: outcome.omitted_bytes,
-        started_at: outcome.started_at,
         duration_ms: outcome.duration_ms,
         timed_out: outcome.status == ToolCallStatus::TimedOut,
-        late_completed_at: None,
-        late_duration_ms: None,
-        late_result: None,
-        late_error: None,
+        ..ToolCallRecord::opened(env.run_id, call, outcome.effect, outcome.status, outcome.started_at)
     };
     let store = runtime.stores.runs.clone();
     if let Err(e) = store.record_tool_call(&env.tenant, &record).await {

@@ -150,24 +150,8 @@ fn record(
     status: ToolCallStatus,
     result: Option<&str>,
 ) -> ToolCallRecord {
-    ToolCallRecord {
-        run_id: run,
-        call_id: c.id.clone(),
-        tool_name: c.name.clone(),
-        arguments: c.arguments.clone(),
-        effect: Some(effect),
-        status,
-        result: result.map(str::to_owned),
-        error: None,
-        omitted_bytes: None,
-        started_at: chrono::Utc::now(),
-        duration_ms: 0,
-        timed_out: false,
-        late_completed_at: None,
-        late_duration_ms: None,
-        late_result: None,
-        late_error: None,
-    }
+    let opened = ToolCallRecord::opened(run, c.clone(), Some(effect), status, chrono::Utc::now());
+    ToolCallRecord { result: result.map(str::to_owned), ..opened }
 }
 
 /// What the store holds after an attempt started `run`, wrote its first step asking for

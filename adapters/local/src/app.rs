@@ -14,7 +14,11 @@ use tracon_postgres::protect::Protection;
 
 /// Reads every setting, opens the stores (Postgres when a database URL is given, memory
 /// otherwise), registers providers, tools and the demo agent.
-pub async fn build(config: &Config, database_url: Option<&str>) -> Result<AppState, String> {
+pub async fn build(
+    config: &Config,
+    database_url: Option<&str>,
+    extend: crate::cli::Extend,
+) -> Result<AppState, String> {
     let stores = match database_url {
         Some(url) => {
             let settings = PgSettings::from_config(url, config).map_err(|e| e.to_string())?;
@@ -26,7 +30,7 @@ pub async fn build(config: &Config, database_url: Option<&str>) -> Result<AppSta
         }
         None => memory_stores(config)?,
     };
-    let runtime = build_runtime(config, stores)?;
+    let runtime = build_runtime(config, stores, extend)?;
     let http = HttpSettings::from_config(config).map_err(|e| e.to_string())?;
     let consumer = crate::jobs::ConsumerSettings::from_config(config)?;
     Ok(crate::jobs::start(AppState::new(Arc::new(runtime), http), consumer))
@@ -53,6 +57,8 @@ pub fn http_client() -> Result<reqwest::Client, String> {
         .map_err(|e| format!("could not build the HTTP client: {e}"))
 }
 
-fn build_runtime(config: &Config, stores: Stores) -> Result<Runtime, String> {
-    setup::runtime_from_config(config, tokio_rt::platform(), stores, http_client()?, &HostDefaults { demo_agent: true })
+fn build_runtime(config: &Config, stores: Stores, extend: crate::cli::Extend) -> Result<Runtime, String> {
+    let defaults = HostDefaults { demo_agent: true };
+    let builder = setup::builder_from_config(config, tokio_rt::platform(), stores, http_client()?, &defaults)?;
+    extend(builder).build().map_err(|e| e.to_string())
 }

@@ -42,8 +42,9 @@ pub async fn serve(
     listen: SocketAddr,
     database_url: Option<String>,
     drain_timeout: Duration,
+    extend: crate::cli::Extend,
 ) -> Result<(), String> {
-    let state = app::build(&config, database_url.as_deref()).await?;
+    let state = app::build(&config, database_url.as_deref(), extend).await?;
     let drain = state.runtime.drain.clone();
     if !state.http.allow_remote_access && !listen.ip().is_loopback() {
         tracing::warn!(%listen, "listening on a non-loopback address without authentication: only loopback callers will be served");

@@ -37,37 +37,12 @@ fn step(n: u32, calls: &[&str]) -> ModelStep {
 }
 
 fn start(run: RunId, id: &str, effect: ToolEffect) -> ToolCallRecord {
-    ToolCallRecord {
-        run_id: run,
-        call_id: id.into(),
-        tool_name: "lookup".into(),
-        arguments: format!(r#"{{"q":"{id}"}}"#),
-        effect: Some(effect),
-        status: ToolCallStatus::Started,
-        result: None,
-        error: None,
-        omitted_bytes: None,
-        started_at: t0() + Duration::seconds(1),
-        duration_ms: 0,
-        timed_out: false,
-        late_completed_at: None,
-        late_duration_ms: None,
-        late_result: None,
-        late_error: None,
-    }
+    let call = ToolCall { id: id.into(), name: "lookup".into(), arguments: format!(r#"{{"q":"{id}"}}"#) };
+    ToolCallRecord::opened(run, call, Some(effect), ToolCallStatus::Started, t0() + Duration::seconds(1))
 }
 
 fn failed() -> RunEnd {
-    RunEnd {
-        status: RunStatus::Failed,
-        ended_at: t0() + Duration::seconds(30),
-        duration_ms: 30_000,
-        usage: None,
-        cost: None,
-        model_provider: None,
-        model: None,
-        error: Some(RunFailure::new(ErrorClass::Orphaned, "gone")),
-    }
+    RunEnd::failed(t0() + Duration::seconds(30), 30_000, RunFailure::new(ErrorClass::Orphaned, "gone"))
 }
 
 pub async fn the_ledger_records_each_step_with_its_calls_starts_before_their_endings(s: Stores) {

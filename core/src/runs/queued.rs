@@ -99,16 +99,7 @@ async fn close_unstarted(
     now: chrono::DateTime<chrono::Utc>,
     failure: RunFailure,
 ) {
-    let end = RunEnd {
-        status: RunStatus::Failed,
-        ended_at: now,
-        duration_ms: 0,
-        usage: None,
-        cost: None,
-        model_provider: None,
-        model: None,
-        error: Some(failure.clone()),
-    };
+    let end = RunEnd::failed(now, 0, failure.clone());
     let event = crate::events::RecordedEvent {
         sequence: 1,
         timestamp: now,

@@ -3,7 +3,7 @@
 use crate::error::StoreError;
 use crate::events::RunEvent;
 use crate::failure::{ErrorClass, RunFailure};
-use crate::runs::store::{RunEnd, RunStatus};
+use crate::runs::store::RunEnd;
 use crate::runtime::Runtime;
 
 /// Closes running runs whose executor stopped heartbeating: `Failed`, error class
@@ -47,16 +47,8 @@ pub async fn close_orphan(
         ErrorClass::Orphaned,
         "The process executing this run stopped before it finished; reconciliation closed it.",
     );
-    let end = RunEnd {
-        status: RunStatus::Failed,
-        ended_at: now,
-        duration_ms: u64::try_from((now - started_at).num_milliseconds()).unwrap_or(0),
-        usage: None,
-        cost: None,
-        model_provider: None,
-        model: None,
-        error: Some(failure.clone()),
-    };
+    let duration_ms = u64::try_from((now - started_at).num_milliseconds()).unwrap_or(0);
+    let end = RunEnd::failed(now, duration_ms, failure.clone());
     let event = crate::events::RecordedEvent {
         sequence: last_sequence + 1,
         timestamp: now,

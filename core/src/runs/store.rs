@@ -137,6 +137,22 @@ pub struct RunEnd {
     pub error: Option<RunFailure>,
 }
 
+impl RunEnd {
+    /// The end of a run that failed at `ended_at` without a model answer to account for.
+    pub fn failed(ended_at: DateTime<Utc>, duration_ms: u64, failure: RunFailure) -> Self {
+        Self {
+            status: RunStatus::Failed,
+            ended_at,
+            duration_ms,
+            usage: None,
+            cost: None,
+            model_provider: None,
+            model: None,
+            error: Some(failure),
+        }
+    }
+}
+
 /// One tool call, stored individually so "which tool failed with what input" is a query.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -158,6 +174,38 @@ pub struct ToolCallRecord {
     pub late_duration_ms: Option<u64>,
     pub late_result: Option<String>,
     pub late_error: Option<String>,
+}
+
+impl ToolCallRecord {
+    /// A call's record as of `started_at` in `status`, nothing known yet of its ending: what
+    /// the ledger writes before its body runs (`Started`), or for a call that waits for a
+    /// decision (`AwaitingApproval`).
+    pub fn opened(
+        run_id: RunId,
+        call: crate::model::ToolCall,
+        effect: Option<ToolEffect>,
+        status: ToolCallStatus,
+        started_at: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            run_id,
+            call_id: call.id,
+            tool_name: call.name,
+            arguments: call.arguments,
+            effect,
+            status,
+            result: None,
+            error: None,
+            omitted_bytes: None,
+            started_at,
+            duration_ms: 0,
+            timed_out: false,
+            late_completed_at: None,
+            late_duration_ms: None,
+            late_result: None,
+            late_error: None,
+        }
+    }
 }
 
 /// One model call of the step ledger that asked for tools: the assistant's message as the

@@ -55,10 +55,15 @@ impl Tracon {
     /// Starts the binary with `env` (nothing inherited that could point it at a real
     /// provider) and waits until `/api/meta` answers.
     pub async fn start(env: &[(&str, &str)]) -> Tracon {
+        Self::start_bin(&tracon_bin(), env).await
+    }
+
+    /// [`Tracon::start`] with another build of the server (`tracon-probe`).
+    pub async fn start_bin(bin: &std::path::Path, env: &[(&str, &str)]) -> Tracon {
         let port = free_port();
         let log = std::env::temp_dir().join(format!("tracon-e2e-{port}.log"));
         let log_file = std::fs::File::create(&log).unwrap();
-        let mut cmd = Command::new(tracon_bin());
+        let mut cmd = Command::new(bin);
         cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--drain-timeout-seconds", "10"])
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
