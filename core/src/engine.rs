@@ -148,6 +148,9 @@ pub enum TurnEnd {
     ClientTools(Vec<ToolCall>),
     Canceled,
     Failed(RunFailure),
+    /// A queued attempt reached its soft deadline between two steps: the run goes on in a
+    /// later attempt, from the step ledger.
+    Yielded,
 }
 
 /// The result of [`run_turn`].
@@ -305,6 +308,11 @@ async fn run_loop(
     for iteration in 1..=max {
         if emitter.should_stop().await {
             return Err(Stop::Canceled);
+        }
+        // A step boundary: at least one step of this attempt is recorded, so handing over
+        // always makes progress.
+        if iteration > 1 && env.deadline.is_some_and(|d| runtime.platform.clock.now() >= d) {
+            return Ok(TurnEnd::Yielded);
         }
         let offer_tools = iteration < max && !agent.tool_specs.is_empty();
         // One request per run, updated in place: the conversation is never copied per turn.

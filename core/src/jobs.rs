@@ -187,6 +187,9 @@ pub enum Outcome {
     Failed(JobError),
     /// The consumer stopped because cancellation was asked.
     Canceled,
+    /// The work handed itself over to a later attempt (a queued run that reached its soft
+    /// deadline): queued again at once, the attempt given back, nothing counted as failed.
+    Requeue,
 }
 
 /// The job rows. Leasing and the lease-token updates are each one atomic step.
@@ -270,6 +273,9 @@ pub enum JobFailure {
     Permanent { code: String, message: String },
     /// The work was cancelled (a queued run that ended `Canceled`): the job ends `Canceled`.
     Canceled,
+    /// The work stopped at a boundary of its own to go on in another attempt (a queued run at
+    /// its soft deadline): [`Outcome::Requeue`].
+    HandedOver,
 }
 
 /// Queue settings (`Tracon:Jobs:*`).
@@ -468,6 +474,7 @@ impl JobRunner {
             Ok(value) => Outcome::Succeeded(value),
             Err(_) if cancel_asked => Outcome::Canceled,
             Err(JobFailure::Canceled) => Outcome::Canceled,
+            Err(JobFailure::HandedOver) => Outcome::Requeue,
             Err(JobFailure::Permanent { code, message }) => Outcome::Failed(JobError { code, message }),
             Err(JobFailure::Transient { code, message, detail }) => {
                 tracing::warn!(job = %job.id, attempt = job.attempts, code = %code, detail = %detail, "job attempt failed");
@@ -680,6 +687,16 @@ impl JobStore for MemoryJobStore {
             Outcome::Canceled => {
                 job.status = JobStatus::Canceled;
                 job.completed_at = Some(now);
+            }
+            Outcome::Requeue if job.cancel_requested => {
+                job.status = JobStatus::Canceled;
+                job.completed_at = Some(now);
+            }
+            Outcome::Requeue => {
+                job.status = JobStatus::Queued;
+                job.available_at = now;
+                job.attempts = job.attempts.saturating_sub(1);
+                job.error = None;
             }
         }
         Ok(true)

@@ -131,6 +131,12 @@ impl Recorder {
         }
     }
 
+    /// Numbers the next event `after + 1`: a run going on in a later attempt appends to its log.
+    pub fn continue_after(self, after: u64) -> Self {
+        crate::sync::lock(&self.state).next_sequence = after + 1;
+        self
+    }
+
     pub fn run_id(&self) -> RunId {
         self.run_id
     }

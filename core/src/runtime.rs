@@ -49,6 +49,10 @@ pub struct RuntimeSettings {
     /// continued as a new run by whichever worker gets its job next (see
     /// [`crate::runs::continuation`]); off, it stays closed `Orphaned`.
     pub continuation: bool,
+    /// `Tracon:RunContinuation:SoftDeadlineSeconds` (none): how long one attempt of a queued
+    /// run may go on before it hands the run over, at its next step boundary, to a later
+    /// attempt (the SAM templates and `wrangler.toml` set it below each platform's limit).
+    pub soft_deadline: Option<Duration>,
 }
 
 /// `Tracon:RunReconciliation:*`: an executing run moves its heartbeat every `heartbeat`
@@ -98,6 +102,7 @@ impl Default for RuntimeSettings {
             reconciliation: ReconciliationSettings::default(),
             session_ownership: crate::sessions::ownership::SessionOwnership::default(),
             continuation: true,
+            soft_deadline: None,
         }
     }
 }
@@ -124,6 +129,7 @@ impl RuntimeSettings {
             },
             reconciliation: ReconciliationSettings::from_config(config)?,
             continuation: config.bool("Tracon:RunContinuation:Enabled")?.unwrap_or(true),
+            soft_deadline: config.seconds("Tracon:RunContinuation:SoftDeadlineSeconds")?,
             session_ownership: crate::sessions::ownership::SessionOwnership::from_config(config)?,
         })
     }

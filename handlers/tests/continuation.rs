@@ -77,10 +77,28 @@ fn counting(
 /// The model asks, in its first step, for one call of each tool named in the message
 /// (`"lookup ship"`), then answers with the results it was given.
 fn harness(continuation: bool) -> Harness {
+    harness_with(RuntimeSettings { continuation, ..RuntimeSettings::default() })
+}
+
+/// The model of [`harness`]; a message `steps N` instead asks for one `lookup` per step for
+/// `N` steps, then answers.
+fn harness_with(settings: RuntimeSettings) -> Harness {
     let counts = Arc::new(Counts::default());
     let seen = counts.clone();
     let script = ScriptedProvider::from_fn("script", move |req| {
         *seen.model_calls.lock().unwrap() += 1;
+        let asked = req.messages.iter().rev().find_map(|m| match m {
+            Message::User { text } => Some(text.clone()),
+            _ => None,
+        });
+        if let Some(steps) = asked.as_deref().and_then(|a| a.strip_prefix("steps ")) {
+            let done = req.messages.iter().filter(|m| matches!(m, Message::Assistant { .. })).count();
+            return if done < steps.parse::<usize>().unwrap() {
+                ScriptedTurn::tool_call("lookup", json!({})).with_usage(2, 1)
+            } else {
+                ScriptedTurn::text(&format!("finished after {done} steps")).with_usage(2, 1)
+            };
+        }
         if let Some(Message::Tool { .. }) = req.messages.last() {
             let results: Vec<String> = req
                 .messages
@@ -102,7 +120,6 @@ fn harness(continuation: bool) -> Harness {
         }
         if turn.tool_calls.is_empty() { ScriptedTurn::text("nothing to do") } else { turn }
     });
-    let settings = RuntimeSettings { continuation, ..RuntimeSettings::default() };
     let runtime = RuntimeBuilder::new(tokio_rt::platform())
         .settings(settings)
         .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
@@ -312,4 +329,45 @@ async fn with_continuation_off_an_interrupted_run_stays_orphaned() {
     let row = get(&h, &format!("/api/runs/{run}")).await;
     assert_eq!((row["status"].as_str(), &row["continuedByRunId"]), (Some("Running"), &Value::Null), "{row}");
     assert_eq!(h.counts.total(), 0);
+}
+
+#[tokio::test]
+async fn a_run_past_its_soft_deadline_hands_over_at_each_step_boundary_and_completes_in_place() {
+    // A deadline of zero: every attempt takes one step, then hands the run over.
+    let h = harness_with(RuntimeSettings { soft_deadline: Some(Duration::ZERO), ..RuntimeSettings::default() });
+    let (run, job) = queue(&h, "steps 3").await;
+    let mut drains = 0;
+    while get(&h, &format!("/api/runs/{run}")).await["status"] == "Queued"
+        || get(&h, &format!("/api/runs/{run}")).await["status"] == "Running"
+    {
+        assert_eq!(h.runner.drain(10).await.unwrap(), 1, "one attempt each time");
+        drains += 1;
+        assert!(drains <= 10, "never finished");
+    }
+    assert_eq!(drains, 4, "three hand-overs, the fourth attempt answers");
+    let row = get(&h, &format!("/api/runs/{run}")).await;
+    assert_eq!(row["status"], "Completed", "{row}");
+    assert_eq!(row["continuedByRunId"], Value::Null, "handed over in place, not continued as another run");
+    assert_eq!(row["usage"]["totalTokens"], json!(4 * 3), "every attempt's model calls count: {row}");
+    let keys: Vec<(String, u32)> = h.counts.bodies.lock().unwrap().clone().into_iter().collect();
+    assert_eq!(keys.len(), 3, "one call a step: {keys:?}");
+    for step in 1..=3 {
+        let prefix = format!("{run}:{step}:");
+        assert!(keys.iter().any(|(k, n)| k.starts_with(&prefix) && *n == 1), "step {step} ran its call once: {keys:?}");
+    }
+    assert_eq!(*h.counts.model_calls.lock().unwrap(), 4, "no step was asked twice");
+    let job = get(&h, &format!("/api/jobs/{job}")).await;
+    assert_eq!(job["status"], "Succeeded", "{job}");
+    assert_eq!(job["attempts"], 1, "a hand-over gives its attempt back: {job}");
+
+    // One log, numbered on across the hand-overs, in order, one start and one end.
+    let body = support::call(Method::GET, &format!("/api/runs/{run}/events")).send(&h.app).await.text();
+    let frames = support::frames(&body);
+    let ids: Vec<u64> = body.lines().filter_map(|l| l.strip_prefix("id: ")).map(|i| i.parse().unwrap()).collect();
+    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "gapless and in order: {body}");
+    let names: Vec<&str> = frames.iter().map(|(e, _)| e.as_str()).collect();
+    assert_eq!(names.iter().filter(|n| **n == "run.started").count(), 1, "{names:?}");
+    assert_eq!(names.last(), Some(&"run.completed"), "{names:?}");
+    assert_eq!(body.matches("tracon.run.yielded").count(), 3, "{body}");
+    assert_eq!(body.matches("tracon.run.resumed").count(), 3, "{body}");
 }

@@ -742,6 +742,24 @@ impl RunStore for Broken {
     async fn list_steps(&self, _: &TenantId, _: RunId) -> Result<Vec<ModelStep>, StoreError> {
         Ok(Vec::new())
     }
+    async fn yield_run(
+        &self,
+        _: &TenantId,
+        _: RunId,
+        _: &[RecordedEvent],
+        _: Option<&tracon_core::model::Usage>,
+        _: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool, StoreError> {
+        down()
+    }
+    async fn resume_yielded(
+        &self,
+        _: &TenantId,
+        _: RunId,
+        _: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool, StoreError> {
+        down()
+    }
     async fn open_continuation(&self, _: &TenantId, _: RunId, _: &RunRecord) -> Result<bool, StoreError> {
         down()
     }
@@ -906,6 +924,24 @@ impl RunStore for Unreachable {
     }
     async fn list_steps(&self, t: &TenantId, r: RunId) -> Result<Vec<ModelStep>, StoreError> {
         Broken.list_steps(t, r).await
+    }
+    async fn yield_run(
+        &self,
+        t: &TenantId,
+        r: RunId,
+        e: &[RecordedEvent],
+        u: Option<&tracon_core::model::Usage>,
+        n: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool, StoreError> {
+        Broken.yield_run(t, r, e, u, n).await
+    }
+    async fn resume_yielded(
+        &self,
+        t: &TenantId,
+        r: RunId,
+        n: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool, StoreError> {
+        Broken.resume_yielded(t, r, n).await
     }
     async fn open_continuation(&self, t: &TenantId, f: RunId, n: &RunRecord) -> Result<bool, StoreError> {
         Broken.open_continuation(t, f, n).await

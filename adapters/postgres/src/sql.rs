@@ -49,7 +49,7 @@ pub const RUN_FINISH: &str = "WITH ins AS (INSERT INTO run_events (tenant_id, ru
 
 pub const RUN_GET: &str = "SELECT id, agent_name, agent_version, status, started_at, ended_at, duration_ms, usage, cost, \
      model_provider, model, error, session_id, parent_run_id, root_run_id, depth, user_id, labels, heartbeat_at, \
-     cancel_requested, continued_from_run_id, continued_by_run_id FROM runs WHERE tenant_id = $1 AND id = $2";
+     cancel_requested, continued_from_run_id, continued_by_run_id, yielded_at FROM runs WHERE tenant_id = $1 AND id = $2";
 
 /// The run filter, on `$2`…`$8`: agent, status, session, user, labels (`@>`), from, to.
 macro_rules! run_filter {
@@ -64,7 +64,7 @@ macro_rules! run_filter {
 pub const RUN_LIST: &str = concat!(
     "SELECT id, agent_name, agent_version, status, started_at, ended_at, duration_ms, usage, cost, \
      model_provider, model, error, session_id, parent_run_id, root_run_id, depth, user_id, labels, heartbeat_at, \
-     cancel_requested, continued_from_run_id, continued_by_run_id FROM runs WHERE ",
+     cancel_requested, continued_from_run_id, continued_by_run_id, yielded_at FROM runs WHERE ",
     run_filter!(),
     " ORDER BY started_at DESC, id DESC OFFSET $9 LIMIT $10"
 );
@@ -150,6 +150,20 @@ pub const STEP_BEGIN: &str = "WITH live AS (SELECT 1 FROM runs WHERE tenant_id =
 
 pub const EVENTS_LAST: &str =
     "SELECT COALESCE(max(sequence), 0) AS last FROM run_events WHERE tenant_id = $1 AND run_id = $2";
+
+/// Appends the events (`$4`…`$7` as arrays), keeps the usage `$8` and marks the run yielded at `$3`, only while it
+/// is running and not yielded. Rows updated.
+pub const RUN_YIELD: &str = "WITH live AS (SELECT 1 FROM runs WHERE tenant_id = $1 AND id = $2 \
+     AND status = 'Running' AND yielded_at IS NULL FOR UPDATE), \
+     ins AS (INSERT INTO run_events (tenant_id, run_id, sequence, event_type, occurred_at, payload) \
+     SELECT $1, $2, u.seq, u.kind, u.at, u.payload \
+     FROM unnest($4::bigint[], $5::text[], $6::timestamptz[], $7::bytea[]) AS u(seq, kind, at, payload) \
+     WHERE EXISTS (SELECT 1 FROM live) RETURNING 1) \
+     UPDATE runs SET yielded_at = $3, heartbeat_at = $3, usage = $8 \
+     WHERE tenant_id = $1 AND id = $2 AND EXISTS (SELECT 1 FROM live)";
+
+pub const RUN_RESUME_YIELDED: &str = "UPDATE runs SET yielded_at = NULL, heartbeat_at = $3 \
+     WHERE tenant_id = $1 AND id = $2 AND status = 'Running' AND yielded_at IS NOT NULL";
 
 pub const STEP_LIST: &str =
     "SELECT step, message, recorded_at FROM run_steps WHERE tenant_id = $1 AND run_id = $2 ORDER BY step";
@@ -566,6 +580,16 @@ pub const JOB_FINISH_RETRY: &str = job_finish!(
      error_code = $3, error_message = $4, updated_at = $6"
 );
 
+/// Handed over to a later attempt at `$3`: queued again at once with the attempt given back
+/// (`Canceled` when cancellation was asked).
+pub const JOB_FINISH_REQUEUE: &str = job_finish!(
+    "status = CASE WHEN cancel_requested THEN 'Canceled' ELSE 'Queued' END, \
+     available_at = CASE WHEN cancel_requested THEN available_at ELSE $3 END, \
+     completed_at = CASE WHEN cancel_requested THEN $3 ELSE completed_at END, \
+     attempts = CASE WHEN cancel_requested THEN attempts ELSE greatest(attempts - 1, 0) END, \
+     error_code = NULL, error_message = NULL, updated_at = $3"
+);
+
 /// Failed for good with error `$3`/`$4` at `$5` (`Canceled` when cancellation was asked).
 pub const JOB_FINISH_FAILED: &str = job_finish!(
     "status = CASE WHEN cancel_requested THEN 'Canceled' ELSE 'Failed' END, error_code = $3, error_message = $4, \
@@ -828,6 +852,8 @@ mod tests {
             RUN_LIST,
             STEP_BEGIN,
             STEP_LIST,
+            RUN_YIELD,
+            RUN_RESUME_YIELDED,
             EVENTS_LAST,
             RUN_CONTINUE,
             RUN_STATS,
@@ -908,7 +934,14 @@ mod tests {
             assert!(s.contains("gen_random_uuid()"), "{s}");
         }
         assert!(JOB_LEASE.contains("ORDER BY available_at, id LIMIT $3"), "{JOB_LEASE}");
-        for s in [JOB_HEARTBEAT, JOB_FINISH_SUCCEEDED, JOB_FINISH_RETRY, JOB_FINISH_FAILED, JOB_FINISH_CANCELED] {
+        for s in [
+            JOB_HEARTBEAT,
+            JOB_FINISH_SUCCEEDED,
+            JOB_FINISH_RETRY,
+            JOB_FINISH_FAILED,
+            JOB_FINISH_CANCELED,
+            JOB_FINISH_REQUEUE,
+        ] {
             assert!(s.contains("WHERE id = $1 AND lease_token = $2 AND status = 'Running'"), "{s}");
         }
         assert_eq!(JOB_INSERT.matches('$').count(), 20, "one parameter per column");

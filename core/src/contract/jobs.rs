@@ -303,6 +303,34 @@ pub async fn retry_returns_the_job_to_the_queue_after_its_backoff(s: Arc<dyn Job
     assert_eq!((k.status, k.error, k.completed_at), (JobStatus::Failed, Some(err("tracon.test.bad")), Some(secs(3))));
 }
 
+pub async fn a_requeue_hands_the_job_to_a_later_attempt_without_using_one_up(s: Arc<dyn JobStore>) {
+    let mut j = job(a(), 1, RUN, secs(0));
+    j.max_attempts = 1;
+    s.enqueue(&j).await.unwrap();
+    // More hand-overs than attempts: each gives its attempt back.
+    for round in 0..3 {
+        let lease = s.lease(&request("w", &[RUN], secs(round * 10)), 1).await.unwrap().remove(0);
+        assert_eq!(lease.job.attempts, 1, "round {round}");
+        assert!(s.finish(j.id, lease.token, &Outcome::Requeue, secs(round * 10 + 1)).await.unwrap());
+        let queued = read(&s, &j).await;
+        assert_eq!((queued.status, queued.attempts, queued.error), (JobStatus::Queued, 0, None), "round {round}");
+        assert_eq!((queued.available_at, queued.completed_at), (secs(round * 10 + 1), None), "due at once");
+        assert!(!s.finish(j.id, lease.token, &Outcome::Requeue, secs(round * 10 + 2)).await.unwrap(), "spent token");
+    }
+    let lease = s.lease(&request("w", &[RUN], secs(40)), 1).await.unwrap().remove(0);
+    assert!(s.finish(j.id, lease.token, &Outcome::Succeeded(None), secs(41)).await.unwrap());
+    assert_eq!(read(&s, &j).await.status, JobStatus::Succeeded);
+
+    // A cancel asked meanwhile ends it instead.
+    let k = job(a(), 2, RUN, secs(0));
+    s.enqueue(&k).await.unwrap();
+    let lease = s.lease_one(k.id, &request("w", &[RUN], secs(0))).await.unwrap().unwrap();
+    s.cancel(&a(), k.id, secs(1)).await.unwrap();
+    assert!(s.finish(k.id, lease.token, &Outcome::Requeue, secs(2)).await.unwrap());
+    let k = read(&s, &k).await;
+    assert_eq!((k.status, k.completed_at), (JobStatus::Canceled, Some(secs(2))));
+}
+
 pub async fn heartbeat_extends_the_lease_and_reports_cancellation(s: Arc<dyn JobStore>) {
     let j = job(a(), 1, RUN, secs(0));
     s.enqueue(&j).await.unwrap();
@@ -470,6 +498,7 @@ macro_rules! job_store_contract_tests {
             an_expired_lease_is_leased_again_and_the_old_token_changes_nothing,
             a_job_out_of_attempts_is_closed_failed_and_not_leased,
             retry_returns_the_job_to_the_queue_after_its_backoff,
+            a_requeue_hands_the_job_to_a_later_attempt_without_using_one_up,
             heartbeat_extends_the_lease_and_reports_cancellation,
             cancel_ends_a_queued_job_and_flags_a_running_one,
             lease_one_leases_a_delivered_job_under_the_same_rules,

@@ -148,3 +148,36 @@ pub async fn an_ended_run_is_continued_once_and_linked_both_ways(s: Stores) {
         assert!(r.get_run(&a(), loser.id).await.unwrap().is_none(), "a lost race writes nothing");
     }
 }
+
+pub async fn a_running_run_yields_once_and_is_taken_back_once(s: Stores) {
+    let r = &s.runs;
+    let row = running();
+    r.create_run(&a(), &row, None).await.unwrap();
+    let ev = |n: u64| crate::events::RecordedEvent {
+        sequence: n,
+        timestamp: t0(),
+        event: crate::events::RunEvent::MessageDelta { text: format!("d{n}") },
+    };
+    let later = t0() + Duration::seconds(9);
+    assert!(!r.yield_run(&b(), row.id, &[ev(1)], None, later).await.unwrap(), "another tenant's run is not touched");
+    let usage = crate::model::Usage { input_tokens: 7, output_tokens: 3, total_tokens: 10, ..Default::default() };
+    assert!(r.yield_run(&a(), row.id, &[ev(1), ev(2)], Some(&usage), later).await.unwrap());
+    let read = r.get_run(&a(), row.id).await.unwrap().unwrap();
+    assert_eq!(read.usage, Some(usage), "the usage so far is kept");
+    assert_eq!((read.status, read.yielded_at, read.heartbeat_at), (RunStatus::Running, Some(later), Some(later)));
+    assert_eq!(r.last_sequence(&a(), row.id).await.unwrap(), 2, "the events went with it");
+    assert!(!r.yield_run(&a(), row.id, &[ev(3)], None, later).await.unwrap(), "yielded once");
+    assert_eq!(r.last_sequence(&a(), row.id).await.unwrap(), 2, "and nothing appended by the refusal");
+
+    assert!(!r.resume_yielded(&b(), row.id, later).await.unwrap());
+    let tenant = a();
+    let taken = futures::future::join_all((0..4).map(|_| r.resume_yielded(&tenant, row.id, later))).await;
+    assert_eq!(taken.into_iter().filter(|t| *t.as_ref().unwrap()).count(), 1, "one attempt takes it back");
+    assert_eq!(r.get_run(&a(), row.id).await.unwrap().unwrap().yielded_at, None);
+    let taken_again = r.yield_run(&a(), row.id, &[ev(2)], None, later).await;
+    assert!(matches!(taken_again, Err(StoreError::Conflict(_))), "sequences stay the log's: {taken_again:?}");
+
+    r.finish_run(&a(), row.id, &failed(), &[]).await.unwrap();
+    assert!(!r.yield_run(&a(), row.id, &[ev(3)], None, later).await.unwrap(), "an ended run does not yield");
+    assert!(!r.resume_yielded(&a(), row.id, later).await.unwrap());
+}

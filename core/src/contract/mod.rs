@@ -15,7 +15,8 @@
 mod fixtures;
 mod ledger;
 pub use ledger::{
-    an_ended_run_is_continued_once_and_linked_both_ways, the_ledger_is_fenced_by_the_run_being_running,
+    a_running_run_yields_once_and_is_taken_back_once, an_ended_run_is_continued_once_and_linked_both_ways,
+    the_ledger_is_fenced_by_the_run_being_running,
     the_ledger_records_each_step_with_its_calls_starts_before_their_endings,
 };
 pub mod idempotency;
@@ -1385,6 +1386,7 @@ macro_rules! store_contract_tests {
             the_ledger_records_each_step_with_its_calls_starts_before_their_endings,
             the_ledger_is_fenced_by_the_run_being_running,
             an_ended_run_is_continued_once_and_linked_both_ways,
+            a_running_run_yields_once_and_is_taken_back_once,
         );
     };
     (@tests $make:expr; $($check:ident),* $(,)?) => {

@@ -27,6 +27,12 @@ use crate::tools::effect::ToolEffect;
 /// The custom type of the event a continuation records after `RunStarted`.
 pub const CONTINUED_EVENT: &str = "tracon.run.continued";
 
+/// The custom type of the event a run records as it hands itself over at its soft deadline.
+pub const YIELDED_EVENT: &str = "tracon.run.yielded";
+
+/// The custom type of the event a run records as a later attempt takes it back.
+pub const RESUMED_EVENT: &str = "tracon.run.resumed";
+
 /// Longest chain of continuations followed (a run continued this many times has a problem
 /// continuing will not fix).
 pub const MAX_CHAIN: usize = 32;
@@ -48,6 +54,19 @@ pub struct Continuation {
     /// Set when a call with an unknown outcome may not run again: the continuation ends
     /// with this failure before anything runs.
     pub blocked: Option<RunFailure>,
+    /// Set when the run goes on in place after handing itself over at its soft deadline
+    /// (`from` is the run itself): its log, usage and start carry on.
+    pub in_place: Option<InPlace>,
+}
+
+/// Where a run that handed itself over left its own record.
+#[derive(Debug, Clone)]
+pub struct InPlace {
+    /// The last event of its log: the next one follows it.
+    pub last_sequence: u64,
+    /// The usage of its model calls so far.
+    pub usage: Option<crate::model::Usage>,
+    pub started_at: chrono::DateTime<chrono::Utc>,
 }
 
 impl Continuation {
@@ -82,8 +101,15 @@ impl Continuation {
         steps.sort_by_key(|s| s.step);
         steps.dedup_by_key(|s| s.step);
         let last_step = steps.last().map_or(0, |s| s.step);
-        let mut continuation =
-            Self { from: from.id, origin, replayed: Vec::new(), steps: last_step, rerun: Vec::new(), blocked: None };
+        let mut continuation = Self {
+            from: from.id,
+            origin,
+            replayed: Vec::new(),
+            steps: last_step,
+            rerun: Vec::new(),
+            blocked: None,
+            in_place: None,
+        };
         for step in steps {
             let Message::Assistant { tool_calls, .. } = &step.message else { continue };
             let asked = tool_calls.clone();
@@ -115,15 +141,22 @@ impl Continuation {
         Ok(continuation)
     }
 
-    /// The event the continuation records after `RunStarted`.
+    /// The event the continuation records first: after `RunStarted` in a new run
+    /// ([`CONTINUED_EVENT`]), after the hand-over in the same one ([`RESUMED_EVENT`]).
     pub fn event(&self) -> RunEvent {
-        let payload = serde_json::json!({
-            "fromRunId": self.from,
-            "originRunId": self.origin,
-            "replayedSteps": self.steps,
-            "rerunCallIds": self.rerun,
-        });
-        RunEvent::Custom { custom_type: CONTINUED_EVENT.to_owned(), payload: payload.to_string() }
+        let (custom_type, payload) = match &self.in_place {
+            None => (
+                CONTINUED_EVENT,
+                serde_json::json!({
+                    "fromRunId": self.from,
+                    "originRunId": self.origin,
+                    "replayedSteps": self.steps,
+                    "rerunCallIds": self.rerun,
+                }),
+            ),
+            Some(_) => (RESUMED_EVENT, serde_json::json!({ "replayedSteps": self.steps })),
+        };
+        RunEvent::Custom { custom_type: custom_type.to_owned(), payload: payload.to_string() }
     }
 }
 

@@ -23,7 +23,7 @@ use crate::names::{RunId, SessionId, TenantId};
 use crate::ports::millis_between;
 use crate::quota::{RunConsumption, THRESHOLD_EVENT};
 use crate::recorder::Recorder;
-use crate::runs::continuation::Continuation;
+use crate::runs::continuation::{self, Continuation};
 use crate::runs::outcome::RunOutcome;
 use crate::runs::prepare::user_message;
 use crate::runs::prepare::{LoadedSession, PreparedRun};
@@ -80,32 +80,50 @@ impl<'r> Execution<'r> {
         cancel: CancellationToken,
         events: Option<mpsc::Sender<RunEvent>>,
     ) -> Self {
-        let PreparedRun { run_id, agent, request, session, started_at, supplied_history, client_results, continuation } =
-            prepared;
+        let PreparedRun {
+            run_id,
+            agent,
+            request,
+            session,
+            started_at,
+            supplied_history,
+            client_results,
+            continuation,
+            deadline,
+        } = prepared;
+        let in_place = continuation.as_ref().and_then(|c| c.in_place.clone());
+        let started_at = in_place.as_ref().map_or(started_at, |p| p.started_at);
         let caller_keeps_history = supplied_history.is_some();
         let clock = runtime.platform.clock.clone();
         let tenant = request.tenant.clone();
         let store = runtime.stores.runs.clone();
         let recording = &runtime.settings.recording;
-        let recorder = Arc::new(Recorder::new(
+        let recorder = Recorder::new(
             tenant.clone(),
             run_id,
             store.clone(),
             clock.clone(),
             recording.clone(),
             runtime.event_sinks.clone(),
-        ));
+        );
+        let recorder = Arc::new(match &in_place {
+            Some(p) => recorder.continue_after(p.last_sequence),
+            None => recorder,
+        });
         let watch = CancelWatch::new(store, clock, tenant.clone(), run_id, runtime.settings.cancel_check_interval);
         let mut emitter = Emitter::new(events, cancel.clone(), recorder.clone(), watch);
-        emitter
-            .emit(RunEvent::RunStarted {
-                run_id,
-                agent_name: agent.name.clone(),
-                agent_version: agent.version,
-                started_at,
-            })
-            .await;
-        if !request.documents.is_empty() {
+        // A run going on in place after a hand-over has its first events already.
+        if in_place.is_none() {
+            emitter
+                .emit(RunEvent::RunStarted {
+                    run_id,
+                    agent_name: agent.name.clone(),
+                    agent_version: agent.version,
+                    started_at,
+                })
+                .await;
+        }
+        if !request.documents.is_empty() && in_place.is_none() {
             let documents = request
                 .documents
                 .iter()
@@ -141,6 +159,7 @@ impl<'r> Execution<'r> {
                 recording.enabled,
                 continuation.as_ref().map_or(0, |c| c.steps),
             ),
+            deadline,
         };
         // Where the session's save starts: a session read at a generation gets what this turn
         // adds; a session this run creates gets the whole conversation, so one seeded with
@@ -284,13 +303,20 @@ impl<'r> Execution<'r> {
     /// Ends the run: its outcome and single terminal event, the stop's approval requests,
     /// quota thresholds crossed, the statement that closes the row (with every event still
     /// buffered), the live terminal frame, the run-end webhooks.
-    pub async fn settle(mut self, turn: TurnResult, end: TurnEnd) -> RunOutcome {
+    pub async fn settle(mut self, mut turn: TurnResult, end: TurnEnd) -> RunOutcome {
         let runtime = self.runtime;
         let (run_id, tenant) = (self.run_id, self.request.tenant.clone());
         let agent = self.agent.clone();
         let clock = runtime.platform.clock.clone();
         let provider_name = agent.provider.name().to_owned();
         let model = turn.model.clone().or_else(|| Some(agent.definition.model.model.clone()));
+        // The model calls of the attempts before a hand-over count too.
+        if let Some(earlier) = self.continuation.as_ref().and_then(|c| c.in_place.as_ref()).and_then(|p| p.usage) {
+            turn.usage.get_or_insert_with(Default::default).add(&earlier);
+        }
+        if matches!(end, TurnEnd::Yielded) {
+            return self.hand_over(turn).await;
+        }
         let cost = runtime.pricing.cost(&provider_name, model.as_deref().unwrap_or_default(), turn.usage.as_ref());
         let mut outcome = RunOutcome {
             run_id,
@@ -345,6 +371,8 @@ impl<'r> Execution<'r> {
                 outcome.failure = Some(failure.clone());
                 RunEvent::RunFailed { error: failure }
             }
+            // Handed over above.
+            TurnEnd::Yielded => unreachable_hand_over(),
         };
         self.announce_thresholds(&outcome).await;
         let ended_at = clock.now();
@@ -394,6 +422,46 @@ impl<'r> Execution<'r> {
         outcome
     }
 
+    /// Hands the run over at its soft deadline: the yielded event and every event still
+    /// buffered go with the statement that marks it yielded (keeping the usage so far); the
+    /// run stays `Running`, and the attempt that takes it back goes on from the ledger.
+    async fn hand_over(self, turn: TurnResult) -> RunOutcome {
+        let runtime = self.runtime;
+        let (run_id, tenant) = (self.run_id, self.request.tenant.clone());
+        let payload = serde_json::json!({ "steps": self.env.ledger.step() }).to_string();
+        let event = RunEvent::Custom { custom_type: continuation::YIELDED_EVENT.to_owned(), payload };
+        self.recorder.record_held(&event).await;
+        let last = self.recorder.take_pending().await;
+        self.recorder.count_write();
+        let now = runtime.platform.clock.now();
+        match runtime.stores.runs.yield_run(&tenant, run_id, &last, turn.usage.as_ref(), now).await {
+            Ok(true) => {
+                tracing::info!(run_id = %run_id, steps = self.env.ledger.step(), "handed the run over at its soft deadline")
+            }
+            // Left running: reconciliation closes it, and continuation goes on from the ledger.
+            Ok(false) => tracing::warn!(run_id = %run_id, "the run was no longer running to hand over"),
+            Err(e) => {
+                tracing::warn!(run_id = %run_id, error = ?e, "could not hand the run over; continuation picks it up")
+            }
+        }
+        RunOutcome {
+            run_id,
+            started_at: self.started_at,
+            status: RunStatus::Running,
+            text: turn.text,
+            usage: turn.usage,
+            cost: None,
+            failure: None,
+            approvals: Vec::new(),
+            model_provider: None,
+            model: turn.model,
+            finish_reason: None,
+            event_writes: self.recorder.store_writes(),
+            client_tool_calls: Vec::new(),
+            session_id: None,
+        }
+    }
+
     /// Quota thresholds this run crossed: announced once per period, before the end.
     async fn announce_thresholds(&mut self, outcome: &RunOutcome) {
         let runtime = self.runtime;
@@ -429,6 +497,11 @@ impl<'r> Execution<'r> {
             }
         }
     }
+}
+
+/// [`Execution::settle`] hands a yielded turn over before it builds an ending.
+fn unreachable_hand_over() -> RunEvent {
+    RunEvent::RunFailed { error: RunFailure::new(ErrorClass::Internal, "The run handed over twice.") }
 }
 
 /// The store went away during the run. Keeps trying in the background so the record ends

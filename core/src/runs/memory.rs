@@ -246,6 +246,37 @@ impl RunStore for MemoryRunStore {
         Ok(true)
     }
 
+    async fn yield_run(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        events: &[RecordedEvent],
+        usage: Option<&crate::model::Usage>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let mut inner = lock(&self.inner);
+        let Some(e) = inner.rows.get_mut(&(tenant.clone(), run)) else { return Ok(false) };
+        if e.row.status != RunStatus::Running || e.row.yielded_at.is_some() {
+            return Ok(false);
+        }
+        append_checked(&mut e.events, events)?;
+        e.row.usage = usage.copied();
+        e.row.yielded_at = Some(now);
+        e.row.heartbeat_at = Some(now);
+        Ok(true)
+    }
+
+    async fn resume_yielded(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let mut inner = lock(&self.inner);
+        let Some(e) = inner.rows.get_mut(&(tenant.clone(), run)) else { return Ok(false) };
+        if e.row.status != RunStatus::Running || e.row.yielded_at.is_none() {
+            return Ok(false);
+        }
+        e.row.yielded_at = None;
+        e.row.heartbeat_at = Some(now);
+        Ok(true)
+    }
+
     async fn list_steps(&self, tenant: &TenantId, run: RunId) -> Result<Vec<ModelStep>, StoreError> {
         Ok(lock(&self.inner).rows.get(&(tenant.clone(), run)).map(|e| e.steps.clone()).unwrap_or_default())
     }

@@ -49,6 +49,8 @@ pub struct PreparedRun {
     pub client_results: Vec<Message>,
     /// Set when this run continues an interrupted one: where its ledger left off.
     pub continuation: Option<crate::runs::continuation::Continuation>,
+    /// A queued attempt's soft deadline (see [`crate::runtime::RuntimeSettings::soft_deadline`]).
+    pub deadline: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// Every check that can refuse the request before anything streams. `run_id` is the run's
@@ -110,6 +112,7 @@ pub async fn prepare(runtime: &Runtime, request: RunRequest, run_id: Option<RunI
         supplied_history: None,
         client_results,
         continuation: None,
+        deadline: None,
     })
 }
 

@@ -14,7 +14,7 @@ use crate::failure::{ErrorClass, RunFailure};
 use crate::identity::Caller;
 use crate::names::{AgentName, RunId, SessionId, TenantId};
 use crate::ports::new_id;
-use crate::runs::continuation::{self, Continuation, MAX_CHAIN};
+use crate::runs::continuation::{self, Continuation, InPlace, MAX_CHAIN};
 use crate::runs::execute::execute;
 use crate::runs::outcome::Accepted;
 use crate::runs::prepare::{check_documents, prepare};
@@ -179,7 +179,7 @@ impl crate::jobs::JobHandler for QueuedRuns {
             .await;
             return Err(permanent("The queued run is malformed."));
         };
-        let prepared = match prepare(runtime, request, None).await {
+        let mut prepared = match prepare(runtime, request, None).await {
             Ok(p) => p,
             Err(e) => {
                 let message = cannot_start(&e);
@@ -191,9 +191,28 @@ impl crate::jobs::JobHandler for QueuedRuns {
         if cancel_asked {
             cancel.cancel();
         }
+        prepared.deadline = soft_deadline(runtime);
         let outcome = execute(runtime, prepared, cancel, None).await;
-        job_result(run_id, outcome.status, outcome.failure.as_ref())
+        attempt_result(run_id, &outcome)
     }
+}
+
+/// Where this attempt hands its run over, when a soft deadline is configured.
+fn soft_deadline(runtime: &Runtime) -> Option<chrono::DateTime<chrono::Utc>> {
+    let after = chrono::Duration::from_std(runtime.settings.soft_deadline?).ok()?;
+    Some(runtime.platform.clock.now() + after)
+}
+
+/// How the attempt that executed `run_id` settles its job: as the run ended, or handed over
+/// (a run still `Running` after its own attempt reached its soft deadline).
+fn attempt_result(
+    run_id: RunId,
+    outcome: &crate::runs::outcome::RunOutcome,
+) -> Result<Option<serde_json::Value>, crate::jobs::JobFailure> {
+    if outcome.status == RunStatus::Running {
+        return Err(crate::jobs::JobFailure::HandedOver);
+    }
+    job_result(run_id, outcome.status, outcome.failure.as_ref())
 }
 
 impl QueuedRun {
@@ -266,6 +285,9 @@ impl QueuedRuns {
                 detail: format!("{e:?}"),
             }))
         };
+        if latest.status == RunStatus::Running && latest.yielded_at.is_some() {
+            return self.go_on(tenant, queued, latest, cancel).await;
+        }
         if latest.status == RunStatus::Running {
             let now = runtime.platform.clock.now();
             let every = runtime.settings.reconciliation.heartbeat;
@@ -336,8 +358,78 @@ impl QueuedRuns {
             "continuing an interrupted run"
         );
         prepared.continuation = Some(continuation);
+        prepared.deadline = soft_deadline(runtime);
         let outcome = execute(runtime, prepared, cancel, None).await;
-        Some(job_result(next.id, outcome.status, outcome.failure.as_ref()))
+        Some(attempt_result(next.id, &outcome))
+    }
+
+    /// Takes back a run that handed itself over at its soft deadline and goes on with it in
+    /// place, from its ledger: the same run, its log numbered on. `None` when another attempt
+    /// took it first.
+    async fn go_on(
+        &self,
+        tenant: &TenantId,
+        queued: QueuedRun,
+        run: RunRecord,
+        cancel: CancellationToken,
+    ) -> Option<Result<Option<serde_json::Value>, crate::jobs::JobFailure>> {
+        use crate::jobs::JobFailure;
+        let runtime = &self.runtime;
+        let transient = |e: StoreError| {
+            Some(Err(JobFailure::Transient {
+                code: "tracon.store.unavailable".into(),
+                message: "The store could not be reached.".into(),
+                detail: format!("{e:?}"),
+            }))
+        };
+        let now = runtime.platform.clock.now();
+        match runtime.stores.runs.resume_yielded(tenant, run.id, now).await {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => return transient(e),
+        }
+        let failed = |message: &str| {
+            let failure = RunFailure::new(ErrorClass::Internal, message);
+            let message = message.to_owned();
+            async move {
+                let last = runtime.stores.runs.last_sequence(tenant, run.id).await.unwrap_or(0);
+                let stale_before = runtime.platform.clock.now() + chrono::Duration::seconds(1);
+                let end = crate::runs::store::RunEnd::failed(runtime.platform.clock.now(), 0, failure.clone());
+                let event = crate::events::RecordedEvent {
+                    sequence: last + 1,
+                    timestamp: runtime.platform.clock.now(),
+                    event: RunEvent::RunFailed { error: failure },
+                };
+                if let Err(e) = runtime.stores.runs.close_stale(tenant, run.id, stale_before, &end, &[event]).await {
+                    tracing::warn!(run_id = %run.id, error = ?e, "could not close a run that could not go on");
+                }
+                Some(Err(JobFailure::Permanent { code: "tracon.run.cannot-start".into(), message }))
+            }
+        };
+        let Some(request) = queued.into_request(tenant, run.id) else {
+            return failed("The queued run is malformed.").await;
+        };
+        let mut prepared = match prepare(runtime, request, None).await {
+            Ok(p) => p,
+            Err(e) => return failed(&cannot_start(&e)).await,
+        };
+        let (last_sequence, mut continuation) = match (
+            runtime.stores.runs.last_sequence(tenant, run.id).await,
+            Continuation::read(runtime, tenant, &run, &prepared.agent).await,
+        ) {
+            (Ok(last), Ok(c)) => (last, c),
+            // Left running: reconciliation closes it, and continuation goes on from there.
+            (Err(e), _) | (_, Err(e)) => return transient(e),
+        };
+        continuation.in_place = Some(InPlace { last_sequence, usage: run.usage, started_at: run.started_at });
+        tracing::info!(run_id = %run.id, steps = continuation.steps, "going on with a run handed over at its soft deadline");
+        prepared.continuation = Some(continuation);
+        prepared.deadline = soft_deadline(runtime);
+        if run.cancel_requested {
+            cancel.cancel();
+        }
+        let outcome = execute(runtime, prepared, cancel, None).await;
+        Some(attempt_result(run.id, &outcome))
     }
 }
 

@@ -83,6 +83,10 @@ pub struct RunRecord {
     /// The run that continues this one, once its executor went away and it was continued.
     #[serde(default)]
     pub continued_by_run_id: Option<RunId>,
+    /// Set while a queued run that reached its soft deadline waits for the attempt that goes
+    /// on with it (it stays `Running`).
+    #[serde(skip)]
+    pub yielded_at: Option<DateTime<Utc>>,
 }
 
 impl RunRecord {
@@ -120,6 +124,7 @@ impl RunRecord {
             cancel_requested: false,
             continued_from_run_id: None,
             continued_by_run_id: None,
+            yielded_at: None,
         }
     }
 }
@@ -403,6 +408,21 @@ pub trait RunStore: Send + Sync {
     ) -> Result<bool, StoreError>;
     /// The run's model steps, in step order.
     async fn list_steps(&self, tenant: &TenantId, run: RunId) -> Result<Vec<ModelStep>, StoreError>;
+    /// Hands a running run over to a later attempt (its soft deadline): appends `events`
+    /// (the [`Self::append_events`] rules), keeps `usage` (the model calls' so far) on the row
+    /// and marks it yielded at `now`, with its heartbeat, in one round trip. `false`, nothing
+    /// written, when it is not running or already yielded.
+    async fn yield_run(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        events: &[RecordedEvent],
+        usage: Option<&Usage>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+    /// Takes a yielded run back for the attempt going on with it (heartbeat `now`); `false`
+    /// when it is not a yielded running run — another attempt took it, or it ended.
+    async fn resume_yielded(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<bool, StoreError>;
     /// Opens `next` (a `Running` row naming `from` in `continued_from_run_id`) as the
     /// continuation of the ended run `from`, and links `from` to it, in one round trip; `false`
     /// and nothing written when `from` does not exist, has not ended, or already has a

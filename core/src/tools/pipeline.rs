@@ -145,6 +145,9 @@ pub struct CallEnv {
     pub events: crate::events::EventWriter,
     /// The run's step ledger: step numbers and the calls' idempotency keys.
     pub ledger: Ledger,
+    /// A queued attempt's soft deadline: past it, the turn hands the run over at its next
+    /// step boundary.
+    pub deadline: Option<DateTime<Utc>>,
 }
 
 /// Where a run is in its step ledger (clones share the count).

@@ -602,7 +602,7 @@ impl JobObserver for JobEvents {
         let (event, status, error) = match outcome {
             Outcome::Succeeded(_) => (JOB_COMPLETED, "Succeeded", None),
             Outcome::Failed(e) => (JOB_FAILED, "Failed", Some(e)),
-            Outcome::Retry { .. } | Outcome::Canceled => return,
+            Outcome::Retry { .. } | Outcome::Canceled | Outcome::Requeue => return,
         };
         let data = json!({
             "jobId": job.id,

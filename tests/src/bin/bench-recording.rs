@@ -125,6 +125,19 @@ impl RunStore for Counting {
     ) -> Result<bool, StoreError> {
         delegate!(self, true, s => s.begin_step(t, id, step, starts))
     }
+    async fn yield_run(
+        &self,
+        t: &TenantId,
+        id: RunId,
+        ev: &[RecordedEvent],
+        usage: Option<&tracon_core::model::Usage>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        delegate!(self, false, s => s.yield_run(t, id, ev, usage, now))
+    }
+    async fn resume_yielded(&self, t: &TenantId, id: RunId, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        delegate!(self, false, s => s.resume_yielded(t, id, now))
+    }
     async fn list_steps(&self, t: &TenantId, id: RunId) -> Result<Vec<ModelStep>, StoreError> {
         delegate!(self, Vec::new(), s => s.list_steps(t, id))
     }

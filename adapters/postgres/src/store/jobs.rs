@@ -179,6 +179,7 @@ impl JobStore for PgJobStore {
                 self.db.execute(sql::JOB_FINISH_FAILED, &params![id, token, error.code, error.message, now]).await?
             }
             Outcome::Canceled => self.db.execute(sql::JOB_FINISH_CANCELED, &params![id, token, now]).await?,
+            Outcome::Requeue => self.db.execute(sql::JOB_FINISH_REQUEUE, &params![id, token, now]).await?,
         };
         Ok(done > 0)
     }

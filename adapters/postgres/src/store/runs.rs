@@ -111,6 +111,7 @@ fn run_record(row: &Row, tenant: &TenantId) -> Result<RunRecord, StoreError> {
         cancel_requested: row.get("cancel_requested")?,
         continued_from_run_id: row.get::<Option<uuid::Uuid>>("continued_from_run_id")?.map(RunId),
         continued_by_run_id: row.get::<Option<uuid::Uuid>>("continued_by_run_id")?.map(RunId),
+        yielded_at: row.get("yielded_at")?,
     })
 }
 
@@ -391,6 +392,25 @@ impl RunStore for PgRunStore {
             Some(row) => row.get("written"),
             None => Ok(false),
         }
+    }
+
+    async fn yield_run(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        events: &[RecordedEvent],
+        usage: Option<&tracon_core::model::Usage>,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let batch = event_arrays(&self.protection, tenant, run, events)?;
+        let usage = usage.map(to_json).transpose()?;
+        let p = params![tenant, run.0, now, batch.sequences, batch.kinds, batch.times, batch.payloads, usage];
+        let done = self.db.execute(sql::RUN_YIELD, &p).await.map_err(duplicate_event)?;
+        Ok(done > 0)
+    }
+
+    async fn resume_yielded(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        Ok(self.db.execute(sql::RUN_RESUME_YIELDED, &params![tenant.as_str(), run.0, now]).await? > 0)
     }
 
     async fn list_steps(&self, tenant: &TenantId, run: RunId) -> Result<Vec<ModelStep>, StoreError> {
