@@ -217,22 +217,32 @@ impl Phase {
     }
 }
 
+/// One measured request: sends the phase's `n`th request (from 0) and returns how long it
+/// took (the bench decides what "took" means), or why it failed.
+pub trait Request: Fn(usize) -> Self::Fut + Clone + Send + Sync + 'static {
+    type Fut: std::future::Future<Output = Result<Duration, String>> + Send + 'static;
+}
+
+impl<F, Fut> Request for F
+where
+    F: Fn(usize) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Duration, String>> + Send + 'static,
+{
+    type Fut = Fut;
+}
+
 /// `warmup` unrecorded requests, then `total` timed ones, each shared out to `concurrency`
 /// workers pulling from one counter. `request(n)` sends the phase's `n`th request (from 0)
 /// and returns how long it took (the bench decides what "took" means), or why it failed.
 /// `label` names the bench in the warm-up's failure line.
-pub async fn measure<F, Fut>(
+pub async fn measure(
     label: &str,
     concurrency: usize,
     warmup: usize,
     total: usize,
     server_pid: u32,
-    request: F,
-) -> Result<Phase, BoxError>
-where
-    F: Fn(usize) -> Fut + Clone + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<Duration, String>> + Send + 'static,
-{
+    request: impl Request,
+) -> Result<Phase, BoxError> {
     let warm = fan_out(concurrency, warmup, request.clone()).await?;
     if warm.failures > 0 {
         // Reported with the measured failures; the warm-up does not stop the run.
@@ -273,11 +283,7 @@ struct Samples {
     errors: Vec<String>,
 }
 
-async fn fan_out<F, Fut>(concurrency: usize, total: usize, request: F) -> Result<Samples, BoxError>
-where
-    F: Fn(usize) -> Fut + Clone + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Result<Duration, String>> + Send + 'static,
-{
+async fn fan_out(concurrency: usize, total: usize, request: impl Request) -> Result<Samples, BoxError> {
     let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut workers = Vec::with_capacity(concurrency);
     for _ in 0..concurrency {
@@ -312,4 +318,345 @@ where
     }
     all.errors.truncate(KEPT_ERRORS);
     Ok(all)
+}
+
+// ---- what the two latency benches (`bench-run`, `bench-openai`) share -----------------------
+
+/// The demo agent shipped with the local server.
+pub const DEMO_AGENT: &str = "support";
+/// The model the server's `openai` provider asks the mock for ([`Server::start`]); the mock
+/// has no script for it, so it gives its default answer (short text, no tool calls).
+pub const MOCK_MODEL: &str = "bench";
+pub const QUESTION: &str = "Where is order 4182?";
+/// A single request that takes this long is a failure, not a data point.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// The concurrency the latency targets are set at.
+pub const TARGET_CONCURRENCY: usize = 64;
+
+/// The database a Postgres bench uses: `--database-url`, else `TRACON_TEST_DATABASE_URL`,
+/// else `DATABASE_URL`.
+pub fn database_url(flag: Option<&str>) -> Result<String, BoxError> {
+    flag.map(str::to_owned)
+        .or_else(|| std::env::var("TRACON_TEST_DATABASE_URL").ok())
+        .or_else(|| std::env::var("DATABASE_URL").ok())
+        .ok_or_else(|| {
+            "give --database-url (or set DATABASE_URL) to a Postgres database you may create a schema in".into()
+        })
+}
+
+/// The flags of a latency bench: how many requests at which concurrency levels, the server
+/// binary, the mock model's pacing, and where to write the JSON.
+#[derive(Debug, clap::Args)]
+pub struct LatencyArgs {
+    /// Measured requests per phase [default: 2000 at C=1, 20000 otherwise].
+    #[arg(long)]
+    pub requests: Option<usize>,
+    /// Concurrency levels, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,64")]
+    pub concurrency: Vec<usize>,
+    /// Unrecorded warm-up requests per phase (at least 4 per worker, so every pooled
+    /// connection is open before measuring).
+    #[arg(long, default_value_t = 200)]
+    pub warmup: usize,
+    /// The `tracon` binary (a relative path is also tried from the workspace root).
+    #[arg(long, default_value = "target/release/tracon")]
+    pub tracon: PathBuf,
+    /// Mock model: wait before sending response headers.
+    #[arg(long, default_value_t = 0)]
+    pub mock_latency_ms: u64,
+    /// Mock model: wait between streamed chunks.
+    #[arg(long, default_value_t = 0)]
+    pub mock_chunk_delay_ms: u64,
+    /// Also write the numbers as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+impl LatencyArgs {
+    /// This process's flags, for a bench called `name` that measures what `about` says.
+    pub fn parse(name: &'static str, about: &'static str) -> LatencyArgs {
+        use clap::{Args as _, FromArgMatches as _};
+        let matches = LatencyArgs::augment_args(clap::Command::new(name).about(about)).get_matches();
+        LatencyArgs::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+
+    /// The flags checked, and the server binary they name.
+    pub fn check(&self) -> Result<PathBuf, BoxError> {
+        if self.concurrency.is_empty() || self.concurrency.contains(&0) {
+            return Err("--concurrency needs one or more levels, each at least 1".into());
+        }
+        if self.requests == Some(0) {
+            return Err("--requests must be at least 1".into());
+        }
+        resolve_binary(&self.tracon)
+    }
+
+    /// Measured requests at `concurrency`.
+    pub fn requests_for(&self, concurrency: usize) -> usize {
+        self.requests.unwrap_or(if concurrency <= 1 { 2_000 } else { 20_000 })
+    }
+
+    /// Warm-up requests at `concurrency`: at least four per worker.
+    pub fn warmup_for(&self, concurrency: usize) -> usize {
+        self.warmup.max(4 * concurrency)
+    }
+
+    pub fn mock_config(&self) -> crate::mock::MockConfig {
+        crate::mock::MockConfig { latency_ms: self.mock_latency_ms, chunk_delay_ms: self.mock_chunk_delay_ms }
+    }
+
+    /// A client pooled for the highest concurrency level.
+    pub fn client(&self, timeout: Duration) -> Result<reqwest::Client, BoxError> {
+        loopback_client(self.concurrency.iter().copied().max().unwrap_or(1), timeout)
+    }
+
+    /// Writes `report` to `--json` when given, and says so on stdout with the report.
+    #[allow(clippy::print_stdout)]
+    pub fn write_json(&self, report: &serde_json::Value) -> Result<(), BoxError> {
+        let Some(path) = &self.json else { return Ok(()) };
+        let text = serde_json::to_string_pretty(report)?;
+        std::fs::write(path, text).map_err(|e| format!("could not write {}: {e}", path.display()))?;
+        println!("JSON written to {}", path.display());
+        Ok(())
+    }
+
+    /// The report's header lines: command, binary, cores, the mock's pacing and `compared`
+    /// (what baseline and subject are).
+    pub fn header(&self, title: &str, tracon: &Path, compared: &str) -> String {
+        format!(
+            "\n== {title} ==\ncommand:  {}\ntracon:   {}\ncores:    {}\nmock:     latency_ms={} chunk_delay_ms={}; {compared}\n",
+            command_line(),
+            tracon.display(),
+            cores(),
+            self.mock_latency_ms,
+            self.mock_chunk_delay_ms
+        )
+    }
+
+    /// The JSON fields every latency report starts with.
+    pub fn json_head(&self, tracon: &Path) -> serde_json::Map<String, serde_json::Value> {
+        let serde_json::Value::Object(head) = serde_json::json!({
+            "command": command_line(),
+            "tracon": tracon.display().to_string(),
+            "cores": cores(),
+            "mock": {"latencyMs": self.mock_latency_ms, "chunkDelayMs": self.mock_chunk_delay_ms},
+            "requestsOverride": self.requests,
+        }) else {
+            unreachable!("a JSON object literal")
+        };
+        head
+    }
+}
+
+/// The process exit for a bench's outcome: success only when it ran and nothing failed.
+pub fn exit_code(name: &str, outcome: Result<bool, BoxError>) -> std::process::ExitCode {
+    match outcome {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("{name}: some requests failed (see the report above)");
+            std::process::ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// This process's command line, quoted where an argument has a space.
+pub fn command_line() -> String {
+    std::env::args().map(|a| if a.contains(' ') { format!("'{a}'") } else { a }).collect::<Vec<_>>().join(" ")
+}
+
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+pub fn yes_no(ok: bool) -> &'static str {
+    if ok { "yes" } else { "NO" }
+}
+
+pub fn met(ok: bool) -> &'static str {
+    if ok { "MET" } else { "NOT MET" }
+}
+
+/// A microsecond figure, or `n/a`.
+pub fn opt_us(v: Option<f64>) -> String {
+    v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.0}"))
+}
+
+/// The mock records every request of `model`; between phases that log is only memory.
+pub async fn forget_mock_requests(client: &reqwest::Client, mock_url: &str, model: &str) {
+    // Best effort: a failure only means the mock keeps some memory.
+    let _ = client.delete(format!("{mock_url}/_mock/requests/{model}")).send().await;
+}
+
+/// The column heads of [`Phase::row`].
+pub fn phase_heads() -> String {
+    format!(
+        "{:>6} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12}",
+        "reqs", "fail", "mean", "p50", "p90", "p99", "p99.9", "max", "req/s", "srvCPU us/rq"
+    )
+}
+
+impl Phase {
+    /// Requests, failures, mean, percentiles, throughput and server CPU, in [`PHASE_HEADS`]'s
+    /// columns.
+    pub fn row(&self) -> String {
+        format!(
+            "{:>6} {:>5} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.0} {:>12}",
+            self.requests,
+            self.failures,
+            self.mean_ms(),
+            self.percentile_ms(50.0),
+            self.percentile_ms(90.0),
+            self.percentile_ms(99.0),
+            self.percentile_ms(99.9),
+            self.percentile_ms(100.0),
+            self.throughput(),
+            // The server does no work in a baseline; its column shows idle noise there.
+            opt_us(self.cpu_us_per_request(self.server_cpu)),
+        )
+    }
+
+    /// The phase's figures as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "requests": self.requests,
+            "failures": self.failures,
+            "errors": self.errors,
+            "meanMs": self.mean_ms(),
+            "p50Ms": self.percentile_ms(50.0),
+            "p90Ms": self.percentile_ms(90.0),
+            "p99Ms": self.percentile_ms(99.0),
+            "p999Ms": self.percentile_ms(99.9),
+            "maxMs": self.percentile_ms(100.0),
+            "requestsPerSecond": self.throughput(),
+            "wallSeconds": self.wall.as_secs_f64(),
+            "serverCpuUsPerRequest": self.cpu_us_per_request(self.server_cpu),
+            "clientCpuUsPerRequest": self.cpu_us_per_request(self.bench_cpu),
+        })
+    }
+}
+
+/// A baseline and a subject phase measured side by side.
+pub struct Pair {
+    pub baseline: Phase,
+    pub subject: Phase,
+}
+
+impl Pair {
+    /// Subject − baseline at percentile `p`, in milliseconds.
+    pub fn added_ms(&self, p: f64) -> f64 {
+        self.subject.percentile_ms(p) - self.baseline.percentile_ms(p)
+    }
+
+    pub fn ratio_p50(&self) -> f64 {
+        self.subject.percentile_ms(50.0) / self.baseline.percentile_ms(50.0).max(f64::MIN_POSITIVE)
+    }
+
+    pub fn failed(&self) -> bool {
+        self.baseline.failures > 0 || self.subject.failures > 0
+    }
+
+    /// The column heads of [`Pair::row`].
+    pub fn heads() -> String {
+        format!(
+            "{:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>9} {:>10} {:>10}",
+            "base p50",
+            "base p99",
+            "subj p50",
+            "subj p99",
+            "added p50",
+            "added p99",
+            "ratio p50",
+            "base rq/s",
+            "subj rq/s"
+        )
+    }
+
+    /// Both sides' p50 and p99, what the subject added, the ratio and both throughputs.
+    pub fn row(&self) -> String {
+        format!(
+            "{:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>10.3} {:>10.3} {:>8.2}x {:>10.0} {:>10.0}",
+            self.baseline.percentile_ms(50.0),
+            self.baseline.percentile_ms(99.0),
+            self.subject.percentile_ms(50.0),
+            self.subject.percentile_ms(99.0),
+            self.added_ms(50.0),
+            self.added_ms(99.0),
+            self.ratio_p50(),
+            self.baseline.throughput(),
+            self.subject.throughput(),
+        )
+    }
+
+    /// Each failed phase's line for the report's failures section, `label` naming the level.
+    pub fn failure_lines(&self, label: &str) -> String {
+        [("baseline", &self.baseline), ("subject", &self.subject)]
+            .into_iter()
+            .filter(|(_, p)| p.failures > 0)
+            .map(|(name, p)| {
+                format!("{label} {name}: {} failed (warm-up included); first: {:?}\n", p.failures, p.errors)
+            })
+            .collect()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "baseline": self.baseline.json(),
+            "subject": self.subject.json(),
+            "addedP50Ms": self.added_ms(50.0),
+            "addedP99Ms": self.added_ms(99.0),
+            "ratioP50": self.ratio_p50(),
+        })
+    }
+}
+
+/// `send` as a [`measure`] request: it ignores the request number.
+pub fn sender<T, F, Fut>(
+    client: &reqwest::Client,
+    target: &std::sync::Arc<T>,
+    send: F,
+) -> impl Fn(usize) -> futures::future::BoxFuture<'static, Result<Duration, String>> + Clone + Send + Sync + 'static
+where
+    T: Send + Sync + 'static,
+    F: Fn(reqwest::Client, std::sync::Arc<T>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Duration, String>> + Send + 'static,
+{
+    let (client, target) = (client.clone(), target.clone());
+    move |_| Box::pin(send(client.clone(), target.clone()))
+}
+
+/// One latency bench under way: its name, flags, the server measured, and the mock whose
+/// request log is forgotten between phases.
+pub struct LatencyBench<'a> {
+    pub name: &'a str,
+    pub args: &'a LatencyArgs,
+    pub server_pid: u32,
+    pub client: &'a reqwest::Client,
+    pub mock_url: &'a str,
+    /// The model the mock is asked for (whose request log is forgotten).
+    pub model: &'a str,
+}
+
+impl LatencyBench<'_> {
+    /// Measures `baseline` then `subject` at `concurrency`; `label` names the level in the
+    /// progress lines.
+    pub async fn pair(
+        &self,
+        concurrency: usize,
+        label: &str,
+        baseline: impl Request,
+        subject: impl Request,
+    ) -> Result<Pair, BoxError> {
+        let (name, n, warmup) = (self.name, self.args.requests_for(concurrency), self.args.warmup_for(concurrency));
+        eprintln!("{name}: C={concurrency}{label}: baseline ({warmup} warm-up + {n} requests)…");
+        let baseline = measure(name, concurrency, warmup, n, self.server_pid, baseline).await?;
+        forget_mock_requests(self.client, self.mock_url, self.model).await;
+        eprintln!("{name}: C={concurrency}{label}: subject ({warmup} warm-up + {n} requests)…");
+        let subject = measure(name, concurrency, warmup, n, self.server_pid, subject).await?;
+        forget_mock_requests(self.client, self.mock_url, self.model).await;
+        Ok(Pair { baseline, subject })
+    }
 }

@@ -43,87 +43,35 @@
 #![allow(clippy::print_stdout)]
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use clap::Parser;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::{Value, json};
-use tracon_tests::bench::{BoxError, Phase, Server, loopback_client, measure, resolve_binary};
-use tracon_tests::mock::{MockConfig, MockServer};
+use tracon_tests::bench::{
+    BoxError, DEMO_AGENT, LatencyArgs, LatencyBench, MOCK_MODEL, Pair, QUESTION, REQUEST_TIMEOUT, Server,
+    TARGET_CONCURRENCY, exit_code, met, phase_heads, sender, yes_no,
+};
+use tracon_tests::mock::MockServer;
 
 type Result<T, E = BoxError> = std::result::Result<T, E>;
 
-/// The demo agent shipped with the local server: the `model` of every subject request.
-const AGENT: &str = "support";
-/// The model the server's `openai` provider asks the mock for; the baseline asks for the
-/// same, so both get the mock's default answer.
-const MODEL: &str = "bench";
-const QUESTION: &str = "Where is order 4182?";
 /// The server's static bearer token (at least 16 characters).
 const TOKEN: &str = "bench-openai-token-0123456789abcdef";
-/// A single request that takes this long is a failure, not a data point.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
-/// Target at C = [`TARGET_CONCURRENCY`], in milliseconds added over the baseline at p99.
-const TARGET_CONCURRENCY: usize = 64;
 const TARGET_P99_MS: f64 = 5.0;
 
 /// The bench's name, in its progress lines.
 const NAME: &str = "bench-openai";
 
-#[derive(Debug, Parser)]
-#[command(
-    name = "bench-openai",
-    about = "Measures the latency Tracon adds on POST /v1/chat/completions over calling the model directly."
-)]
-struct Args {
-    /// Measured requests per phase [default: 2000 at C=1, 20000 otherwise].
-    #[arg(long)]
-    requests: Option<usize>,
-    /// Concurrency levels, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,64")]
-    concurrency: Vec<usize>,
-    /// Unrecorded warm-up requests per phase (at least 4 per worker, so every pooled
-    /// connection is open before measuring).
-    #[arg(long, default_value_t = 200)]
-    warmup: usize,
-    /// The `tracon` binary (a relative path is also tried from the workspace root).
-    #[arg(long, default_value = "target/release/tracon")]
-    tracon: PathBuf,
-    /// Mock model: wait before sending response headers.
-    #[arg(long, default_value_t = 0)]
-    mock_latency_ms: u64,
-    /// Mock model: wait between streamed chunks.
-    #[arg(long, default_value_t = 0)]
-    mock_chunk_delay_ms: u64,
-    /// Also write the numbers as JSON to this file.
-    #[arg(long)]
-    json: Option<PathBuf>,
-}
-
-impl Args {
-    fn requests_for(&self, concurrency: usize) -> usize {
-        self.requests.unwrap_or(if concurrency <= 1 { 2_000 } else { 20_000 })
-    }
-}
+/// What `--help` says the bench measures.
+const ABOUT: &str = "Measures the latency Tracon adds on POST /v1/chat/completions over calling the model directly.";
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = Args::parse();
-    match run(args).await {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => {
-            eprintln!("bench-openai: some requests failed (see the report above)");
-            ExitCode::FAILURE
-        }
-        Err(e) => {
-            eprintln!("bench-openai: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    exit_code(NAME, run(LatencyArgs::parse(NAME, ABOUT)).await)
 }
 
 /// What is timed: the whole response, or the stream up to its first content chunk.
@@ -152,21 +100,12 @@ impl Mode {
 }
 
 /// The whole benchmark; `Ok(false)` when it completed but some requests failed.
-async fn run(args: Args) -> Result<bool> {
-    if args.concurrency.is_empty() || args.concurrency.contains(&0) {
-        return Err("--concurrency needs one or more levels, each at least 1".into());
-    }
-    if args.requests == Some(0) {
-        return Err("--requests must be at least 1".into());
-    }
-    let tracon_bin = resolve_binary(&args.tracon)?;
-
-    let mock_config = MockConfig { latency_ms: args.mock_latency_ms, chunk_delay_ms: args.mock_chunk_delay_ms };
-    let mock = MockServer::start(mock_config).await.map_err(|e| format!("could not start the mock model: {e}"))?;
+async fn run(args: LatencyArgs) -> Result<bool> {
+    let tracon_bin = args.check()?;
+    let mock =
+        MockServer::start(args.mock_config()).await.map_err(|e| format!("could not start the mock model: {e}"))?;
     let mock_url = mock.base_url();
-
-    let max_concurrency = args.concurrency.iter().copied().max().unwrap_or(1);
-    let client = loopback_client(max_concurrency, REQUEST_TIMEOUT)?;
+    let client = args.client(REQUEST_TIMEOUT)?;
 
     // The guard kills the server on every path, errors included.
     let server = Server::start(&tracon_bin, &mock_url, &[("TRACON_AUTH_TOKEN", TOKEN)])
@@ -180,14 +119,14 @@ async fn run(args: Args) -> Result<bool> {
         // The baseline asks what the server's provider asks the mock (a streamed call
         // includes usage); the subject is what an OpenAI client sends Tracon.
         let base_body = if stream {
-            json!({"model": MODEL, "stream": true, "stream_options": {"include_usage": true}, "messages": question})
+            json!({"model": MOCK_MODEL, "stream": true, "stream_options": {"include_usage": true}, "messages": question})
         } else {
-            json!({"model": MODEL, "messages": question})
+            json!({"model": MOCK_MODEL, "messages": question})
         };
         let subject_body = if stream {
-            json!({"model": AGENT, "stream": true, "messages": question})
+            json!({"model": DEMO_AGENT, "stream": true, "messages": question})
         } else {
-            json!({"model": AGENT, "messages": question})
+            json!({"model": DEMO_AGENT, "messages": question})
         };
         let target = |url: String, body: Value| Arc::new(Target { url, body: Bytes::from(body.to_string()), mode });
         (
@@ -199,41 +138,41 @@ async fn run(args: Args) -> Result<bool> {
     // One request of each before anything else, so a misconfiguration fails fast and clearly.
     for mode in Mode::ALL {
         let (baseline, subject) = targets(mode);
-        one_request(&client, &baseline)
+        one_request(client.clone(), baseline)
             .await
             .map_err(|e| format!("the mock model does not answer ({}): {e}", mode.label()))?;
-        one_request(&client, &subject)
+        one_request(client.clone(), subject)
             .await
             .map_err(|e| format!("POST /v1/chat/completions ({}) did not complete: {e}", mode.label()))?;
     }
 
+    let bench = LatencyBench {
+        name: NAME,
+        args: &args,
+        server_pid: pid,
+        client: &client,
+        mock_url: &mock_url,
+        model: MOCK_MODEL,
+    };
     let mut levels = Vec::new();
     for &c in &args.concurrency {
-        let n = args.requests_for(c);
-        let warmup = args.warmup.max(4 * c);
         for mode in Mode::ALL {
             let (baseline, subject) = targets(mode);
-            eprintln!("bench-openai: C={c} {}: baseline ({warmup} warm-up + {n} requests)…", mode.label());
-            let base = measure(NAME, c, warmup, n, pid, sender(&client, &baseline)).await?;
-            forget_mock_requests(&client, &mock_url).await;
-            eprintln!("bench-openai: C={c} {}: subject ({warmup} warm-up + {n} requests)…", mode.label());
-            let subj = measure(NAME, c, warmup, n, pid, sender(&client, &subject)).await?;
-            forget_mock_requests(&client, &mock_url).await;
-            levels.push(Level { concurrency: c, mode, warmup, baseline: base, subject: subj });
+            let label = format!(" {}", mode.label());
+            let pair = bench
+                .pair(c, &label, sender(&client, &baseline, one_request), sender(&client, &subject, one_request))
+                .await?;
+            levels.push(Level { concurrency: c, mode, warmup: args.warmup_for(c), pair });
         }
     }
 
-    let report = Report { args: &args, tracon_bin: &tracon_bin, mock_config, levels: &levels };
+    let report = Report { args: &args, tracon_bin: &tracon_bin, levels: &levels };
     println!("{}", report.text());
-    if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report.json())?;
-        std::fs::write(path, text).map_err(|e| format!("could not write {}: {e}", path.display()))?;
-        println!("JSON written to {}", path.display());
-    }
+    args.write_json(&report.json())?;
 
     drop(server);
     mock.shutdown().await;
-    Ok(levels.iter().all(|l| l.baseline.failures == 0 && l.subject.failures == 0))
+    Ok(levels.iter().all(|l| !l.pair.failed()))
 }
 
 /// One kind of request: where it goes, its body, and what is timed.
@@ -245,7 +184,7 @@ struct Target {
 
 /// Sends one request; the time from send to the last byte ([`Mode::Whole`]) or to the first
 /// content chunk ([`Mode::FirstChunk`]). The answer is checked after the clock stops.
-async fn one_request(client: &reqwest::Client, target: &Target) -> Result<Duration, String> {
+async fn one_request(client: reqwest::Client, target: Arc<Target>) -> Result<Duration, String> {
     let started = Instant::now();
     let mut response = client
         .post(&target.url)
@@ -314,79 +253,36 @@ fn excerpt(body: &[u8]) -> String {
     String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned()
 }
 
-/// Sends `target` once per call, for [`measure`].
-fn sender(
-    client: &reqwest::Client,
-    target: &Arc<Target>,
-) -> impl Fn(usize) -> futures::future::BoxFuture<'static, Result<Duration, String>> + Clone + Send + Sync + 'static {
-    let (client, target) = (client.clone(), target.clone());
-    move |_| {
-        let (client, target) = (client.clone(), target.clone());
-        Box::pin(async move { one_request(&client, &target).await })
-    }
-}
-
-/// The mock records every request; between phases that log is only memory.
-async fn forget_mock_requests(client: &reqwest::Client, mock_url: &str) {
-    // Best effort: a failure only means the mock keeps some memory.
-    let _ = client.delete(format!("{mock_url}/_mock/requests/{MODEL}")).send().await;
-}
-
 /// One concurrency level of one mode: its baseline and subject phases.
 struct Level {
     concurrency: usize,
     mode: Mode,
     warmup: usize,
-    baseline: Phase,
-    subject: Phase,
+    pair: Pair,
 }
 
 impl Level {
-    fn added_ms(&self, p: f64) -> f64 {
-        self.subject.percentile_ms(p) - self.baseline.percentile_ms(p)
-    }
-
     fn meets_p99(&self) -> bool {
-        self.added_ms(99.0) < TARGET_P99_MS
+        self.pair.added_ms(99.0) < TARGET_P99_MS
     }
 }
 
 struct Report<'a> {
-    args: &'a Args,
+    args: &'a LatencyArgs,
     tracon_bin: &'a Path,
-    mock_config: MockConfig,
     levels: &'a [Level],
 }
 
-fn yes_no(ok: bool) -> &'static str {
-    if ok { "yes" } else { "NO" }
-}
-
-fn opt_us(v: Option<f64>) -> String {
-    v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.0}"))
-}
-
 impl Report<'_> {
-    fn command_line() -> String {
-        std::env::args().map(|a| if a.contains(' ') { format!("'{a}'") } else { a }).collect::<Vec<_>>().join(" ")
-    }
-
-    fn cores() -> usize {
-        std::thread::available_parallelism().map_or(1, usize::from)
-    }
-
     fn text(&self) -> String {
         // `write!` to a String cannot fail; the results are ignored on purpose.
-        let mut out = String::new();
-        let _ = writeln!(out, "\n== Tracon OpenAI-compatible route latency benchmark ==");
-        let _ = writeln!(out, "command:  {}", Self::command_line());
-        let _ = writeln!(out, "tracon:   {}", self.tracon_bin.display());
-        let _ = writeln!(out, "cores:    {}", Self::cores());
-        let _ = writeln!(
-            out,
-            "mock:     latency_ms={} chunk_delay_ms={}; baseline = mock POST /v1/chat/completions, \
-             subject = tracon POST /v1/chat/completions (model \"{AGENT}\", bearer token)",
-            self.mock_config.latency_ms, self.mock_config.chunk_delay_ms
+        let mut out = self.args.header(
+            "Tracon OpenAI-compatible route latency benchmark",
+            self.tracon_bin,
+            &format!(
+                "baseline = mock POST /v1/chat/completions, subject = tracon POST /v1/chat/completions \
+                 (model \"{DEMO_AGENT}\", bearer token)"
+            ),
         );
         for mode in Mode::ALL {
             let _ = writeln!(out, "{:<9} {}", format!("{}:", mode.label()), mode.describe());
@@ -394,65 +290,23 @@ impl Report<'_> {
         let _ = writeln!(out, "times:    ms; percentiles are nearest-rank");
 
         let _ = writeln!(out, "\n-- per phase --");
-        let _ = writeln!(
-            out,
-            "{:>4} {:<9} {:<8} {:>6} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>12}",
-            "C", "mode", "phase", "reqs", "fail", "mean", "p50", "p90", "p99", "p99.9", "max", "req/s", "srvCPU us/rq"
-        );
+        let _ = writeln!(out, "{:>4} {:<9} {:<8} {}", "C", "mode", "phase", phase_heads());
         for l in self.levels {
-            for (name, p) in [("baseline", &l.baseline), ("subject", &l.subject)] {
-                let _ = writeln!(
-                    out,
-                    "{:>4} {:<9} {:<8} {:>6} {:>5} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.0} {:>12}",
-                    l.concurrency,
-                    l.mode.label(),
-                    name,
-                    p.requests,
-                    p.failures,
-                    p.mean_ms(),
-                    p.percentile_ms(50.0),
-                    p.percentile_ms(90.0),
-                    p.percentile_ms(99.0),
-                    p.percentile_ms(99.9),
-                    p.percentile_ms(100.0),
-                    p.throughput(),
-                    // The server does no work in the baseline; its column shows idle noise there.
-                    opt_us(p.cpu_us_per_request(p.server_cpu)),
-                );
+            for (name, p) in [("baseline", &l.pair.baseline), ("subject", &l.pair.subject)] {
+                let _ = writeln!(out, "{:>4} {:<9} {:<8} {}", l.concurrency, l.mode.label(), name, p.row());
             }
         }
 
         let _ = writeln!(out, "\n-- added by Tracon (subject − baseline) --");
-        let _ = writeln!(
-            out,
-            "{:>4} {:<9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8}",
-            "C",
-            "mode",
-            "base p50",
-            "base p99",
-            "subj p50",
-            "subj p99",
-            "added p50",
-            "added p99",
-            "base rq/s",
-            "subj rq/s",
-            "p99<5ms"
-        );
+        let _ = writeln!(out, "{:>4} {:<9} {} {:>8}", "C", "mode", Pair::heads(), "p99<5ms");
         for l in self.levels {
             let _ = writeln!(
                 out,
-                "{:>4} {:<9} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>10.3} {:>10.3} {:>10.0} {:>10.0} {:>8}",
+                "{:>4} {:<9} {} {:>8}",
                 l.concurrency,
                 l.mode.label(),
-                l.baseline.percentile_ms(50.0),
-                l.baseline.percentile_ms(99.0),
-                l.subject.percentile_ms(50.0),
-                l.subject.percentile_ms(99.0),
-                l.added_ms(50.0),
-                l.added_ms(99.0),
-                l.baseline.throughput(),
-                l.subject.throughput(),
-                yes_no(l.meets_p99()),
+                l.pair.row(),
+                yes_no(l.meets_p99())
             );
         }
 
@@ -464,8 +318,8 @@ impl Report<'_> {
                         out,
                         "{:<9} added p99 {:.3} ms: {}",
                         mode.label(),
-                        l.added_ms(99.0),
-                        if l.meets_p99() { "MET" } else { "NOT MET" }
+                        l.pair.added_ms(99.0),
+                        met(l.meets_p99())
                     );
                 }
                 None => {
@@ -475,78 +329,45 @@ impl Report<'_> {
             }
         }
 
-        let failed: Vec<_> = self
+        let failures: String = self
             .levels
             .iter()
-            .flat_map(|l| [("baseline", l, &l.baseline), ("subject", l, &l.subject)])
-            .filter(|(_, _, p)| p.failures > 0)
+            .map(|l| l.pair.failure_lines(&format!("C={} {}", l.concurrency, l.mode.label())))
             .collect();
-        let _ = writeln!(out, "\n-- failures --");
-        if failed.is_empty() {
-            let _ = writeln!(out, "none");
-        }
-        for (name, l, p) in failed {
-            let _ = writeln!(
-                out,
-                "C={} {} {name}: {} failed (warm-up included); first: {:?}",
-                l.concurrency,
-                l.mode.label(),
-                p.failures,
-                p.errors
-            );
-        }
+        let _ = writeln!(out, "\n-- failures --\n{}", if failures.is_empty() { "none\n" } else { &failures });
         out
     }
 
     fn json(&self) -> Value {
-        let phase = |p: &Phase| {
-            json!({
-                "requests": p.requests,
-                "failures": p.failures,
-                "errors": p.errors,
-                "meanMs": p.mean_ms(),
-                "p50Ms": p.percentile_ms(50.0),
-                "p90Ms": p.percentile_ms(90.0),
-                "p99Ms": p.percentile_ms(99.0),
-                "p999Ms": p.percentile_ms(99.9),
-                "maxMs": p.percentile_ms(100.0),
-                "requestsPerSecond": p.throughput(),
-                "wallSeconds": p.wall.as_secs_f64(),
-                "serverCpuUsPerRequest": p.cpu_us_per_request(p.server_cpu),
-            })
-        };
         let levels: Vec<Value> = self
             .levels
             .iter()
             .map(|l| {
-                json!({
-                    "concurrency": l.concurrency,
-                    "mode": match l.mode { Mode::Whole => "whole", Mode::FirstChunk => "firstChunk" },
-                    "warmup": l.warmup,
-                    "baseline": phase(&l.baseline),
-                    "subject": phase(&l.subject),
-                    "addedP50Ms": l.added_ms(50.0),
-                    "addedP99Ms": l.added_ms(99.0),
-                    "meetsP99Target": l.meets_p99(),
-                })
+                let mut level = l.pair.json();
+                level["concurrency"] = json!(l.concurrency);
+                level["mode"] = json!(match l.mode {
+                    Mode::Whole => "whole",
+                    Mode::FirstChunk => "firstChunk",
+                });
+                level["warmup"] = json!(l.warmup);
+                level["meetsP99Target"] = json!(l.meets_p99());
+                level
             })
             .collect();
         let met = |mode: Mode| {
             self.levels.iter().find(|l| l.concurrency == TARGET_CONCURRENCY && l.mode == mode).map(Level::meets_p99)
         };
-        json!({
-            "command": Self::command_line(),
-            "tracon": self.tracon_bin.display().to_string(),
-            "cores": Self::cores(),
-            "mock": {"latencyMs": self.mock_config.latency_ms, "chunkDelayMs": self.mock_config.chunk_delay_ms},
-            "requestsOverride": self.args.requests,
-            "levels": levels,
-            "targets": {
+        let mut report = self.args.json_head(self.tracon_bin);
+        report.insert("levels".into(), json!(levels));
+        report.insert(
+            "targets".into(),
+            json!({
                 "concurrency": TARGET_CONCURRENCY,
                 "addedP99Ms": TARGET_P99_MS,
                 "wholeP99Met": met(Mode::Whole),
                 "firstChunkP99Met": met(Mode::FirstChunk),
-            },
-        })
+            }),
+        );
+        Value::Object(report)
     }
 }

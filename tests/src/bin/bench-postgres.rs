@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use serde_json::json;
-use tracon_tests::bench::{BoxError, Server, complete, measure};
+use tracon_tests::bench::{BoxError, Server, complete, database_url, measure, resolve_binary};
 use tracon_tests::mock::{MockConfig, MockServer};
 
 #[derive(Parser)]
@@ -93,19 +93,12 @@ async fn commits(pool: &sqlx::PgPool) -> Result<i64, BoxError> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), BoxError> {
     let args = Args::parse();
-    let url = args
-        .database_url
-        .clone()
-        .or_else(|| std::env::var("TRACON_TEST_DATABASE_URL").ok())
-        .or_else(|| std::env::var("DATABASE_URL").ok())
-        .ok_or("give --database-url (or set DATABASE_URL) to a Postgres database you may create a schema in")?;
-    if !args.tracon.exists() {
-        return Err(format!("{} is missing: cargo build --release -p tracon", args.tracon.display()).into());
-    }
+    let url = database_url(args.database_url.as_deref())?;
+    let tracon = resolve_binary(&args.tracon)?;
     let mock = MockServer::start(MockConfig::default()).await?;
     let schema = format!("bench_{}", std::process::id());
-    let memory = spawn(&args.tracon, &mock.base_url(), None).await?;
-    let postgres = spawn(&args.tracon, &mock.base_url(), Some((&url, &schema))).await?;
+    let memory = spawn(&tracon, &mock.base_url(), None).await?;
+    let postgres = spawn(&tracon, &mock.base_url(), Some((&url, &schema))).await?;
     let pool = sqlx::PgPool::connect(&url).await?;
     let client = reqwest::Client::builder().pool_max_idle_per_host(256).tcp_nodelay(true).build()?;
 

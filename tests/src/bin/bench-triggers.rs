@@ -26,7 +26,7 @@ use clap::Parser;
 use hmac::{Hmac, Mac};
 use serde_json::json;
 use sha2::Sha256;
-use tracon_tests::bench::{BoxError, Server, complete, measure};
+use tracon_tests::bench::{BoxError, Server, complete, database_url, measure, resolve_binary};
 use tracon_tests::mock::{MockConfig, MockServer};
 
 const SECRET: &str = "bench-trigger-secret-0123456789abcdef";
@@ -114,18 +114,11 @@ async fn open_runs(pool: &sqlx::PgPool, schema: &str) -> Result<i64, BoxError> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), BoxError> {
     let args = Args::parse();
-    let url = args
-        .database_url
-        .clone()
-        .or_else(|| std::env::var("TRACON_TEST_DATABASE_URL").ok())
-        .or_else(|| std::env::var("DATABASE_URL").ok())
-        .ok_or("give --database-url (or set DATABASE_URL) to a Postgres database you may create a schema in")?;
-    if !args.tracon.exists() {
-        return Err(format!("{} is missing: cargo build --release -p tracon", args.tracon.display()).into());
-    }
+    let url = database_url(args.database_url.as_deref())?;
+    let tracon = resolve_binary(&args.tracon)?;
     let mock = MockServer::start(MockConfig::default()).await?;
     let schema = format!("bench_triggers_{}", std::process::id());
-    let server = spawn(&args.tracon, &mock.base_url(), &url, &schema).await?;
+    let server = spawn(&tracon, &mock.base_url(), &url, &schema).await?;
     let pool = sqlx::PgPool::connect(&url).await?;
     let client = reqwest::Client::builder().pool_max_idle_per_host(256).tcp_nodelay(true).build()?;
     let defined = client
