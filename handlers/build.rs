@@ -1,0 +1,36 @@
+//! Serves `openapi.json` without its indentation: the committed file stays pretty-printed
+//! for review, and the hosts (the Worker bundle above all) carry the compact text. Only
+//! whitespace outside strings is dropped; every byte inside a string stays as it is.
+
+use std::path::PathBuf;
+
+fn main() {
+    println!("cargo::rerun-if-changed=openapi.json");
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let pretty = std::fs::read_to_string(manifest.join("openapi.json")).expect("handlers/openapi.json is readable");
+    std::fs::write(out.join("openapi.min.json"), compact(&pretty)).expect("OUT_DIR is writable");
+}
+
+/// `json` without the whitespace between its tokens.
+fn compact(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    let (mut in_string, mut escaped) = (false, false);
+    for c in json.chars() {
+        if in_string {
+            out.push(c);
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+        } else if c == '"' {
+            in_string = true;
+            out.push(c);
+        } else if !c.is_ascii_whitespace() {
+            out.push(c);
+        }
+    }
+    out
+}
