@@ -180,10 +180,12 @@ impl Catalog {
             }
             match self.get(tenant, &parsed).await? {
                 None => resolution.missing_callable_agents.push(name.clone()),
-                Some(entry) if walk_callables => {
-                    frontier.push((name.clone(), entry.definition.callable_agent_names.clone()))
+                Some(entry) => {
+                    if walk_callables {
+                        frontier.push((name.clone(), entry.definition.callable_agent_names.clone()));
+                    }
+                    resolution.callables.push(entry.definition);
                 }
-                Some(_) => {}
             }
         }
         // Breadth-first walk from the direct callees; reaching `def.name` again is a cycle.

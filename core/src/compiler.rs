@@ -26,6 +26,8 @@ pub struct Resolution {
     pub missing_callable_agents: Vec<String>,
     /// A callable-agent path that leads back to this definition (`a → b → a`).
     pub callable_cycle: Option<Vec<String>>,
+    /// The callable agents that resolve, for their generated tools.
+    pub callables: Vec<Arc<AgentDefinition>>,
 }
 
 /// Every problem the definition has: shape, then each name that does not resolve.
@@ -79,6 +81,31 @@ pub fn check(
                 ProblemCode::UnknownTool,
                 format!("toolNames[{i}]"),
                 format!("No tool named '{name}' is registered."),
+            ));
+        }
+    }
+
+    // Each callable agent is offered to the model as a generated tool (`ask_{name}`).
+    let mut generated = std::collections::BTreeSet::new();
+    for (i, name) in def.callable_agent_names.iter().enumerate() {
+        let tool = crate::tools::agents::tool_name(name);
+        if crate::names::AgentName::parse(name).is_err() {
+            continue;
+        }
+        if crate::names::ToolName::parse(&tool).is_err() {
+            problems.push(Problem::new(
+                ProblemCode::InvalidName,
+                format!("callableAgentNames[{i}]"),
+                format!(
+                    "Agent '{name}' cannot be offered as a tool: its tool name is longer than {} characters.",
+                    crate::tools::agents::MAX_TOOL_NAME
+                ),
+            ));
+        } else if def.tool_names.contains(&tool) || !generated.insert(tool.clone()) {
+            problems.push(Problem::new(
+                ProblemCode::Duplicate,
+                format!("callableAgentNames[{i}]"),
+                format!("Agent '{name}' is offered as the tool '{tool}', which another tool or agent already is."),
             ));
         }
     }
@@ -313,11 +340,14 @@ pub fn compile(
     let provider = providers.get(&def.model.provider).cloned().ok_or_else(|| {
         CompileFailure::Invalid(vec![Problem::new(ProblemCode::UnknownProvider, "model.provider", "unknown provider")])
     })?;
-    let mut regs = Vec::with_capacity(def.tool_names.len());
+    let mut regs = Vec::with_capacity(def.tool_names.len() + resolution.callables.len());
     for name in &def.tool_names {
         if let Some(t) = tools.get(name) {
             regs.push(t.clone());
         }
+    }
+    for callee in &resolution.callables {
+        regs.push(Arc::new(agent_tool(callee, tools).map_err(|p| CompileFailure::Invalid(vec![p]))?));
     }
     let tool_specs = regs
         .iter()
@@ -337,6 +367,17 @@ pub fn compile(
         provider,
         tools: regs,
         tool_specs,
+    })
+}
+
+/// The generated tool of a callable agent ([`crate::tools::agents`]).
+fn agent_tool(callee: &AgentDefinition, tools: &ToolRegistry) -> Result<ToolRegistration, Problem> {
+    crate::tools::agents::registration(callee, tools).map_err(|e| {
+        Problem::new(
+            ProblemCode::InvalidName,
+            "callableAgentNames",
+            format!("Agent '{}' cannot be offered as a tool: {}", callee.name, e.0),
+        )
     })
 }
 

@@ -62,6 +62,28 @@ pub struct AgentDefinition {
     pub metadata: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub harness: Option<HarnessSettings>,
+    /// The wait limits of this agent's calls to its callable agents; unset fields take the
+    /// installation's (`Tracon:SubAgents:*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_agents: Option<SubAgentSettings>,
+}
+
+/// Longest accepted sub-agent wait limit, in seconds (a day).
+pub const MAX_SUB_AGENT_SECONDS: u32 = 86_400;
+
+/// The two-layer wait limit of a call to a callable agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SubAgentSettings {
+    /// The cooperative deadline: when it passes, the child run is asked to stop (its
+    /// cancellation token fires) and ends `Canceled`. 1 to 86400 seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_deadline_seconds: Option<u32>,
+    /// The hard cutoff: when it passes, the caller stops waiting and the tree goes on; a
+    /// child still running finishes in the background and its result is discarded. 1 to
+    /// 86400 seconds, and not shorter than the deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_timeout_seconds: Option<u32>,
 }
 
 /// Which model answers, and how.
@@ -191,6 +213,7 @@ impl AgentDefinition {
             callable_agent_names: Vec::new(),
             metadata: BTreeMap::new(),
             harness: None,
+            sub_agents: None,
         }
     }
 
@@ -413,6 +436,29 @@ impl AgentDefinition {
                 "harness.maximumIterationsPerRequest",
                 format!("maximumIterationsPerRequest must be between 1 and {MAX_ITERATIONS_LIMIT}."),
             ));
+        }
+        if let Some(s) = &self.sub_agents {
+            for (field, value) in [
+                ("subAgents.childDeadlineSeconds", s.child_deadline_seconds),
+                ("subAgents.waitTimeoutSeconds", s.wait_timeout_seconds),
+            ] {
+                if value.is_some_and(|v| !(1..=MAX_SUB_AGENT_SECONDS).contains(&v)) {
+                    p.push(Problem::new(
+                        ProblemCode::OutOfRange,
+                        field,
+                        format!("{field} must be between 1 and {MAX_SUB_AGENT_SECONDS}."),
+                    ));
+                }
+            }
+            if let (Some(deadline), Some(wait)) = (s.child_deadline_seconds, s.wait_timeout_seconds)
+                && wait < deadline
+            {
+                p.push(Problem::new(
+                    ProblemCode::OutOfRange,
+                    "subAgents.waitTimeoutSeconds",
+                    "subAgents.waitTimeoutSeconds must not be shorter than subAgents.childDeadlineSeconds.",
+                ));
+            }
         }
         p
     }

@@ -314,6 +314,10 @@ async fn run_loop(
         if iteration > 1 && env.deadline.is_some_and(|d| runtime.platform.clock.now() >= d) {
             return Ok(TurnEnd::Yielded);
         }
+        // The call tree's shared budget (tokens, cost, time) is checked before every model call.
+        if let Some(limit) = env.tree.budget.exhausted(runtime.platform.clock.now()) {
+            return Err(Stop::Failed(limit.failure()));
+        }
         let offer_tools = iteration < max && !agent.tool_specs.is_empty();
         // One request per run, updated in place: the conversation is never copied per turn.
         request.tools = if offer_tools { agent.tool_specs.clone() } else { Arc::from(Vec::new()) };
@@ -455,6 +459,9 @@ pub async fn model_turn(
     }
     if let Some(u) = turn_usage {
         state.usage.get_or_insert_with(Usage::default).add(&u);
+        let model = state.model.as_deref().unwrap_or(&request.model);
+        let cost = runtime.pricing.cost(provider.name(), model, Some(&u)).map(|c| c.total_cost);
+        env.tree.budget.spend(&u, cost);
     }
     state.finish = turn.finish;
     // Ids are what ties a result to its call; a provider that omits one gets a stable one.

@@ -110,6 +110,38 @@ pub enum RunEvent {
     },
     /// An event a tool wrote itself. `customType` is 1–128 characters of lowercase ASCII
     /// letters, digits, `.`, `_`, `-`; the `tracon.` prefix is reserved.
+    /// A generated agent tool started a child run (written to the tree root's log).
+    #[serde(rename_all = "camelCase")]
+    ChildStarted {
+        child_run_id: RunId,
+        parent_run_id: RunId,
+        agent_name: String,
+        depth: u32,
+        call_id: String,
+    },
+    /// A child run ended (written to the tree root's log): `status` is its run status.
+    #[serde(rename_all = "camelCase")]
+    ChildCompleted {
+        child_run_id: RunId,
+        parent_run_id: RunId,
+        agent_name: String,
+        status: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Usage>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<RunFailure>,
+    },
+    /// A wait limit cut a child call: `layer` is `ChildDeadline` (the child was asked to stop
+    /// and did) or `WaitTimeout` (the caller stopped waiting; the child's eventual result is
+    /// discarded). A provider failure in the child is not a timeout and writes no such event.
+    #[serde(rename_all = "camelCase")]
+    ChildRunTimedOut {
+        child_run_id: RunId,
+        parent_run_id: RunId,
+        agent_name: String,
+        layer: String,
+        after_ms: u64,
+    },
     #[serde(rename_all = "camelCase")]
     Custom {
         custom_type: String,
@@ -171,6 +203,9 @@ impl RunEvent {
             Self::RunFailed { .. } => "run.failed",
             Self::RunCanceled { .. } => "run.canceled",
             Self::DocumentsAttached { .. } => "documents.attached",
+            Self::ChildStarted { .. } => "child.started",
+            Self::ChildCompleted { .. } => "child.completed",
+            Self::ChildRunTimedOut { .. } => "child.timed_out",
             Self::Custom { .. } => "custom",
         }
     }
@@ -190,6 +225,9 @@ impl RunEvent {
             Self::RunFailed { .. } => "RunFailed",
             Self::RunCanceled { .. } => "RunCanceled",
             Self::DocumentsAttached { .. } => "DocumentsAttached",
+            Self::ChildStarted { .. } => "ChildStarted",
+            Self::ChildCompleted { .. } => "ChildCompleted",
+            Self::ChildRunTimedOut { .. } => "ChildRunTimedOut",
             Self::Custom { .. } => "Custom",
         }
     }

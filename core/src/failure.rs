@@ -43,6 +43,12 @@ pub enum ErrorClass {
     /// interruption and never reported an ending) and that may not run twice: a `Destructive`
     /// or `External` tool that does not declare `SafeToRepeat`. The message names the tool.
     ContinuationBlocked,
+    /// The run's call tree reached one of its shared limits (`Tracon:AgentGraph`: tokens,
+    /// cost, duration), checked between model turns. The message names the limit.
+    TreeBudgetExceeded,
+    /// A child run (one agent called by another) needed a person's approval, or handed tool
+    /// calls back to a client: a child cannot wait in the middle of its parent's tree.
+    ChildCannotWait,
     Internal,
 }
 
@@ -65,6 +71,8 @@ impl ErrorClass {
             Self::Configuration => "configuration_error",
             Self::Orphaned => "orphaned",
             Self::ContinuationBlocked => "continuation_blocked",
+            Self::TreeBudgetExceeded => "tree_budget_exceeded",
+            Self::ChildCannotWait => "child_cannot_wait",
             Self::Internal => "internal_error",
         }
     }

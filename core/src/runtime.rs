@@ -53,6 +53,10 @@ pub struct RuntimeSettings {
     /// run may go on before it hands the run over, at its next step boundary, to a later
     /// attempt (the SAM templates and `wrangler.toml` set it below each platform's limit).
     pub soft_deadline: Option<Duration>,
+    /// `Tracon:AgentGraph:*`: the limits every root run's call tree shares.
+    pub agent_graph: Arc<crate::runs::tree::AgentGraphSettings>,
+    /// `Tracon:SubAgents:*`: the default wait limits of a call to a callable agent.
+    pub sub_agents: crate::runs::tree::SubAgentDefaults,
 }
 
 /// `Tracon:RunReconciliation:*`: an executing run moves its heartbeat every `heartbeat`
@@ -103,6 +107,8 @@ impl Default for RuntimeSettings {
             session_ownership: crate::sessions::ownership::SessionOwnership::default(),
             continuation: true,
             soft_deadline: None,
+            agent_graph: Arc::default(),
+            sub_agents: crate::runs::tree::SubAgentDefaults::default(),
         }
     }
 }
@@ -130,6 +136,8 @@ impl RuntimeSettings {
             reconciliation: ReconciliationSettings::from_config(config)?,
             continuation: config.bool("Tracon:RunContinuation:Enabled")?.unwrap_or(true),
             soft_deadline: config.seconds("Tracon:RunContinuation:SoftDeadlineSeconds")?,
+            agent_graph: Arc::new(crate::runs::tree::AgentGraphSettings::from_config(config)?),
+            sub_agents: crate::runs::tree::SubAgentDefaults::from_config(config)?,
             session_ownership: crate::sessions::ownership::SessionOwnership::from_config(config)?,
         })
     }

@@ -162,7 +162,13 @@ pub fn put_live_frames(buf: &mut BytesMut, run_id: RunId, session_id: Option<&st
         RunEvent::MessageDelta { text } => put_frame(buf, "update", &UpdateFrame::Text { text }),
         RunEvent::ReasoningDelta { text } => put_frame(buf, "update", &UpdateFrame::Reasoning { text }),
         // The recorded log's own events; the live turn has no frame for them.
-        RunEvent::MessageCompleted { .. } | RunEvent::DocumentsAttached { .. } | RunEvent::Custom { .. } => {}
+        // (The child events are written to the root's log by the tree, never sent live.)
+        RunEvent::MessageCompleted { .. }
+        | RunEvent::DocumentsAttached { .. }
+        | RunEvent::Custom { .. }
+        | RunEvent::ChildStarted { .. }
+        | RunEvent::ChildCompleted { .. }
+        | RunEvent::ChildRunTimedOut { .. } => {}
         RunEvent::ToolInvoking { call_id, tool_name, arguments } => {
             put_frame(buf, "update", &UpdateFrame::ToolCall { call_id, tool_name, arguments })
         }

@@ -706,6 +706,9 @@ impl RunStore for Broken {
     async fn get_run(&self, _: &TenantId, _: RunId) -> Result<Option<RunRecord>, StoreError> {
         Ok(None)
     }
+    async fn list_tree(&self, _: &TenantId, _: RunId) -> Result<Vec<RunRecord>, StoreError> {
+        Ok(Vec::new())
+    }
     async fn list_runs(&self, _: &TenantId, _: &RunFilter, _: usize, _: usize) -> Result<Vec<RunRecord>, StoreError> {
         Ok(Vec::new())
     }
@@ -888,6 +891,9 @@ impl RunStore for Unreachable {
     }
     async fn get_run(&self, t: &TenantId, r: RunId) -> Result<Option<RunRecord>, StoreError> {
         RunStore::get_run(&Broken, t, r).await
+    }
+    async fn list_tree(&self, t: &TenantId, r: RunId) -> Result<Vec<RunRecord>, StoreError> {
+        RunStore::list_tree(&Broken, t, r).await
     }
     async fn list_runs(&self, t: &TenantId, f: &RunFilter, a: usize, b: usize) -> Result<Vec<RunRecord>, StoreError> {
         Broken.list_runs(t, f, a, b).await

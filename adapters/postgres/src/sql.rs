@@ -51,6 +51,12 @@ pub const RUN_GET: &str = "SELECT id, agent_name, agent_version, status, started
      model_provider, model, error, session_id, parent_run_id, root_run_id, depth, user_id, labels, heartbeat_at, \
      cancel_requested, continued_from_run_id, continued_by_run_id, yielded_at FROM runs WHERE tenant_id = $1 AND id = $2";
 
+/// A call tree by its root `$2`: the root and every run under it, oldest first.
+pub const RUN_TREE: &str = "SELECT id, agent_name, agent_version, status, started_at, ended_at, duration_ms, usage, cost, \
+     model_provider, model, error, session_id, parent_run_id, root_run_id, depth, user_id, labels, heartbeat_at, \
+     cancel_requested, continued_from_run_id, continued_by_run_id, yielded_at FROM runs \
+     WHERE tenant_id = $1 AND (id = $2 OR root_run_id = $2) ORDER BY depth, started_at, id LIMIT $3";
+
 /// The run filter, on `$2`…`$8`: agent, status, session, user, labels (`@>`), from, to.
 macro_rules! run_filter {
     () => {
@@ -849,6 +855,7 @@ mod tests {
             DEF_VERSION,
             RUN_FINISH,
             RUN_GET,
+            RUN_TREE,
             RUN_LIST,
             STEP_BEGIN,
             STEP_LIST,

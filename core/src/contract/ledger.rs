@@ -181,3 +181,36 @@ pub async fn a_running_run_yields_once_and_is_taken_back_once(s: Stores) {
     assert!(!r.yield_run(&a(), row.id, &[ev(3)], None, later).await.unwrap(), "an ended run does not yield");
     assert!(!r.resume_yielded(&a(), row.id, later).await.unwrap());
 }
+
+/// A call tree by its root: the root and every run under it (by depth, then start), the same
+/// from any store; another tenant's tree and an unrelated run are not part of it.
+pub async fn a_call_tree_is_listed_by_its_root_in_depth_order_within_its_tenant(s: Stores) {
+    let r = &s.runs;
+    let root = running();
+    let at = |seconds: i64| t0() + Duration::seconds(seconds);
+    let child = |parent: &RunRecord, depth: u32, started: i64| RunRecord {
+        parent_run_id: Some(parent.id),
+        root_run_id: Some(root.id),
+        depth,
+        ..RunRecord::opened(RunId(uuid::Uuid::now_v7()), "child", None, RunStatus::Running, at(started))
+    };
+    let mid = child(&root, 1, 5);
+    let late_mid = child(&root, 1, 9);
+    let leaf = child(&mid, 2, 6);
+    for run in [&root, &leaf, &late_mid, &mid] {
+        r.create_run(&a(), run, None).await.unwrap();
+    }
+    // An unrelated run in the same tenant, and a same-shaped tree in another tenant.
+    r.create_run(&a(), &running(), None).await.unwrap();
+    r.create_run(&b(), &RunRecord { root_run_id: Some(root.id), depth: 1, ..running() }, None).await.unwrap();
+
+    let ids = |tree: Vec<RunRecord>| tree.into_iter().map(|run| run.id).collect::<Vec<_>>();
+    let tree = r.list_tree(&a(), root.id).await.unwrap();
+    assert_eq!(tree[2].parent_run_id, Some(root.id));
+    assert_eq!(tree[3].depth, 2);
+    assert_eq!(ids(tree), vec![root.id, mid.id, late_mid.id, leaf.id]);
+    assert_eq!(ids(r.list_tree(&b(), root.id).await.unwrap()).len(), 1, "the other tenant sees its own row only");
+    // A run that is in no tree is a tree of one; an unknown id is an empty one.
+    assert_eq!(ids(r.list_tree(&a(), leaf.id).await.unwrap()), vec![leaf.id]);
+    assert!(r.list_tree(&a(), RunId(uuid::Uuid::now_v7())).await.unwrap().is_empty());
+}

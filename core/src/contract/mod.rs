@@ -15,6 +15,7 @@
 mod fixtures;
 mod ledger;
 pub use ledger::{
+    a_call_tree_is_listed_by_its_root_in_depth_order_within_its_tenant,
     a_running_run_yields_once_and_is_taken_back_once, an_ended_run_is_continued_once_and_linked_both_ways,
     the_ledger_is_fenced_by_the_run_being_running,
     the_ledger_records_each_step_with_its_calls_starts_before_their_endings,
@@ -1387,6 +1388,7 @@ macro_rules! store_contract_tests {
             the_ledger_is_fenced_by_the_run_being_running,
             an_ended_run_is_continued_once_and_linked_both_ways,
             a_running_run_yields_once_and_is_taken_back_once,
+            a_call_tree_is_listed_by_its_root_in_depth_order_within_its_tenant,
         );
     };
     (@tests $make:expr; $($check:ident),* $(,)?) => {

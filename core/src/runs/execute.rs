@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -23,12 +24,14 @@ use crate::names::{RunId, SessionId, TenantId};
 use crate::ports::millis_between;
 use crate::quota::{RunConsumption, THRESHOLD_EVENT};
 use crate::recorder::Recorder;
+use crate::runs::children::{Invoker, Subtree};
 use crate::runs::continuation::{self, Continuation};
 use crate::runs::outcome::RunOutcome;
 use crate::runs::prepare::user_message;
 use crate::runs::prepare::{LoadedSession, PreparedRun};
 use crate::runs::request::{CLIENT_UNANSWERED, Resume, RunRequest, UNDECIDED, refusal};
 use crate::runs::store::{RunEnd, RunStatus};
+use crate::runs::tree::TreePlace;
 use crate::runtime::Runtime;
 use crate::sessions::SessionWrite;
 use crate::tools::pipeline::{CallEnv, Ledger};
@@ -36,7 +39,7 @@ use crate::tools::pipeline::{CallEnv, Ledger};
 /// Runs a prepared run to its end. `events` receives every event as it happens (the live
 /// stream); closing it cancels the run, as does `cancel`.
 pub async fn execute(
-    runtime: &Runtime,
+    runtime: &Arc<Runtime>,
     prepared: PreparedRun,
     cancel: CancellationToken,
     events: Option<mpsc::Sender<RunEvent>>,
@@ -48,9 +51,18 @@ pub async fn execute(
     run.settle(turn, end).await
 }
 
+/// [`execute`] for a child run, as the tree's invoker starts it.
+fn run_child(
+    runtime: Arc<Runtime>,
+    prepared: PreparedRun,
+    cancel: CancellationToken,
+) -> BoxFuture<'static, RunOutcome> {
+    Box::pin(async move { execute(&runtime, prepared, cancel, None).await })
+}
+
 /// A run between its first event and its end: what each step of [`execute`] shares.
 pub struct Execution<'r> {
-    runtime: &'r Runtime,
+    runtime: &'r Arc<Runtime>,
     run_id: RunId,
     agent: Arc<CompiledAgent>,
     request: RunRequest,
@@ -71,11 +83,33 @@ pub struct Execution<'r> {
     env: CallEnv,
 }
 
+/// What a child run says when it would have to wait for someone.
+fn cannot_wait(end: &TurnEnd) -> Option<RunFailure> {
+    let why = match end {
+        TurnEnd::AwaitingApproval(requests) => {
+            let tools: Vec<&str> = requests.iter().map(|r| r.tool_name.as_str()).collect();
+            format!(
+                "It needed a person's approval for {}; an agent called by another agent cannot wait for one.",
+                tools.join(", ")
+            )
+        }
+        TurnEnd::ClientTools(calls) => {
+            let tools: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
+            format!(
+                "It called client-side tools ({}); an agent called by another agent has no client to answer them.",
+                tools.join(", ")
+            )
+        }
+        _ => return None,
+    };
+    Some(RunFailure::new(ErrorClass::ChildCannotWait, why))
+}
+
 impl<'r> Execution<'r> {
     /// The run's first events (`RunStarted`, the attached documents) and everything its calls
     /// share: the recorder, the emitter with its cancel watch, the tool call environment.
     pub async fn begin(
-        runtime: &'r Runtime,
+        runtime: &'r Arc<Runtime>,
         prepared: PreparedRun,
         cancel: CancellationToken,
         events: Option<mpsc::Sender<RunEvent>>,
@@ -90,6 +124,7 @@ impl<'r> Execution<'r> {
             client_results,
             continuation,
             deadline,
+            tree,
         } = prepared;
         let in_place = continuation.as_ref().and_then(|c| c.in_place.clone());
         let started_at = in_place.as_ref().map_or(started_at, |p| p.started_at);
@@ -131,6 +166,22 @@ impl<'r> Execution<'r> {
                 .collect();
             emitter.emit(RunEvent::DocumentsAttached { documents }).await;
         }
+        let subtree = tree.unwrap_or_else(|| Subtree {
+            place: TreePlace::root(run_id, runtime.settings.agent_graph.clone(), started_at),
+            root_log: recorder.clone(),
+        });
+        let children = (!agent.definition.callable_agent_names.is_empty()).then(|| {
+            let invoker = Invoker::new(
+                runtime.clone(),
+                subtree.clone(),
+                run_id,
+                request.attribution.clone(),
+                agent.definition.sub_agents.as_ref(),
+                run_child,
+            );
+            Arc::new(invoker) as Arc<dyn crate::tools::agents::ChildRuns>
+        });
+        let children = crate::tools::agents::Children(children);
         let decided = request.resume.iter().flat_map(|r| &r.decided);
         let env = CallEnv {
             tenant,
@@ -160,6 +211,8 @@ impl<'r> Execution<'r> {
                 continuation.as_ref().map_or(0, |c| c.steps),
             ),
             deadline,
+            tree: subtree.place,
+            children,
         };
         // Where the session's save starts: a session read at a generation gets what this turn
         // adds; a session this run creates gets the whole conversation, so one seeded with
@@ -249,7 +302,13 @@ impl<'r> Execution<'r> {
             };
         }
         let turn = engine::run_turn(self.runtime, &self.agent, &self.env, history, start, &mut self.emitter);
-        with_heartbeat(turn, self.runtime, &self.request.tenant, self.run_id).await
+        let mut turn = with_heartbeat(turn, self.runtime, &self.request.tenant, self.run_id).await;
+        if !self.env.tree.is_root()
+            && let Some(failure) = cannot_wait(&turn.end)
+        {
+            turn.end = TurnEnd::Failed(failure);
+        }
+        turn
     }
 
     /// Saves the turn to its session; a lost race fails the run rather than overwrite. A run

@@ -7,8 +7,8 @@ use std::sync::Mutex;
 use chrono::{DateTime, Utc};
 
 use super::store::{
-    CancelOutcome, LateCompletion, ModelStep, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus,
-    RunStore, StaleRun, ToolCallRecord,
+    CancelOutcome, LateCompletion, MAX_TREE_RUNS, ModelStep, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats,
+    RunStatus, RunStore, StaleRun, ToolCallRecord,
 };
 use crate::error::StoreError;
 use crate::events::RecordedEvent;
@@ -146,6 +146,19 @@ impl RunStore for MemoryRunStore {
 
     async fn get_run(&self, tenant: &TenantId, id: RunId) -> Result<Option<RunRecord>, StoreError> {
         Ok(lock(&self.inner).rows.get(&(tenant.clone(), id)).map(|e| e.row.clone()))
+    }
+
+    async fn list_tree(&self, tenant: &TenantId, root: RunId) -> Result<Vec<RunRecord>, StoreError> {
+        let inner = lock(&self.inner);
+        let mut tree: Vec<RunRecord> = inner
+            .rows
+            .iter()
+            .filter(|((t, id), e)| t == tenant && (*id == root || e.row.root_run_id == Some(root)))
+            .map(|(_, e)| e.row.clone())
+            .collect();
+        tree.sort_by_key(|r| (r.depth, r.started_at, r.id.0));
+        tree.truncate(MAX_TREE_RUNS);
+        Ok(tree)
     }
 
     async fn list_runs(

@@ -7,12 +7,15 @@
 //! - [`queued`] — runs accepted for a worker, and the job handler that executes them;
 //! - [`reconcile`] — closing runs whose executor went away;
 //! - [`continuation`] — continuing them as new runs from the step ledger;
+//! - [`tree`] and [`children`] — a run's place in its call tree, the budget the tree shares,
+//!   and the child runs an agent's generated agent tools start;
 //! - [`store`] and [`memory`] — the run records, their port and the in-memory store.
 //!
 //! Nothing here names a web framework: the HTTP handlers parse, call these, and map the
 //! outcome to a response.
 
 pub mod admission;
+pub mod children;
 pub mod continuation;
 pub mod drain;
 pub mod execute;
@@ -24,3 +27,4 @@ pub mod queued;
 pub mod reconcile;
 pub mod request;
 pub mod store;
+pub mod tree;

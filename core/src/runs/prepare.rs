@@ -51,11 +51,24 @@ pub struct PreparedRun {
     pub continuation: Option<crate::runs::continuation::Continuation>,
     /// A queued attempt's soft deadline (see [`crate::runtime::RuntimeSettings::soft_deadline`]).
     pub deadline: Option<chrono::DateTime<chrono::Utc>>,
+    /// A child run's place in its parent's tree; `None` for a root run.
+    pub tree: Option<crate::runs::children::Subtree>,
 }
 
 /// Every check that can refuse the request before anything streams. `run_id` is the run's
 /// id when the surface chose it beforehand.
 pub async fn prepare(runtime: &Runtime, request: RunRequest, run_id: Option<RunId>) -> Result<PreparedRun, StartError> {
+    prepare_in(runtime, request, run_id, None).await
+}
+
+/// [`prepare`] for a run at `place` in a call tree (a child run): its row names its parent,
+/// its root and its depth.
+pub async fn prepare_in(
+    runtime: &Runtime,
+    request: RunRequest,
+    run_id: Option<RunId>,
+    place: Option<&crate::runs::tree::TreePlace>,
+) -> Result<PreparedRun, StartError> {
     check_documents(&request.documents)?;
     let agent = runtime
         .catalog
@@ -101,7 +114,7 @@ pub async fn prepare(runtime: &Runtime, request: RunRequest, run_id: Option<RunI
     };
     let started_at = runtime.platform.clock.now();
     if request.queued.is_none() {
-        open_record(runtime, run_id, &agent, &request, session.as_ref(), started_at).await?;
+        open_record(runtime, run_id, &agent, &request, session.as_ref(), started_at, place).await?;
     }
     Ok(PreparedRun {
         run_id,
@@ -113,6 +126,7 @@ pub async fn prepare(runtime: &Runtime, request: RunRequest, run_id: Option<RunI
         client_results,
         continuation: None,
         deadline: None,
+        tree: None,
     })
 }
 
@@ -177,6 +191,7 @@ async fn open_record(
     request: &RunRequest,
     session: Option<&LoadedSession>,
     started_at: chrono::DateTime<chrono::Utc>,
+    place: Option<&crate::runs::tree::TreePlace>,
 ) -> Result<(), StartError> {
     let recording = &runtime.settings.recording;
     if !recording.enabled {
@@ -186,6 +201,9 @@ async fn open_record(
         session_id: session.map(|s| s.id.as_str().to_owned()),
         user_id: request.attribution.user_id.clone(),
         labels: request.attribution.labels.clone(),
+        parent_run_id: place.and_then(|p| p.parent),
+        root_run_id: place.map(|p| p.root),
+        depth: place.map_or(0, |p| p.depth),
         ..RunRecord::opened(run_id, &agent.name, agent.version, RunStatus::Running, started_at)
     };
     let input = recording.record_input.then(|| RunInputRecord {

@@ -15,6 +15,9 @@ use crate::names::{RunId, TenantId};
 use crate::pricing::CostSnapshot;
 use crate::tools::effect::ToolEffect;
 
+/// The most runs [`RunStore::list_tree`] returns.
+pub const MAX_TREE_RUNS: usize = 1_000;
+
 /// A run's status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
 pub enum RunStatus {
@@ -360,6 +363,10 @@ pub trait RunStore: Send + Sync {
         events: &[RecordedEvent],
     ) -> Result<(), StoreError>;
     async fn get_run(&self, tenant: &TenantId, id: RunId) -> Result<Option<RunRecord>, StoreError>;
+
+    /// The call tree whose root is `root`: the root itself and every run under it, by depth,
+    /// then start, then id; at most [`MAX_TREE_RUNS`].
+    async fn list_tree(&self, tenant: &TenantId, root: RunId) -> Result<Vec<RunRecord>, StoreError>;
     /// Newest first.
     async fn list_runs(
         &self,

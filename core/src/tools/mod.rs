@@ -4,6 +4,7 @@
 //! select from by name. Every call goes through [`pipeline`] — authorization → argument
 //! validation → timeout → approval → body — so no tool body re-implements any of them.
 
+pub mod agents;
 pub mod effect;
 pub mod output;
 pub mod pipeline;
@@ -40,6 +41,9 @@ pub struct ToolContext {
     /// call has no second effect: `{originRunId}:{step}:{callId}`, the same in every run that
     /// continues the one the model asked in (see [`crate::runs::continuation`]).
     pub idempotency_key: String,
+    /// Starts child runs, for a generated agent tool (`callableAgentNames`); `None` where a
+    /// run cannot have children.
+    pub children: agents::Children,
 }
 
 /// A tool failure.

@@ -148,6 +148,10 @@ pub struct CallEnv {
     /// A queued attempt's soft deadline: past it, the turn hands the run over at its next
     /// step boundary.
     pub deadline: Option<DateTime<Utc>>,
+    /// The run's place in its call tree: the budget every model call checks first.
+    pub tree: crate::runs::tree::TreePlace,
+    /// Starts the child runs of the agent's generated agent tools.
+    pub children: super::agents::Children,
 }
 
 /// Where a run is in its step ledger (clones share the count).
@@ -335,6 +339,7 @@ pub async fn execute(admitted: Admitted, env: &CallEnv) -> Executed {
         cancel: call_cancel.clone(),
         events: env.events.clone(),
         idempotency_key: env.ledger.key(&call.id),
+        children: env.children.clone(),
     };
     let body = tool.body();
     let mut body_future = async move { body.call(arguments, ctx).await }.boxed();

@@ -126,6 +126,7 @@ pub fn requirement(method: &Method, route: &str) -> Requirement {
         | "/api/runs/{id}/events"
         | "/api/runs/{id}/tools"
         | "/api/runs/{id}/input"
+        | "/api/runs/{id}/tree"
         | "/api/runs/{a}/compare/{b}"
         | "/api/stats" => S(Scope::RunsRead),
         "/api/runs/{id}/cancel" | "/api/jobs/{id}/cancel" => S(Scope::RunsCancel),

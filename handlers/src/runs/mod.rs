@@ -21,6 +21,7 @@ use futures::stream;
 use serde::Serialize;
 use tracon_core::access::{RunAction, is_allowed};
 use tracon_core::identity::Caller;
+use tracon_core::model::Usage;
 use tracon_core::names::{RunId, TenantId};
 use tracon_core::runs::store::{
     CancelOutcome, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, ToolCallRecord,
@@ -40,6 +41,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/runs/{id}/events", routing::get(events))
         .route("/api/runs/{id}/tools", routing::get(tools))
         .route("/api/runs/{id}/input", routing::get(input))
+        .route("/api/runs/{id}/tree", routing::get(tree))
         .route("/api/runs/{id}/cancel", routing::post(cancel))
         .route("/api/runs/{a}/compare/{b}", routing::get(compare))
         .route("/api/stats", routing::get(stats))
@@ -134,6 +136,54 @@ pub async fn get(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> 
     Ok(Json(load(&state, &tenant, &caller, run_id(&id)?).await?))
 }
 
+/// A run's call tree: the root (the run itself when it has no parent) and every child run
+/// under it, by depth then start, with what the whole tree spent.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunTree {
+    pub root_run_id: RunId,
+    /// The root first, then each depth in start order.
+    pub runs: Vec<RunRecord>,
+    /// Tokens of every run in the tree together.
+    pub total_usage: Usage,
+    /// Cost of every priced run in the tree together, in `currency`; absent when no run in
+    /// the tree has a cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_cost: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub currency: Option<String>,
+}
+
+/// A run's call tree, readable from any member: its root, every child run an agent tool
+/// started under it, and the tokens and cost of the whole tree.
+#[utoipa::path(get, path = "/api/runs/{id}/tree", tag = "runs", params(("id" = String, Path, description = "Run id of any member of the tree")),
+    responses((status = 200, body = RunTree), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+#[tracing::instrument(name = "runs.tree", skip_all)]
+pub async fn tree(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<Json<RunTree>> {
+    let member = load(&state, &tenant, &caller, run_id(&id)?).await?;
+    let root = member.root_run_id.unwrap_or(member.id);
+    let mut runs = state.runtime.stores.runs.list_tree(&tenant, root).await?;
+    // A member the policy does not let this caller read is left out, like a missing one.
+    let mut readable = Vec::with_capacity(runs.len());
+    for run in runs.drain(..) {
+        if is_allowed(state.runtime.run_authorizer.as_ref(), &caller, &tenant, RunAction::ReadRun { run: &run }).await {
+            readable.push(run);
+        }
+    }
+    let mut total_usage = Usage::default();
+    let (mut total_cost, mut currency) = (None::<f64>, None::<String>);
+    for run in &readable {
+        if let Some(u) = &run.usage {
+            total_usage.add(u);
+        }
+        if let Some(c) = &run.cost {
+            *total_cost.get_or_insert(0.0) += c.total_cost;
+            currency.get_or_insert_with(|| c.currency.clone());
+        }
+    }
+    Ok(Json(RunTree { root_run_id: root, runs: readable, total_usage, total_cost, currency }))
+}
+
 /// A run's tool calls, in call order: name, arguments, result, duration, error, effect,
 /// late completion.
 #[utoipa::path(get, path = "/api/runs/{id}/tools", tag = "runs", params(("id" = String, Path, description = "Run id")),
@@ -205,6 +255,7 @@ pub async fn cancel(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) 
     match state.runtime.stores.runs.request_cancel(&tenant, id).await {
         Ok(CancelOutcome::Requested) => {
             state.runtime.drain.cancel_local(id);
+            cancel_descendants(&state, &tenant, &run).await;
             Ok((StatusCode::ACCEPTED, Json(CancelAccepted { run_id: id, status: "CancelRequested" })).into_response())
         }
         Ok(CancelOutcome::AlreadyEnded(status)) => Err(ApiError::new(
@@ -215,6 +266,30 @@ pub async fn cancel(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) 
         .with("status", status)),
         Err(tracon_core::error::StoreError::NotFound) => Err(run_not_found()),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Asks every run under `run` in its call tree to stop too. Children execute with their
+/// parent, whose cancellation reaches them anyway; the flags also stop one another instance
+/// runs. A failure is logged: the run itself is already cancelled.
+async fn cancel_descendants(state: &AppState, tenant: &TenantId, run: &RunRecord) {
+    let runs = &state.runtime.stores.runs;
+    let tree = match runs.list_tree(tenant, run.root_run_id.unwrap_or(run.id)).await {
+        Ok(tree) => tree,
+        Err(e) => return tracing::warn!(run_id = %run.id, error = ?e, "could not read the run's tree to cancel it"),
+    };
+    let mut under = vec![run.id];
+    // By depth, so a parent is always met before its children.
+    for member in &tree {
+        if member.parent_run_id.is_some_and(|p| under.contains(&p)) {
+            under.push(member.id);
+            if !member.status.is_terminal() {
+                if let Err(e) = runs.request_cancel(tenant, member.id).await {
+                    tracing::warn!(run_id = %member.id, error = ?e, "could not cancel a child run");
+                }
+                state.runtime.drain.cancel_local(member.id);
+            }
+        }
     }
 }
 

@@ -81,6 +81,9 @@ impl RunStore for Counting {
     async fn get_run(&self, t: &TenantId, id: RunId) -> Result<Option<RunRecord>, StoreError> {
         delegate!(self, None, s => s.get_run(t, id))
     }
+    async fn list_tree(&self, t: &TenantId, root: RunId) -> Result<Vec<RunRecord>, StoreError> {
+        delegate!(self, Vec::new(), s => s.list_tree(t, root))
+    }
     async fn list_runs(&self, t: &TenantId, f: &RunFilter, a: usize, b: usize) -> Result<Vec<RunRecord>, StoreError> {
         delegate!(self, Vec::new(), s => s.list_runs(t, f, a, b))
     }
@@ -197,6 +200,7 @@ async fn writes_per_run(deltas: usize) -> Result<(u64, u64, f64), BoxError> {
         .add_provider(Arc::new(provider) as Arc<dyn ModelProvider>)
         .add_agent(AgentDefinition::new("a", "script", "m"))
         .build()?;
+    let runtime = Arc::new(runtime);
     let request = RunRequest {
         tenant: TenantId::default_tenant(),
         agent: AgentName::parse("a")?,

@@ -11,11 +11,11 @@ use chrono::{DateTime, Utc};
 use tracon_core::error::StoreError;
 use tracon_core::events::RecordedEvent;
 use tracon_core::names::{RunId, TenantId};
-use tracon_core::runs::store::LateCompletion;
 use tracon_core::runs::store::{
     CancelOutcome, ModelStep, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, RunStore, StaleRun,
     ToolCallRecord,
 };
+use tracon_core::runs::store::{LateCompletion, MAX_TREE_RUNS};
 
 use super::Db;
 use crate::codec::{
@@ -198,6 +198,12 @@ impl RunStore for PgRunStore {
     async fn get_run(&self, tenant: &TenantId, id: RunId) -> Result<Option<RunRecord>, StoreError> {
         let row = self.db.query_opt(sql::RUN_GET, &params![tenant.as_str(), id.0]).await?;
         row.as_ref().map(|r| run_record(r, tenant)).transpose()
+    }
+
+    async fn list_tree(&self, tenant: &TenantId, root: RunId) -> Result<Vec<RunRecord>, StoreError> {
+        let limit = i64::try_from(MAX_TREE_RUNS).unwrap_or(i64::MAX);
+        let rows = self.db.query(sql::RUN_TREE, &params![tenant.as_str(), root.0, limit]).await?;
+        rows.iter().map(|r| run_record(r, tenant)).collect()
     }
 
     async fn list_runs(
