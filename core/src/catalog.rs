@@ -297,6 +297,25 @@ impl Catalog {
         Ok(compiled)
     }
 
+    /// Compiles `definition` (one stored version, not necessarily the latest) in `tenant`,
+    /// uncached: a replay against a selected version.
+    pub async fn compile_definition(
+        &self,
+        tenant: &TenantId,
+        definition: Arc<AgentDefinition>,
+        version: Option<u32>,
+        culture: Option<&str>,
+        parameters: &BTreeMap<String, String>,
+    ) -> Result<Arc<CompiledAgent>, CatalogError> {
+        let (resolution, _) = self.resolve(tenant, &definition, false).await?;
+        compiler::compile(definition, version, &resolution, culture, parameters, &self.providers, &self.tools)
+            .map(Arc::new)
+            .map_err(|e| match e {
+                CompileFailure::Invalid(p) => CatalogError::Invalid(p),
+                CompileFailure::Parameters(p) => CatalogError::Parameters(p),
+            })
+    }
+
     fn cache_lock(&self) -> std::sync::MutexGuard<'_, HashMap<CacheKey, Arc<CompiledAgent>>> {
         self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }

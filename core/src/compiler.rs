@@ -282,6 +282,25 @@ impl std::fmt::Debug for CompiledAgent {
 }
 
 impl CompiledAgent {
+    /// This agent offered no tools (a replay in `NoTools` mode): the model can only answer.
+    pub fn without_tools(&self) -> CompiledAgent {
+        CompiledAgent { tools: Vec::new(), tool_specs: Arc::from(Vec::new()), ..self.clone_parts() }
+    }
+
+    fn clone_parts(&self) -> CompiledAgent {
+        CompiledAgent {
+            name: self.name.clone(),
+            version: self.version,
+            definition: self.definition.clone(),
+            instructions: self.instructions.clone(),
+            culture: self.culture.clone(),
+            provider: self.provider.clone(),
+            tools: self.tools.clone(),
+            tool_specs: self.tool_specs.clone(),
+            max_iterations: self.max_iterations,
+        }
+    }
+
     /// This agent with `extra` appended to its instructions, for one run (an OpenAI client's
     /// system text).
     pub fn with_extra_instructions(&self, extra: &str) -> CompiledAgent {
@@ -289,17 +308,7 @@ impl CompiledAgent {
             Some(own) => format!("{own}\n\n{extra}"),
             None => extra.to_owned(),
         };
-        CompiledAgent {
-            name: self.name.clone(),
-            version: self.version,
-            definition: self.definition.clone(),
-            instructions: Some(instructions),
-            culture: self.culture.clone(),
-            provider: self.provider.clone(),
-            tools: self.tools.clone(),
-            tool_specs: self.tool_specs.clone(),
-            max_iterations: self.max_iterations,
-        }
+        CompiledAgent { instructions: Some(instructions), ..self.clone_parts() }
     }
 
     pub fn tool(&self, name: &str) -> Option<&Arc<ToolRegistration>> {

@@ -577,6 +577,34 @@ pub async fn run_tools(
         return Ok(ToolRound::Approvals(approvals));
     }
 
+    // A replay answers from the source run's record; a call it cannot answer stops it.
+    if let Some(recorded) = &env.replay {
+        for (i, a) in std::mem::take(&mut admitted) {
+            let Some(answer) = recorded.take(&a.call) else {
+                return Err(Stop::Failed(RunFailure::new(
+                    ErrorClass::ReplayMismatch,
+                    format!(
+                        "The replay called '{}' with arguments the source run never called it with; in ReplayTools mode no tool runs for real.",
+                        a.call.name
+                    ),
+                )));
+            };
+            if let Some(slot) = settled.get_mut(i) {
+                *slot = Some(CallOutcome {
+                    call_id: a.call.id,
+                    tool_name: a.call.name,
+                    arguments: a.call.arguments,
+                    effect: Some(a.tool.effect),
+                    status: answer.status,
+                    result: answer.result,
+                    error: answer.error,
+                    omitted_bytes: None,
+                    started_at: a.started_at,
+                    duration_ms: 0,
+                });
+            }
+        }
+    }
     if !admitted.is_empty() && emitter.should_stop().await {
         return Err(Stop::Canceled);
     }

@@ -49,6 +49,9 @@ pub enum ErrorClass {
     /// A child run (one agent called by another) needed a person's approval, or handed tool
     /// calls back to a client: a child cannot wait in the middle of its parent's tree.
     ChildCannotWait,
+    /// A replay in `ReplayTools` mode called a tool in a way the source run never did: no
+    /// recorded answer fits, and nothing runs for real. The message names the tool.
+    ReplayMismatch,
     Internal,
 }
 
@@ -73,6 +76,7 @@ impl ErrorClass {
             Self::ContinuationBlocked => "continuation_blocked",
             Self::TreeBudgetExceeded => "tree_budget_exceeded",
             Self::ChildCannotWait => "child_cannot_wait",
+            Self::ReplayMismatch => "replay_mismatch",
             Self::Internal => "internal_error",
         }
     }

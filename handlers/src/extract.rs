@@ -50,6 +50,25 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
     }
 }
 
+/// A JSON request body that may be left out: no body is `T::default()`; a body is held to
+/// [`ApiJson`]'s rules.
+pub struct OptionalJson<T>(pub T);
+
+impl<T: DeserializeOwned + Default> FromRequest<AppState> for OptionalJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let limit = state.http.max_body_bytes;
+        let (parts, body) = req.into_parts();
+        let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| too_large(limit))?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalJson(T::default()));
+        }
+        let req = Request::from_parts(parts, axum::body::Body::from(bytes));
+        ApiJson::from_request(req, state).await.map(|ApiJson(v)| OptionalJson(v))
+    }
+}
+
 fn too_large(limit: usize) -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,

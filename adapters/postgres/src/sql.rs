@@ -35,8 +35,8 @@ pub const DEF_VERSION: &str = "SELECT version, definition, created_at, written_a
 
 /// `$1` tenant … `$14` cancel_requested, `$15` input (protected, nullable).
 pub const RUN_INSERT: &str = "INSERT INTO runs (tenant_id, id, agent_name, agent_version, status, started_at, session_id, \
-     parent_run_id, root_run_id, depth, user_id, labels, heartbeat_at, cancel_requested, input) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)";
+     parent_run_id, root_run_id, depth, user_id, labels, heartbeat_at, cancel_requested, input, replay_of_run_id) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)";
 
 /// Closes the row and appends the run's last events (`$11`…`$14` as arrays) in one
 /// statement, so the terminal event is never visible on an open row.
@@ -49,12 +49,12 @@ pub const RUN_FINISH: &str = "WITH ins AS (INSERT INTO run_events (tenant_id, ru
 
 pub const RUN_GET: &str = "SELECT id, agent_name, agent_version, status, started_at, ended_at, duration_ms, usage, cost, \
      model_provider, model, error, session_id, parent_run_id, root_run_id, depth, user_id, labels, heartbeat_at, \
-     cancel_requested, continued_from_run_id, continued_by_run_id, yielded_at FROM runs WHERE tenant_id = $1 AND id = $2";
+     cancel_requested, continued_from_run_id, continued_by_run_id, yielded_at, replay_of_run_id FROM runs WHERE tenant_id = $1 AND id = $2";
 
 /// A call tree by its root `$2`: the root and every run under it, oldest first.
 pub const RUN_TREE: &str = "SELECT id, agent_name, agent_version, status, started_at, ended_at, duration_ms, usage, cost, \
      model_provider, model, error, session_id, parent_run_id, root_run_id, depth, user_id, labels, heartbeat_at, \
-     cancel_requested, continued_from_run_id, continued_by_run_id, yielded_at FROM runs \
+     cancel_requested, continued_from_run_id, continued_by_run_id, yielded_at, replay_of_run_id FROM runs \
      WHERE tenant_id = $1 AND (id = $2 OR root_run_id = $2) ORDER BY depth, started_at, id LIMIT $3";
 
 /// The run filter, on `$2`…`$8`: agent, status, session, user, labels (`@>`), from, to.
@@ -70,7 +70,7 @@ macro_rules! run_filter {
 pub const RUN_LIST: &str = concat!(
     "SELECT id, agent_name, agent_version, status, started_at, ended_at, duration_ms, usage, cost, \
      model_provider, model, error, session_id, parent_run_id, root_run_id, depth, user_id, labels, heartbeat_at, \
-     cancel_requested, continued_from_run_id, continued_by_run_id, yielded_at FROM runs WHERE ",
+     cancel_requested, continued_from_run_id, continued_by_run_id, yielded_at, replay_of_run_id FROM runs WHERE ",
     run_filter!(),
     " ORDER BY started_at DESC, id DESC OFFSET $9 LIMIT $10"
 );

@@ -195,7 +195,8 @@ pub async fn a_call_tree_is_listed_by_its_root_in_depth_order_within_its_tenant(
         ..RunRecord::opened(RunId(uuid::Uuid::now_v7()), "child", None, RunStatus::Running, at(started))
     };
     let mid = child(&root, 1, 5);
-    let late_mid = child(&root, 1, 9);
+    // (A replay's row names its source: kept like any other link.)
+    let late_mid = RunRecord { replay_of_run_id: Some(mid.id), ..child(&root, 1, 9) };
     let leaf = child(&mid, 2, 6);
     for run in [&root, &leaf, &late_mid, &mid] {
         r.create_run(&a(), run, None).await.unwrap();
@@ -208,6 +209,8 @@ pub async fn a_call_tree_is_listed_by_its_root_in_depth_order_within_its_tenant(
     let tree = r.list_tree(&a(), root.id).await.unwrap();
     assert_eq!(tree[2].parent_run_id, Some(root.id));
     assert_eq!(tree[3].depth, 2);
+    assert_eq!(tree[2].replay_of_run_id, Some(mid.id));
+    assert_eq!(r.get_run(&a(), mid.id).await.unwrap().unwrap().replay_of_run_id, None);
     assert_eq!(ids(tree), vec![root.id, mid.id, late_mid.id, leaf.id]);
     assert_eq!(ids(r.list_tree(&b(), root.id).await.unwrap()).len(), 1, "the other tenant sees its own row only");
     // A run that is in no tree is a tree of one; an unknown id is an empty one.

@@ -27,7 +27,7 @@ use crate::names::{AgentName, RunId};
 use crate::ports::millis_between;
 use crate::recorder::Recorder;
 use crate::runs::outcome::RunOutcome;
-use crate::runs::prepare::{PreparedRun, prepare_in};
+use crate::runs::prepare::{Options, PreparedRun, prepare_in};
 use crate::runs::request::{RunRequest, StartError};
 use crate::runs::store::RunStatus;
 use crate::runs::tree::{Limit, TreePlace};
@@ -131,7 +131,7 @@ impl ChildRuns for Invoker {
             queued: None,
             tool_results: Vec::new(),
         };
-        let mut prepared = prepare_in(runtime, request, None, Some(&place))
+        let mut prepared = prepare_in(runtime, request, None, Options { place: Some(&place), ..Options::default() })
             .await
             .map_err(|e| ToolError::message(start_refusal(agent, &e)))?;
         let child_id = prepared.run_id;

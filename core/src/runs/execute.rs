@@ -125,6 +125,7 @@ impl<'r> Execution<'r> {
             continuation,
             deadline,
             tree,
+            replay,
         } = prepared;
         let in_place = continuation.as_ref().and_then(|c| c.in_place.clone());
         let started_at = in_place.as_ref().map_or(started_at, |p| p.started_at);
@@ -213,6 +214,7 @@ impl<'r> Execution<'r> {
             deadline,
             tree: subtree.place,
             children,
+            replay,
         };
         // Where the session's save starts: a session read at a generation gets what this turn
         // adds; a session this run creates gets the whole conversation, so one seeded with

@@ -25,6 +25,7 @@ pub mod outcome;
 pub mod prepare;
 pub mod queued;
 pub mod reconcile;
+pub mod replay;
 pub mod request;
 pub mod store;
 pub mod tree;

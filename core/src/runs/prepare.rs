@@ -53,27 +53,45 @@ pub struct PreparedRun {
     pub deadline: Option<chrono::DateTime<chrono::Utc>>,
     /// A child run's place in its parent's tree; `None` for a root run.
     pub tree: Option<crate::runs::children::Subtree>,
+    /// A replay in `ReplayTools` mode: the source run's recorded answers.
+    pub replay: Option<Arc<crate::tools::replayed::Recorded>>,
+}
+
+/// How [`prepare_in`] departs from an ordinary run.
+#[derive(Default)]
+pub struct Options<'a> {
+    /// A child run's place in a call tree: its row names its parent, its root and its depth.
+    pub place: Option<&'a crate::runs::tree::TreePlace>,
+    /// The agent, compiled already (a replay against a selected version); otherwise the
+    /// catalog compiles the request's agent as it is now.
+    pub agent: Option<Arc<CompiledAgent>>,
+    /// The run this one replays; its row names it.
+    pub replay_of: Option<RunId>,
 }
 
 /// Every check that can refuse the request before anything streams. `run_id` is the run's
 /// id when the surface chose it beforehand.
 pub async fn prepare(runtime: &Runtime, request: RunRequest, run_id: Option<RunId>) -> Result<PreparedRun, StartError> {
-    prepare_in(runtime, request, run_id, None).await
+    prepare_in(runtime, request, run_id, Options::default()).await
 }
 
-/// [`prepare`] for a run at `place` in a call tree (a child run): its row names its parent,
-/// its root and its depth.
+/// [`prepare`] with [`Options`]: a child run, a replay.
 pub async fn prepare_in(
     runtime: &Runtime,
     request: RunRequest,
     run_id: Option<RunId>,
-    place: Option<&crate::runs::tree::TreePlace>,
+    options: Options<'_>,
 ) -> Result<PreparedRun, StartError> {
     check_documents(&request.documents)?;
-    let agent = runtime
-        .catalog
-        .compile(&request.tenant, &request.agent, request.culture.as_deref(), &request.parameters)
-        .await?;
+    let agent = match options.agent.clone() {
+        Some(agent) => agent,
+        None => {
+            runtime
+                .catalog
+                .compile(&request.tenant, &request.agent, request.culture.as_deref(), &request.parameters)
+                .await?
+        }
+    };
     let session = match &request.session_id {
         None => None,
         Some(id) => {
@@ -114,7 +132,7 @@ pub async fn prepare_in(
     };
     let started_at = runtime.platform.clock.now();
     if request.queued.is_none() {
-        open_record(runtime, run_id, &agent, &request, session.as_ref(), started_at, place).await?;
+        open_record(runtime, run_id, &agent, &request, session.as_ref(), started_at, &options).await?;
     }
     Ok(PreparedRun {
         run_id,
@@ -127,6 +145,7 @@ pub async fn prepare_in(
         continuation: None,
         deadline: None,
         tree: None,
+        replay: None,
     })
 }
 
@@ -191,8 +210,9 @@ async fn open_record(
     request: &RunRequest,
     session: Option<&LoadedSession>,
     started_at: chrono::DateTime<chrono::Utc>,
-    place: Option<&crate::runs::tree::TreePlace>,
+    options: &Options<'_>,
 ) -> Result<(), StartError> {
+    let place = options.place;
     let recording = &runtime.settings.recording;
     if !recording.enabled {
         return Ok(());
@@ -204,6 +224,7 @@ async fn open_record(
         parent_run_id: place.and_then(|p| p.parent),
         root_run_id: place.map(|p| p.root),
         depth: place.map_or(0, |p| p.depth),
+        replay_of_run_id: options.replay_of,
         ..RunRecord::opened(run_id, &agent.name, agent.version, RunStatus::Running, started_at)
     };
     let input = recording.record_input.then(|| RunInputRecord {

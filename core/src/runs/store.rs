@@ -86,6 +86,9 @@ pub struct RunRecord {
     /// The run that continues this one, once its executor went away and it was continued.
     #[serde(default)]
     pub continued_by_run_id: Option<RunId>,
+    /// The run this one replays (`POST /api/runs/{id}/replay`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_of_run_id: Option<RunId>,
     /// Set while a queued run that reached its soft deadline waits for the attempt that goes
     /// on with it (it stays `Running`).
     #[serde(skip)]
@@ -127,6 +130,7 @@ impl RunRecord {
             cancel_requested: false,
             continued_from_run_id: None,
             continued_by_run_id: None,
+            replay_of_run_id: None,
             yielded_at: None,
         }
     }

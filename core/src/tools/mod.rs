@@ -8,6 +8,7 @@ pub mod agents;
 pub mod effect;
 pub mod output;
 pub mod pipeline;
+pub mod replayed;
 
 use std::collections::BTreeMap;
 use std::fmt;

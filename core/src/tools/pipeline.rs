@@ -152,6 +152,9 @@ pub struct CallEnv {
     pub tree: crate::runs::tree::TreePlace,
     /// Starts the child runs of the agent's generated agent tools.
     pub children: super::agents::Children,
+    /// A replay in `ReplayTools` mode: the source run's answers, given instead of running a
+    /// body.
+    pub replay: Option<Arc<super::replayed::Recorded>>,
 }
 
 /// Where a run is in its step ledger (clones share the count).

@@ -130,6 +130,7 @@ pub fn requirement(method: &Method, route: &str) -> Requirement {
         | "/api/runs/{a}/compare/{b}"
         | "/api/stats" => S(Scope::RunsRead),
         "/api/runs/{id}/cancel" | "/api/jobs/{id}/cancel" => S(Scope::RunsCancel),
+        "/api/runs/{id}/replay" => S(Scope::RunsWrite),
         "/api/jobs" | "/api/jobs/{id}" => S(Scope::RunsRead),
         "/api/sessions" | "/api/sessions/{id}" => S(if read { Scope::SessionsRead } else { Scope::SessionsWrite }),
         "/api/sessions/{id}/branch" => S(Scope::SessionsWrite),

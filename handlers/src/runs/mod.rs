@@ -6,6 +6,8 @@
 //! terminal event; the frames depend only on stored events, so replay and live are the
 //! same bytes. A cancel sets a flag in the store that the executing turn observes.
 
+pub mod replay;
+
 use axum::Router;
 use axum::routing;
 use std::time::Duration;
@@ -42,6 +44,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/runs/{id}/tools", routing::get(tools))
         .route("/api/runs/{id}/input", routing::get(input))
         .route("/api/runs/{id}/tree", routing::get(tree))
+        .route("/api/runs/{id}/replay", routing::post(replay::replay))
         .route("/api/runs/{id}/cancel", routing::post(cancel))
         .route("/api/runs/{a}/compare/{b}", routing::get(compare))
         .route("/api/stats", routing::get(stats))
