@@ -74,6 +74,7 @@ pub struct Catalog {
     store: Arc<dyn DefinitionStore>,
     providers: ProviderRegistry,
     tools: ToolRegistry,
+    loops: crate::harness::Loops,
     cache: Mutex<HashMap<CacheKey, Arc<CompiledAgent>>>,
 }
 
@@ -84,7 +85,24 @@ impl Catalog {
         providers: ProviderRegistry,
         tools: ToolRegistry,
     ) -> Self {
-        Self { code, store, providers, tools, cache: Mutex::new(HashMap::new()) }
+        Self {
+            code,
+            store,
+            providers,
+            tools,
+            loops: crate::harness::Loops::default(),
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The harness-loop criteria registered in code, and the judge binding.
+    pub fn with_loops(mut self, loops: crate::harness::Loops) -> Self {
+        self.loops = loops;
+        self
+    }
+
+    pub fn loops(&self) -> &crate::harness::Loops {
+        &self.loops
     }
 
     pub fn providers(&self) -> &ProviderRegistry {
@@ -222,7 +240,9 @@ impl Catalog {
     /// What `POST /api/agents/validate` and the save path run. Calls no model.
     pub async fn validate(&self, tenant: &TenantId, def: &AgentDefinition) -> Result<ValidationReport, StoreError> {
         let (resolution, _) = self.resolve(tenant, def, true).await?;
-        Ok(ValidationReport::from_problems(compiler::check(def, &resolution, &self.providers, &self.tools)))
+        let mut problems = compiler::check(def, &resolution, &self.providers, &self.tools);
+        problems.extend(self.loops.check(def));
+        Ok(ValidationReport::from_problems(problems))
     }
 
     /// Checks a code definition against the registries at start-up (stored definitions are
@@ -233,6 +253,7 @@ impl Catalog {
             resolution.shared_block = self.code.get(shared).cloned();
         }
         let mut problems = compiler::check(def, &resolution, &self.providers, &self.tools);
+        problems.extend(self.loops.check(def));
         // A code agent may name a block or callee that tenants store later; only the
         // registry-backed names are start-up errors.
         problems.retain(|p| {
@@ -273,6 +294,10 @@ impl Catalog {
         if cacheable && let Some(hit) = self.cache_lock().get(&key) {
             return Ok(hit.clone());
         }
+        let loop_problems = self.loops.check(&entry.definition);
+        if !loop_problems.is_empty() {
+            return Err(CatalogError::Invalid(loop_problems));
+        }
         let compiled = compiler::compile(
             entry.definition,
             entry.version,
@@ -308,6 +333,10 @@ impl Catalog {
         parameters: &BTreeMap<String, String>,
     ) -> Result<Arc<CompiledAgent>, CatalogError> {
         let (resolution, _) = self.resolve(tenant, &definition, false).await?;
+        let loop_problems = self.loops.check(&definition);
+        if !loop_problems.is_empty() {
+            return Err(CatalogError::Invalid(loop_problems));
+        }
         compiler::compile(definition, version, &resolution, culture, parameters, &self.providers, &self.tools)
             .map(Arc::new)
             .map_err(|e| match e {

@@ -195,6 +195,53 @@ pub struct HarnessSettings {
     /// Bound of the inner tool-calling loop: model calls per request (default 40).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maximum_iterations_per_request: Option<u32>,
+    /// Invoke the agent again until its stop criteria say the work is finished (off while
+    /// unset). See [`crate::harness`].
+    #[serde(default, rename = "loop", skip_serializing_if = "Option::is_none")]
+    pub r#loop: Option<LoopSettings>,
+}
+
+/// `harness.loop.maxIterations` when unset.
+pub const DEFAULT_LOOP_ITERATIONS: u32 = 10;
+/// Highest accepted `harness.loop.maxIterations`.
+pub const MAX_LOOP_ITERATIONS: u32 = 100;
+
+/// `harness.loop`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LoopSettings {
+    /// Evaluated in order after each answer; the loop stops when every one is satisfied.
+    pub criteria: Vec<LoopCriterion>,
+    /// Invocations at most, the first included (1–100; default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_iterations: Option<u32>,
+}
+
+impl LoopSettings {
+    pub fn max_iterations(&self) -> u32 {
+        self.max_iterations.unwrap_or(DEFAULT_LOOP_ITERATIONS)
+    }
+}
+
+/// One stop criterion.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LoopCriterion {
+    /// A built-in kind or one registered in code.
+    pub kind: String,
+    /// `completionMarker`: the text the answer must contain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marker: Option<String>,
+    /// `todoCompletion`: which items count as open — `unchecked` (`- [ ]`, the default) and
+    /// `inProgress` (`- [~]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modes: Option<Vec<String>>,
+    /// `aiJudge`: what "finished" means, for the judge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge_criteria: Option<String>,
+    /// `aiJudge`: instructions for the judge beyond Tracon's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge_instructions: Option<String>,
 }
 
 impl AgentDefinition {

@@ -142,6 +142,20 @@ pub enum RunEvent {
         layer: String,
         after_ms: u64,
     },
+    /// A harness-loop iteration was evaluated: whether a criterion asked for another one
+    /// (`criterion` names it), or which criterion failed to evaluate (`failed`, the loop
+    /// stops). `ceilingReached`: the next iteration is the last, and is not evaluated.
+    #[serde(rename_all = "camelCase")]
+    LoopIterationCompleted {
+        iteration: u32,
+        continued: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        criterion: Option<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        failed: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        ceiling_reached: bool,
+    },
     #[serde(rename_all = "camelCase")]
     Custom {
         custom_type: String,
@@ -206,6 +220,7 @@ impl RunEvent {
             Self::ChildStarted { .. } => "child.started",
             Self::ChildCompleted { .. } => "child.completed",
             Self::ChildRunTimedOut { .. } => "child.timed_out",
+            Self::LoopIterationCompleted { .. } => "loop.iteration_completed",
             Self::Custom { .. } => "custom",
         }
     }
@@ -228,6 +243,7 @@ impl RunEvent {
             Self::ChildStarted { .. } => "ChildStarted",
             Self::ChildCompleted { .. } => "ChildCompleted",
             Self::ChildRunTimedOut { .. } => "ChildRunTimedOut",
+            Self::LoopIterationCompleted { .. } => "LoopIterationCompleted",
             Self::Custom { .. } => "Custom",
         }
     }

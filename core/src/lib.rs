@@ -33,6 +33,7 @@ pub mod engine;
 pub mod error;
 pub mod events;
 pub mod failure;
+pub mod harness;
 pub mod idempotency;
 pub mod identity;
 pub mod jobs;

@@ -26,6 +26,9 @@ pub enum ProblemCode {
     NestedSharedInstructions,
     UnknownProviderSetting,
     InvalidProviderSetting,
+    /// A harness setting that cannot work: an unknown loop criterion kind, a judge without a
+    /// binding.
+    InvalidHarness,
 }
 
 /// One thing wrong with a definition.

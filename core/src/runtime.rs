@@ -57,6 +57,9 @@ pub struct RuntimeSettings {
     pub agent_graph: Arc<crate::runs::tree::AgentGraphSettings>,
     /// `Tracon:SubAgents:*`: the default wait limits of a call to a callable agent.
     pub sub_agents: crate::runs::tree::SubAgentDefaults,
+    /// `Tracon:Harness:Judge:Provider` and `:Model`: the model a loop's `aiJudge` criterion
+    /// asks (none: `aiJudge` does not compile).
+    pub loop_judge: Option<(String, String)>,
 }
 
 /// `Tracon:RunReconciliation:*`: an executing run moves its heartbeat every `heartbeat`
@@ -109,6 +112,7 @@ impl Default for RuntimeSettings {
             soft_deadline: None,
             agent_graph: Arc::default(),
             sub_agents: crate::runs::tree::SubAgentDefaults::default(),
+            loop_judge: None,
         }
     }
 }
@@ -138,6 +142,17 @@ impl RuntimeSettings {
             soft_deadline: config.seconds("Tracon:RunContinuation:SoftDeadlineSeconds")?,
             agent_graph: Arc::new(crate::runs::tree::AgentGraphSettings::from_config(config)?),
             sub_agents: crate::runs::tree::SubAgentDefaults::from_config(config)?,
+            loop_judge: match (config.get("Tracon:Harness:Judge:Provider"), config.get("Tracon:Harness:Judge:Model")) {
+                (None, None) => None,
+                (Some(p), Some(m)) if !p.trim().is_empty() && !m.trim().is_empty() => {
+                    Some((p.trim().to_owned(), m.trim().to_owned()))
+                }
+                _ => {
+                    return Err(ConfigError::Message(
+                        "Tracon__Harness__Judge__Provider and __Model are set together, or neither.".into(),
+                    ));
+                }
+            },
             session_ownership: crate::sessions::ownership::SessionOwnership::from_config(config)?,
         })
     }
@@ -216,6 +231,7 @@ pub struct RuntimeBuilder {
     quota_sinks: Vec<Arc<dyn QuotaNoticeSink>>,
     webhooks: crate::webhooks::WebhookSettings,
     custom_job_handlers: Vec<Arc<dyn crate::jobs::JobHandler>>,
+    loop_evaluators: BTreeMap<String, Arc<dyn crate::harness::LoopEvaluator>>,
     errors: Vec<String>,
 }
 
@@ -244,8 +260,22 @@ impl RuntimeBuilder {
             quota_sinks: Vec::new(),
             webhooks: crate::webhooks::WebhookSettings::default(),
             custom_job_handlers: Vec::new(),
+            loop_evaluators: BTreeMap::new(),
             errors: Vec::new(),
         }
+    }
+
+    /// Registers a harness-loop criterion written in code, for definitions to name as
+    /// `harness.loop.criteria[].kind`. A built-in kind or a kind registered twice is a
+    /// start-up error.
+    pub fn add_loop_evaluator(mut self, kind: &str, evaluator: Arc<dyn crate::harness::LoopEvaluator>) -> Self {
+        if crate::harness::BUILT_IN.contains(&kind) || self.loop_evaluators.contains_key(kind) || kind.trim().is_empty()
+        {
+            self.errors.push(format!("The loop criterion kind '{kind}' is built in, empty or registered twice."));
+        } else {
+            self.loop_evaluators.insert(kind.to_owned(), evaluator);
+        }
+        self
     }
 
     /// Adds a job type of the host's own: jobs with its handler key ([`crate::background::enqueue`])
@@ -377,7 +407,19 @@ impl RuntimeBuilder {
             code.insert(def.name.clone(), Arc::new(def));
         }
         let stores = self.stores.unwrap_or_else(Stores::in_memory);
-        let catalog = Catalog::new(code.clone(), stores.definitions.clone(), self.providers, self.tools);
+        let judge = match &self.settings.loop_judge {
+            None => None,
+            Some((provider, model)) => match self.providers.get(provider) {
+                Some(p) => Some(crate::harness::JudgeBinding { provider: p.clone(), model: model.clone() }),
+                None => {
+                    errors.push(format!("Tracon:Harness:Judge:Provider names '{provider}', which is not registered."));
+                    None
+                }
+            },
+        };
+        let loops = crate::harness::Loops { evaluators: self.loop_evaluators, judge };
+        let catalog =
+            Catalog::new(code.clone(), stores.definitions.clone(), self.providers, self.tools).with_loops(loops);
         for def in code.values() {
             for p in catalog.validate_code_agent(def) {
                 errors.push(format!("Code agent '{}': {} ({})", def.name, p.message, p.field));

@@ -433,7 +433,8 @@ async fn a_foreign_tool_error_never_shows_its_text() {
 async fn the_last_iteration_offers_no_tools_so_the_loop_is_bounded() {
     let turns = vec![ScriptedTurn::tool_call("one", json!({"value": "x"}))]; // always asks for a tool
     let mut def = agent(&["one"]);
-    def.harness = Some(tracon_core::definition::HarnessSettings { maximum_iterations_per_request: Some(3) });
+    def.harness =
+        Some(tracon_core::definition::HarnessSettings { maximum_iterations_per_request: Some(3), r#loop: None });
     let h = Harness::new(turns, vec![echo_tool("one")], def);
     let (outcome, events) = h.run("a", "go").await;
     assert_eq!(outcome.status, RunStatus::Completed);

@@ -168,7 +168,8 @@ pub fn put_live_frames(buf: &mut BytesMut, run_id: RunId, session_id: Option<&st
         | RunEvent::Custom { .. }
         | RunEvent::ChildStarted { .. }
         | RunEvent::ChildCompleted { .. }
-        | RunEvent::ChildRunTimedOut { .. } => {}
+        | RunEvent::ChildRunTimedOut { .. }
+        | RunEvent::LoopIterationCompleted { .. } => {}
         RunEvent::ToolInvoking { call_id, tool_name, arguments } => {
             put_frame(buf, "update", &UpdateFrame::ToolCall { call_id, tool_name, arguments })
         }

@@ -91,6 +91,12 @@ fn harness_with(settings: RuntimeSettings) -> Harness {
             Message::User { text } => Some(text.clone()),
             _ => None,
         });
+        // The looping agent: "draft n" on its n-th iteration, done from the third.
+        if req.system.as_deref() == Some("LOOP") {
+            let n = req.messages.iter().filter(|m| matches!(m, Message::User { .. })).count();
+            let done = if n >= 3 { "ALL DONE" } else { "working" };
+            return ScriptedTurn::text(&format!("draft {n}: {done}")).with_usage(2, 1);
+        }
         if let Some(steps) = asked.as_deref().and_then(|a| a.strip_prefix("steps ")) {
             let done = req.messages.iter().filter(|m| matches!(m, Message::Assistant { .. })).count();
             return if done < steps.parse::<usize>().unwrap() {
@@ -127,6 +133,22 @@ fn harness_with(settings: RuntimeSettings) -> Harness {
         .add_tool(counting("ship", ToolEffect::External, false, &counts))
         .add_tool(counting("charge", ToolEffect::External, true, &counts))
         .add_agent(AgentDefinition::new("worker", "script", "m").with_tools(&["lookup", "ship", "charge"]))
+        .add_agent(AgentDefinition {
+            harness: Some(tracon_core::definition::HarnessSettings {
+                maximum_iterations_per_request: None,
+                r#loop: Some(tracon_core::definition::LoopSettings {
+                    criteria: vec![tracon_core::definition::LoopCriterion {
+                        kind: "completionMarker".into(),
+                        marker: Some("ALL DONE".into()),
+                        modes: None,
+                        judge_criteria: None,
+                        judge_instructions: None,
+                    }],
+                    max_iterations: None,
+                }),
+            }),
+            ..AgentDefinition::new("looper", "script", "m").with_instructions("LOOP")
+        })
         .build()
         .unwrap();
     let runtime = Arc::new(runtime);
@@ -239,6 +261,37 @@ async fn a_run_whose_executor_died_continues_as_a_new_run_without_running_a_comp
     assert!(text.contains("answered with done call_1, done call_2"), "{text}");
     let job = get(&h, &format!("/api/jobs/{job}")).await;
     assert_eq!(job["status"], "Succeeded", "the job settles as its continuation ended: {job}");
+}
+
+#[tokio::test]
+async fn a_harness_loop_whose_executor_died_goes_on_from_its_last_recorded_iteration() {
+    let h = harness(true);
+    let reply = support::call(Method::POST, "/api/agents/looper/run")
+        .header_opt("Prefer", Some("respond-async"))
+        .json(Some(json!({"message": "write it"})))
+        .send(&h.app)
+        .await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED);
+    let run = RunId::parse(reply.json()["runId"].as_str().unwrap()).unwrap();
+    // The first attempt answered once, was told to go on, and died.
+    let (tenant, runs) = (TenantId::default_tenant(), &h.runtime.stores.runs);
+    let long_ago = chrono::Utc::now() - chrono::Duration::minutes(10);
+    assert_eq!(runs.start_queued(&tenant, run, long_ago).await.unwrap(), Some(false));
+    let answer =
+        Message::Assistant { text: Some("draft 1: working".into()), tool_calls: Vec::new(), reasoning: Vec::new() };
+    for (step, message) in [(1, answer), (2, Message::user("Not finished: say ALL DONE when it is."))] {
+        let step = ModelStep { step, message, recorded_at: long_ago };
+        assert!(runs.begin_step(&tenant, run, Some(&step), &[]).await.unwrap());
+    }
+    runs.heartbeat(&tenant, run, long_ago).await.unwrap();
+
+    assert_eq!(h.runner.drain(10).await.unwrap(), 1);
+    let original = get(&h, &format!("/api/runs/{run}")).await;
+    let next = original["continuedByRunId"].as_str().expect("continued").to_owned();
+    let text = support::call(Method::GET, &format!("/api/runs/{next}/events")).send(&h.app).await.text();
+    assert!(text.contains("draft 3: ALL DONE"), "{text}");
+    assert_eq!(*h.counts.model_calls.lock().unwrap(), 2, "iterations 2 and 3 only: the first is not asked again");
+    assert_eq!(get(&h, &format!("/api/runs/{next}")).await["status"], "Completed");
 }
 
 #[tokio::test]

@@ -111,8 +111,15 @@ impl Continuation {
             in_place: None,
         };
         for step in steps {
-            let Message::Assistant { tool_calls, .. } = &step.message else { continue };
-            let asked = tool_calls.clone();
+            let asked = match &step.message {
+                Message::Assistant { tool_calls, .. } => tool_calls.clone(),
+                // A harness loop's next iteration: the feedback it was sent.
+                Message::User { .. } => {
+                    continuation.replayed.push(step.message);
+                    continue;
+                }
+                _ => continue,
+            };
             continuation.replayed.push(step.message);
             for call in asked {
                 match calls.get(&call.id) {

@@ -303,14 +303,99 @@ impl<'r> Execution<'r> {
                 finish: None,
             };
         }
-        let turn = engine::run_turn(self.runtime, &self.agent, &self.env, history, start, &mut self.emitter);
-        let mut turn = with_heartbeat(turn, self.runtime, &self.request.tenant, self.run_id).await;
+        let mut turn = self.one_turn(history, start).await;
+        if let Some(settings) = self.agent.definition.harness.as_ref().and_then(|h| h.r#loop.clone()) {
+            turn = self.iterate(&settings, turn).await;
+        }
         if !self.env.tree.is_root()
             && let Some(failure) = cannot_wait(&turn.end)
         {
             turn.end = TurnEnd::Failed(failure);
         }
         turn
+    }
+
+    async fn one_turn(&mut self, history: Vec<Message>, start: TurnStart) -> TurnResult {
+        let turn = engine::run_turn(self.runtime, &self.agent, &self.env, history, start, &mut self.emitter);
+        with_heartbeat(turn, self.runtime, &self.request.tenant, self.run_id).await
+    }
+
+    /// The harness loop ([`crate::harness`]): while the turn answered and iterations are
+    /// left, the criteria are evaluated in order; the first that asks for more sends its
+    /// feedback as the next iteration's message. The answer and the feedback go to the step
+    /// ledger first, so a continuation after a crash goes on from the last iteration.
+    async fn iterate(&mut self, settings: &crate::definition::LoopSettings, mut turn: TurnResult) -> TurnResult {
+        let max = settings.max_iterations();
+        let loops = self.runtime.catalog.loops().clone();
+        let mut iteration = 1;
+        while iteration < max && matches!(turn.end, TurnEnd::Answered) {
+            let context = crate::harness::LoopContext {
+                tenant: &self.request.tenant,
+                run_id: self.run_id,
+                iteration,
+                last_text: &turn.text,
+                messages: &turn.messages,
+                runs: &self.runtime.stores.runs,
+            };
+            let (mut asked, mut failed) = (None, None);
+            for criterion in &settings.criteria {
+                match loops.evaluate(criterion, &context).await {
+                    Ok(crate::harness::LoopEvaluation::Stop) => {}
+                    Ok(crate::harness::LoopEvaluation::Continue(feedback)) => {
+                        asked = Some((criterion.kind.clone(), feedback));
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(run_id = %self.run_id, criterion = %criterion.kind, error = %e, "a loop criterion failed to evaluate; the loop stops");
+                        failed = Some(criterion.kind.clone());
+                        break;
+                    }
+                }
+            }
+            let continued = asked.is_some();
+            self.emitter
+                .emit(RunEvent::LoopIterationCompleted {
+                    iteration,
+                    continued,
+                    criterion: asked.as_ref().map(|(k, _)| k.clone()).or(failed.clone()),
+                    failed: failed.is_some(),
+                    ceiling_reached: continued && iteration + 1 == max,
+                })
+                .await;
+            let Some((_, feedback)) = asked else { break };
+            let feedback = Message::user(feedback.as_deref().unwrap_or(crate::harness::DEFAULT_FEEDBACK));
+            self.record_iteration(&turn, &feedback).await;
+            let (new_from, usage, called, model) = (turn.new_from, turn.usage, turn.called, turn.model.clone());
+            let start = TurnStart::User { prelude: Vec::new(), message: feedback };
+            let mut next = self.one_turn(std::mem::take(&mut turn.messages), start).await;
+            next.new_from = new_from;
+            if let Some(earlier) = usage {
+                next.usage.get_or_insert_with(Default::default).add(&earlier);
+            }
+            next.called |= called;
+            next.model = next.model.or(model);
+            turn = next;
+            iteration += 1;
+        }
+        turn
+    }
+
+    /// An iteration's answer and the feedback that starts the next, as two ledger steps.
+    async fn record_iteration(&self, turn: &TurnResult, feedback: &Message) {
+        let ledger = &self.env.ledger;
+        if !ledger.enabled {
+            return;
+        }
+        let runs = &self.runtime.stores.runs;
+        let answer = turn.messages.last().filter(|m| matches!(m, Message::Assistant { .. }));
+        for message in answer.into_iter().chain(std::iter::once(feedback)) {
+            let now = self.runtime.platform.clock.now();
+            let step =
+                crate::runs::store::ModelStep { step: ledger.next_step(), message: message.clone(), recorded_at: now };
+            if let Err(e) = runs.begin_step(&self.request.tenant, self.run_id, Some(&step), &[]).await {
+                tracing::warn!(run_id = %self.run_id, error = ?e, "could not write a loop iteration to the step ledger");
+            }
+        }
     }
 
     /// Saves the turn to its session; a lost race fails the run rather than overwrite. A run
