@@ -60,11 +60,11 @@ pub struct AgentDefinition {
     pub callable_agent_names: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "object")]
     pub harness: Option<HarnessSettings>,
     /// The wait limits of this agent's calls to its callable agents; unset fields take the
     /// installation's (`Tracon:SubAgents:*`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "object")]
     pub sub_agents: Option<SubAgentSettings>,
 }
 
@@ -164,6 +164,27 @@ fn schema_object<'de, D: serde::Deserializer<'de>>(d: D) -> Result<serde_json::V
     }
 }
 
+/// A settings object that is optional: `null` or absent is `None`. Only a JSON object is
+/// read as one — serde would otherwise also take an array of the fields' values in order.
+fn object<'de, D: serde::Deserializer<'de>, T: serde::de::DeserializeOwned>(d: D) -> Result<Option<T>, D::Error> {
+    match Option::<serde_json::Value>::deserialize(d)? {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v @ serde_json::Value::Object(_)) => serde_json::from_value(v).map(Some).map_err(serde::de::Error::custom),
+        Some(_) => Err(serde::de::Error::custom("expected an object")),
+    }
+}
+
+/// A list of settings objects: each item a JSON object (see [`object`]).
+fn objects<'de, D: serde::Deserializer<'de>, T: serde::de::DeserializeOwned>(d: D) -> Result<Vec<T>, D::Error> {
+    Vec::<serde_json::Value>::deserialize(d)?
+        .into_iter()
+        .map(|v| match v {
+            serde_json::Value::Object(_) => serde_json::from_value(v).map_err(serde::de::Error::custom),
+            _ => Err(serde::de::Error::custom("expected a list of objects")),
+        })
+        .collect()
+}
+
 /// A named placeholder the instructions may reference as `{{name}}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -197,7 +218,7 @@ pub struct HarnessSettings {
     pub maximum_iterations_per_request: Option<u32>,
     /// Invoke the agent again until its stop criteria say the work is finished (off while
     /// unset). See [`crate::harness`].
-    #[serde(default, rename = "loop", skip_serializing_if = "Option::is_none")]
+    #[serde(default, rename = "loop", skip_serializing_if = "Option::is_none", deserialize_with = "object")]
     pub r#loop: Option<LoopSettings>,
 }
 
@@ -211,6 +232,7 @@ pub const MAX_LOOP_ITERATIONS: u32 = 100;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LoopSettings {
     /// Evaluated in order after each answer; the loop stops when every one is satisfied.
+    #[serde(deserialize_with = "objects")]
     pub criteria: Vec<LoopCriterion>,
     /// Invocations at most, the first included (1–100; default 10).
     #[serde(default, skip_serializing_if = "Option::is_none")]

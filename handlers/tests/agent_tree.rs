@@ -352,6 +352,18 @@ async fn sub_agent_limits_and_generated_tool_names_are_checked_at_save() {
         assert_eq!(report["valid"], false, "{report}");
         assert!(report["problems"].as_array().unwrap().iter().any(|p| p["field"] == field), "{report}");
     }
+    // Settings are objects: an array of the fields' values is not read as one.
+    for shaped in [
+        json!({"subAgents": [null, null]}),
+        json!({"harness": [null, null]}),
+        json!({"harness": {"loop": [[{"kind": "completionMarker", "marker": "x"}], 3]}}),
+        json!({"harness": {"loop": {"criteria": [["completionMarker", "x"]]}}}),
+    ] {
+        let mut body = json!({"name": "w", "model": {"provider": "script", "model": "m"}});
+        body.as_object_mut().unwrap().extend(shaped.as_object().unwrap().clone());
+        let reply = call(Method::POST, "/api/agents/validate").json(Some(body)).send(&t.app).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{shaped}: {}", reply.text());
+    }
     // A callable agent whose generated tool would collide with a listed tool.
     let body = json!({"name": "y", "model": {"provider": "script", "model": "m"},
         "toolNames": ["ask_leaf"], "callableAgentNames": ["leaf"]});

@@ -25,23 +25,15 @@ use crate::attribution::Attribution;
 use crate::events::RunEvent;
 use crate::names::{AgentName, RunId};
 use crate::ports::millis_between;
-use crate::recorder::Recorder;
 use crate::runs::outcome::RunOutcome;
 use crate::runs::prepare::{Options, PreparedRun, prepare_in};
 use crate::runs::request::{RunRequest, StartError};
 use crate::runs::store::RunStatus;
-use crate::runs::tree::{Limit, TreePlace};
+use crate::runs::tree::Limit;
+pub use crate::runs::tree::Subtree;
 use crate::runtime::Runtime;
 use crate::tools::agents::ChildRuns;
 use crate::tools::{ToolContext, ToolError, ToolOutput};
-
-/// A run's place in its tree and where the tree's events go: what a child inherits.
-#[derive(Clone)]
-pub struct Subtree {
-    pub place: TreePlace,
-    /// The root run's log (`child.*` events are written there).
-    pub root_log: Arc<Recorder>,
-}
 
 /// Executes a prepared child run to its end (the run executor, handed in so this module
 /// does not import it back).

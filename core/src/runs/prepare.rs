@@ -52,7 +52,7 @@ pub struct PreparedRun {
     /// A queued attempt's soft deadline (see [`crate::runtime::RuntimeSettings::soft_deadline`]).
     pub deadline: Option<chrono::DateTime<chrono::Utc>>,
     /// A child run's place in its parent's tree; `None` for a root run.
-    pub tree: Option<crate::runs::children::Subtree>,
+    pub tree: Option<crate::runs::tree::Subtree>,
     /// A replay in `ReplayTools` mode: the source run's recorded answers.
     pub replay: Option<Arc<crate::tools::replayed::Recorded>>,
 }

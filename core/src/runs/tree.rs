@@ -206,6 +206,14 @@ impl TreeBudget {
     }
 }
 
+/// A run's place in its tree and where the tree's events go: what a child inherits.
+#[derive(Clone)]
+pub struct Subtree {
+    pub place: TreePlace,
+    /// The root run's log (`child.*` events are written there).
+    pub root_log: Arc<crate::recorder::Recorder>,
+}
+
 /// A run's place in its tree.
 #[derive(Debug, Clone)]
 pub struct TreePlace {
