@@ -121,6 +121,28 @@ pub struct ApiKeyRecord {
 }
 
 impl ApiKeyRecord {
+    /// The record of a key just generated: active, never used, no expiry.
+    pub fn issued(
+        secret: &NewSecret,
+        tenant: TenantId,
+        name: &str,
+        scopes: BTreeSet<Scope>,
+        at: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            id: secret.id.clone(),
+            tenant,
+            name: name.to_owned(),
+            hash: secret.hash,
+            scopes,
+            created_at: at,
+            expires_at: None,
+            revoked_at: None,
+            last_used_at: None,
+            rotated_at: None,
+        }
+    }
+
     /// Whether the key may authenticate at `now`.
     pub fn is_active(&self, now: DateTime<Utc>) -> bool {
         self.revoked_at.is_none() && self.expires_at.is_none_or(|at| now < at)

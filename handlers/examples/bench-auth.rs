@@ -75,18 +75,13 @@ async fn app(http: HttpSettings) -> (Router, String) {
         .runtime
         .stores
         .keys
-        .create(&ApiKeyRecord {
-            id: secret.id,
-            tenant: TenantId::default_tenant(),
-            name: "bench".into(),
-            hash: secret.hash,
-            scopes: [Scope::SessionsRead, Scope::RunsRead].into(),
-            created_at: Utc::now(),
-            expires_at: None,
-            revoked_at: None,
-            last_used_at: None,
-            rotated_at: None,
-        })
+        .create(&ApiKeyRecord::issued(
+            &secret,
+            TenantId::default_tenant(),
+            "bench",
+            [Scope::SessionsRead, Scope::RunsRead].into(),
+            Utc::now(),
+        ))
         .await
         .unwrap();
     (tracon_handlers::router(state), secret.key)

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tracon_core::access::{RunAction, RunAuthorizer};
 use tracon_core::definition::AgentDefinition;
 use tracon_core::identity::Caller;
-use tracon_core::keys::{self, ApiKeyRecord, Scope};
+use tracon_core::keys::{self, Scope};
 use tracon_core::model::ModelProvider;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::names::TenantId;
@@ -48,27 +48,7 @@ async fn call(app: &Router, method: Method, path: &str, bearer: &str, body: Opti
 
 /// Puts a key straight into the store (tenant and scopes of the test's choosing).
 async fn key_in(state: &AppState, tenant: &str, scopes: &[Scope], expires_in: Option<chrono::Duration>) -> String {
-    let secret = keys::generate().unwrap();
-    let now = Utc::now();
-    state
-        .runtime
-        .stores
-        .keys
-        .create(&ApiKeyRecord {
-            id: secret.id,
-            tenant: TenantId::parse(tenant).unwrap(),
-            name: format!("{tenant} key"),
-            hash: secret.hash,
-            scopes: scopes.iter().copied().collect(),
-            created_at: now,
-            expires_at: expires_in.map(|d| now + d),
-            revoked_at: None,
-            last_used_at: None,
-            rotated_at: None,
-        })
-        .await
-        .unwrap();
-    secret.key
+    support::api_key(&state.runtime, tenant, scopes, expires_in.map(|d| Utc::now() + d)).await
 }
 
 fn id_of(key: &str) -> &str {

@@ -26,10 +26,9 @@ use support::TestClock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::ServiceExt;
 use tracon_core::config::Config;
-use tracon_core::keys::{self, ApiKeyRecord, Scope};
+use tracon_core::keys::Scope;
 use tracon_core::model::ModelProvider;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
-use tracon_core::names::TenantId;
 use tracon_core::ports::{Platform, tokio_rt};
 use tracon_core::runtime::RuntimeBuilder;
 use tracon_handlers::{AppState, HttpSettings, PeerAddr};
@@ -281,26 +280,7 @@ async fn a_valid_token_without_a_configured_role_is_403_no_role() {
 }
 
 async fn key_in(state: &AppState, tenant: &str, scopes: &[Scope]) -> String {
-    let secret = keys::generate().unwrap();
-    state
-        .runtime
-        .stores
-        .keys
-        .create(&ApiKeyRecord {
-            id: secret.id,
-            tenant: TenantId::parse(tenant).unwrap(),
-            name: format!("{tenant} key"),
-            hash: secret.hash,
-            scopes: scopes.iter().copied().collect(),
-            created_at: Utc::now(),
-            expires_at: None,
-            revoked_at: None,
-            last_used_at: None,
-            rotated_at: None,
-        })
-        .await
-        .unwrap();
-    secret.key
+    support::api_key(&state.runtime, tenant, scopes, None).await
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use axum::http::{Method, StatusCode};
 use chrono::Utc;
 use serde_json::{Value, json};
 use tracon_core::definition::AgentDefinition;
-use tracon_core::keys::{self, ApiKeyRecord, Scope};
+use tracon_core::keys::Scope;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{Message, ModelProvider};
 use tracon_core::names::TenantId;
@@ -572,22 +572,7 @@ async fn requests_that_would_change_meaning_if_ignored_are_refused_with_their_pa
 
 /// Puts a key straight into the store.
 async fn key_in(state: &AppState, tenant: &str) -> String {
-    let secret = keys::generate().unwrap();
-    let now = Utc::now();
-    let record = ApiKeyRecord {
-        id: secret.id,
-        tenant: TenantId::parse(tenant).unwrap(),
-        name: format!("{tenant} key"),
-        hash: secret.hash,
-        scopes: [Scope::RunsWrite].into_iter().collect(),
-        created_at: now,
-        expires_at: None,
-        revoked_at: None,
-        last_used_at: None,
-        rotated_at: None,
-    };
-    state.runtime.stores.keys.create(&record).await.unwrap();
-    secret.key
+    support::api_key(&state.runtime, tenant, &[Scope::RunsWrite], None).await
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ use axum::http::{Method, StatusCode};
 use chrono::Utc;
 use serde_json::{Value, json};
 use support::{call, frames};
-use tracon_core::keys::{self, ApiKeyRecord, Scope};
+use tracon_core::keys::Scope;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{Message, ModelProvider, ModelRequest};
 use tracon_core::names::{RunId, TenantId};
@@ -172,7 +172,7 @@ async fn no_tools_gets_only_the_models_answer_and_live_tools_runs_them_for_an_ad
     assert_eq!(a.executions.load(Ordering::SeqCst), 1);
 
     // An operator's key may replay, but not with live tools.
-    let operator = key(&a.runtime, &[Scope::RunsRead, Scope::RunsWrite]).await;
+    let operator = support::api_key(&a.runtime, "default", &[Scope::RunsRead, Scope::RunsWrite], None).await;
     let (status, doc) = replay(&a.app, &source, &operator, json!({"toolMode": "LiveTools"})).await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{doc}");
     assert_eq!(doc["errorType"], "admin_required");
@@ -180,7 +180,7 @@ async fn no_tools_gets_only_the_models_answer_and_live_tools_runs_them_for_an_ad
     let (status, done) = replay(&a.app, &source, &operator, json!({})).await;
     assert_eq!((status, done["status"].as_str()), (StatusCode::OK, Some("Completed")), "{done}");
 
-    let admin = key(&a.runtime, &Scope::ALL).await;
+    let admin = support::api_key(&a.runtime, "default", &Scope::ALL, None).await;
     let (status, done) = replay(&a.app, &source, &admin, json!({"toolMode": "LiveTools"})).await;
     assert_eq!(status, StatusCode::OK, "{done}");
     assert_eq!(done["text"], "answer: live 2", "the tool ran again");
@@ -235,23 +235,4 @@ async fn replays_that_cannot_be_faithful_are_refused() {
     let (unrecorded, _) = run(&b.app, "clerk").await;
     let (status, doc) = replay(&b.app, &unrecorded, TOKEN, json!({})).await;
     assert_eq!((status, doc["errorType"].as_str()), (StatusCode::CONFLICT, Some("replay_input_missing")), "{doc}");
-}
-
-/// A key of the default tenant with `scopes`, straight into the store.
-async fn key(runtime: &Runtime, scopes: &[Scope]) -> String {
-    let secret = keys::generate().unwrap();
-    let record = ApiKeyRecord {
-        id: secret.id,
-        tenant: TenantId::default_tenant(),
-        name: "replay test".into(),
-        hash: secret.hash,
-        scopes: scopes.iter().copied().collect(),
-        created_at: Utc::now(),
-        expires_at: None,
-        revoked_at: None,
-        last_used_at: None,
-        rotated_at: None,
-    };
-    runtime.stores.keys.create(&record).await.unwrap();
-    secret.key
 }

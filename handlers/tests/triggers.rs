@@ -123,21 +123,7 @@ async fn store_trigger(state: &AppState, tenant: &str, name: &str, secret_name: 
 
 /// An API key of `tenant` with `TriggersAdmin`, put straight into the store.
 async fn admin_key(state: &AppState, tenant: &str) -> String {
-    let secret = tracon_core::keys::generate().unwrap();
-    let record = tracon_core::keys::ApiKeyRecord {
-        id: secret.id,
-        tenant: TenantId::parse(tenant).unwrap(),
-        name: format!("{tenant} admin"),
-        hash: secret.hash,
-        scopes: [tracon_core::keys::Scope::TriggersAdmin].into_iter().collect(),
-        created_at: chrono::Utc::now(),
-        expires_at: None,
-        revoked_at: None,
-        last_used_at: None,
-        rotated_at: None,
-    };
-    state.runtime.stores.keys.create(&record).await.unwrap();
-    secret.key
+    support::api_key(&state.runtime, tenant, &[tracon_core::keys::Scope::TriggersAdmin], None).await
 }
 
 /// `PUT /api/triggers/{name}` with `bearer`.

@@ -411,21 +411,7 @@ async fn a_receivers_redirect_is_a_failed_attempt_with_its_status_and_is_never_f
 
 /// An API key of `tenant` with `WebhooksAdmin`, put straight into the store.
 async fn webhooks_key(runtime: &Runtime, tenant: &str) -> String {
-    let secret = tracon_core::keys::generate().unwrap();
-    let record = tracon_core::keys::ApiKeyRecord {
-        id: secret.id,
-        tenant: TenantId::parse(tenant).unwrap(),
-        name: format!("{tenant} webhooks"),
-        hash: secret.hash,
-        scopes: [tracon_core::keys::Scope::WebhooksAdmin].into_iter().collect(),
-        created_at: Utc::now(),
-        expires_at: None,
-        revoked_at: None,
-        last_used_at: None,
-        rotated_at: None,
-    };
-    runtime.stores.keys.create(&record).await.unwrap();
-    secret.key
+    support::api_key(runtime, tenant, &[tracon_core::keys::Scope::WebhooksAdmin], None).await
 }
 
 #[tokio::test]

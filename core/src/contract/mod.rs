@@ -789,17 +789,10 @@ fn assistant(text: &str) -> Message {
 
 fn key_row(tenant: TenantId, name: &str, created: DateTime<Utc>) -> (ApiKeyRecord, String) {
     let secret = crate::keys::generate().unwrap();
+    let scopes = [Scope::RunsWrite, Scope::RunsRead].into();
     let row = ApiKeyRecord {
-        id: secret.id.clone(),
-        tenant,
-        name: name.into(),
-        hash: secret.hash,
-        scopes: [Scope::RunsWrite, Scope::RunsRead].into(),
-        created_at: created,
         expires_at: Some(created + Duration::days(30)),
-        revoked_at: None,
-        last_used_at: None,
-        rotated_at: None,
+        ..ApiKeyRecord::issued(&secret, tenant, name, scopes, created)
     };
     (row, secret.key)
 }

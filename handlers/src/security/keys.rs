@@ -144,18 +144,7 @@ pub async fn create(Ctx { state, tenant, caller }: Ctx, ApiJson(body): ApiJson<C
         (asked, cap) => asked.or(cap),
     };
     let secret = keys::generate().map_err(no_randomness)?;
-    let record = ApiKeyRecord {
-        id: secret.id,
-        tenant: tenant.clone(),
-        name: name.to_owned(),
-        hash: secret.hash,
-        scopes,
-        created_at: now,
-        expires_at,
-        revoked_at: None,
-        last_used_at: None,
-        rotated_at: None,
-    };
+    let record = ApiKeyRecord { expires_at, ..ApiKeyRecord::issued(&secret, tenant.clone(), name, scopes, now) };
     state.runtime.stores.keys.create(&record).await?;
     tracing::info!(key = %record.id, tenant = %record.tenant, "API key issued");
     let view = ApiKeyView::new(record, now);

@@ -219,6 +219,26 @@ impl Clock for TestClock {
     }
 }
 
+/// An API key of `tenant` with `scopes` (expiring at `expires_at`), put straight into
+/// `runtime`'s key store; the key itself.
+pub async fn api_key(
+    runtime: &tracon_core::runtime::Runtime,
+    tenant: &str,
+    scopes: &[tracon_core::keys::Scope],
+    expires_at: Option<DateTime<Utc>>,
+) -> String {
+    use tracon_core::keys::ApiKeyRecord;
+    let secret = tracon_core::keys::generate().unwrap();
+    let tenant = tracon_core::names::TenantId::parse(tenant).unwrap();
+    let name = format!("{tenant} key");
+    let record = ApiKeyRecord {
+        expires_at,
+        ..ApiKeyRecord::issued(&secret, tenant, &name, scopes.iter().copied().collect(), Utc::now())
+    };
+    runtime.stores.keys.create(&record).await.unwrap();
+    secret.key
+}
+
 /// Wakes nobody: the test drains the queue itself, so it decides when a worker runs.
 pub struct Manual;
 
