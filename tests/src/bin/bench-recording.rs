@@ -8,6 +8,11 @@
 //!    [`Recorder`] into (a) a store that does nothing and (b) the in-memory store, with the
 //!    default batching and with a write per event (`flush_max_events = 1`), and reports the
 //!    medians of several rounds and the ratio.
+//! 3. **What a tool round and a child run add.** Runs three agents many times through the
+//!    run service — a plain answer, one tool round, and one call to another agent (whose
+//!    child run is the plain answer) — and reports store calls and microseconds per
+//!    run (medians of rounds): the step ledger's share of a tool round, and the child-run
+//!    overhead beyond a tool round whose body is a plain run.
 //!
 //! ```text
 //! cargo run --release -p tracon-tests --bin bench-recording
@@ -44,22 +49,27 @@ use tracon_core::stores::Stores;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Wraps a store and counts event writes; `inner = None` discards everything.
+/// Wraps a store and counts event writes and every call (statement); `inner = None`
+/// discards everything.
 struct Counting {
     inner: Option<MemoryRunStore>,
     appends: AtomicU64,
     events: AtomicU64,
+    calls: AtomicU64,
 }
 
 impl Counting {
     fn new(inner: Option<MemoryRunStore>) -> Self {
-        Self { inner, appends: AtomicU64::new(0), events: AtomicU64::new(0) }
+        Self { inner, appends: AtomicU64::new(0), events: AtomicU64::new(0), calls: AtomicU64::new(0) }
     }
 }
 
 macro_rules! delegate {
     ($self:ident, $default:expr, $s:ident => $call:expr) => {
-        match &$self.inner {
+        match {
+            $self.calls.fetch_add(1, Ordering::Relaxed);
+            &$self.inner
+        } {
             Some($s) => $call.await,
             None => Ok($default),
         }
@@ -243,6 +253,76 @@ async fn recorder_rate(store: Option<MemoryRunStore>, settings: RecordingSetting
     events as f64 / started.elapsed().as_secs_f64()
 }
 
+/// Store statements and microseconds per run of each shape (median of `rounds` rounds of
+/// `runs` runs, one after another).
+async fn shapes(rounds: usize, runs: usize) -> Result<Vec<(&'static str, f64, f64)>, BoxError> {
+    use serde_json::json;
+    use tracon_core::model::Message;
+    let counting = Arc::new(Counting::new(Some(MemoryRunStore::with_max_runs(1_000))));
+    let mut stores = Stores::in_memory();
+    stores.runs = counting.clone();
+    let provider = ScriptedProvider::from_fn("script", |request| {
+        let answered = matches!(request.messages.last(), Some(Message::Tool { .. }));
+        match (request.system.as_deref(), answered) {
+            (Some("TOOLED"), false) => ScriptedTurn::tool_call("lookup", json!({"id": 7})),
+            (Some("PARENT"), false) => ScriptedTurn::tool_call("ask_plain", json!({"task": "go"})),
+            _ => ScriptedTurn::text("done"),
+        }
+        .with_usage(10, 5)
+    });
+    let lookup = tracon_core::tools::ToolRegistration::new(
+        "lookup",
+        "Looks up.",
+        json!({"type": "object"}),
+        tracon_core::tools::tool_fn(|_, _| async { Ok(tracon_core::tools::ToolOutput::from("found")) }),
+    );
+    let runtime = RuntimeBuilder::new(tokio_rt::platform())
+        .stores(stores)
+        .add_provider(Arc::new(provider) as Arc<dyn ModelProvider>)
+        .add_tool(lookup)
+        .add_agent(AgentDefinition::new("plain", "script", "m").with_instructions("PLAIN"))
+        .add_agent(AgentDefinition::new("tooled", "script", "m").with_instructions("TOOLED").with_tools(&["lookup"]))
+        .add_agent(AgentDefinition {
+            callable_agent_names: vec!["plain".into()],
+            ..AgentDefinition::new("parent", "script", "m").with_instructions("PARENT")
+        })
+        .build()?;
+    let runtime = Arc::new(runtime);
+    let mut out = Vec::new();
+    for (label, agent) in [("plain answer", "plain"), ("one tool round", "tooled"), ("one child run", "parent")] {
+        let (mut micros, mut statements) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let before = counting.calls.load(Ordering::Relaxed);
+            let started = Instant::now();
+            for _ in 0..runs {
+                let request = RunRequest {
+                    tenant: TenantId::default_tenant(),
+                    agent: AgentName::parse(agent)?,
+                    message: "go".into(),
+                    culture: None,
+                    parameters: BTreeMap::new(),
+                    documents: Vec::new(),
+                    session_id: None,
+                    caller: tracon_core::identity::Caller::internal(),
+                    attribution: Default::default(),
+                    resume: None,
+                    queued: None,
+                    tool_results: Vec::new(),
+                };
+                let prepared = runs::prepare::prepare(&runtime, request, None).await.map_err(|e| format!("{e:?}"))?;
+                let outcome = runs::execute::execute(&runtime, prepared, CancellationToken::new(), None).await;
+                if outcome.text != "done" {
+                    return Err(format!("{agent}: the run answered {:?} ({:?})", outcome.text, outcome.failure).into());
+                }
+            }
+            micros.push(started.elapsed().as_secs_f64() * 1e6 / runs as f64);
+            statements.push((counting.calls.load(Ordering::Relaxed) - before) as f64 / runs as f64);
+        }
+        out.push((label, median(statements), median(micros)));
+    }
+    Ok(out)
+}
+
 fn uuid_v7() -> uuid::Uuid {
     tracon_core::ports::new_id(&tokio_rt::TokioClock)
 }
@@ -282,6 +362,25 @@ async fn main() -> Result<(), BoxError> {
     }
     if let (Some(b), Some(p)) = (rows.get(1), rows.get(3)) {
         println!("batched / write-per-event on the memory store: {:.1}x", b.1 / p.1);
+    }
+    println!();
+    println!("-- one run's store calls and time (scripted model, memory store, median of 7 rounds of 2 000 runs) --");
+    println!("{:<18} {:>16} {:>10}", "shape", "store calls/run", "us/run");
+    let shapes = shapes(7, 2_000).await?;
+    for (label, statements, micros) in &shapes {
+        println!("{label:<18} {statements:>16.1} {micros:>10.1}");
+    }
+    if let [(_, ps, pt), (_, ts, tt), (_, cs, ct)] = shapes.as_slice() {
+        println!(
+            "a tool round adds {:.1} store calls and {:.1} us (one is the step ledger's: the model step and the call's start together)",
+            ts - ps,
+            tt - pt
+        );
+        println!(
+            "a child run adds {:.1} store calls and {:.1} us over a tool round whose body is a plain run",
+            cs - ts - ps,
+            ct - tt - pt
+        );
     }
     Ok(())
 }
