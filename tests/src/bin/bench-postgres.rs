@@ -40,6 +40,10 @@ struct Args {
     /// Postgres to record into (default: TRACON_TEST_DATABASE_URL, then DATABASE_URL).
     #[arg(long)]
     database_url: Option<String>,
+    /// Every run makes one tool round (the model calls `get_order_status`, then answers):
+    /// compared with a plain run, what the step ledger and the call's record add on Postgres.
+    #[arg(long)]
+    tool_round: bool,
 }
 
 /// The bench's name, in its progress lines.
@@ -96,6 +100,15 @@ async fn main() -> Result<(), BoxError> {
     let url = database_url(args.database_url.as_deref())?;
     let tracon = resolve_binary(&args.tracon)?;
     let mock = MockServer::start(MockConfig::default()).await?;
+    if args.tool_round {
+        // The mock picks a turn by the assistant messages already sent: first the call, then
+        // the answer, for every run at any concurrency.
+        let call: tracon_tests::mock::MockTurn = serde_json::from_value(
+            json!({"toolCalls": [{"name": "get_order_status", "arguments": {"orderId": "4182"}}]}),
+        )?;
+        let answer: tracon_tests::mock::MockTurn = serde_json::from_value(json!({"text": "It has shipped."}))?;
+        mock.script("bench", vec![call, answer]);
+    }
     let schema = format!("bench_{}", std::process::id());
     let memory = spawn(&tracon, &mock.base_url(), None).await?;
     let postgres = spawn(&tracon, &mock.base_url(), Some((&url, &schema))).await?;
@@ -104,9 +117,10 @@ async fn main() -> Result<(), BoxError> {
 
     println!("== Tracon on Postgres vs in-memory ==");
     println!(
-        "command: cargo run --release -p tracon-tests --bin bench-postgres -- --requests {} --concurrency {}",
+        "command: cargo run --release -p tracon-tests --bin bench-postgres -- --requests {} --concurrency {}{}",
         args.requests,
-        args.concurrency.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
+        args.concurrency.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+        if args.tool_round { " --tool-round" } else { "" }
     );
     println!("cores: {}", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     println!();
