@@ -48,11 +48,12 @@ pub struct AgentDefinition {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub instructions_by_culture: BTreeMap<String, String>,
     /// Named `{{name}}` placeholders the instructions may reference.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "objects_only::list")]
     pub parameters: Vec<AgentParameter>,
     /// Another definition whose instructions are prepended to this one's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_instructions_name: Option<String>,
+    #[serde(deserialize_with = "objects_only::required")]
     pub model: ModelBinding,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_names: Vec<String>,
@@ -60,11 +61,11 @@ pub struct AgentDefinition {
     pub callable_agent_names: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "object")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "objects_only::optional")]
     pub harness: Option<HarnessSettings>,
     /// The wait limits of this agent's calls to its callable agents; unset fields take the
     /// installation's (`Tracon:SubAgents:*`).
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "object")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "objects_only::optional")]
     pub sub_agents: Option<SubAgentSettings>,
 }
 
@@ -164,25 +165,80 @@ fn schema_object<'de, D: serde::Deserializer<'de>>(d: D) -> Result<serde_json::V
     }
 }
 
-/// A settings object that is optional: `null` or absent is `None`. Only a JSON object is
-/// read as one — serde would otherwise also take an array of the fields' values in order.
-fn object<'de, D: serde::Deserializer<'de>, T: serde::de::DeserializeOwned>(d: D) -> Result<Option<T>, D::Error> {
-    match Option::<serde_json::Value>::deserialize(d)? {
-        None | Some(serde_json::Value::Null) => Ok(None),
-        Some(v @ serde_json::Value::Object(_)) => serde_json::from_value(v).map(Some).map_err(serde::de::Error::custom),
-        Some(_) => Err(serde::de::Error::custom("expected an object")),
-    }
-}
+/// Settings objects are read only from JSON objects: serde's derived `Deserialize` would also
+/// take an array of the fields' values in order (`"subAgents": [null, null]`). These ask the
+/// deserializer for a map and hand it to the derived code, so paths in error messages stay.
+mod objects_only {
+    use std::marker::PhantomData;
 
-/// A list of settings objects: each item a JSON object (see [`object`]).
-fn objects<'de, D: serde::Deserializer<'de>, T: serde::de::DeserializeOwned>(d: D) -> Result<Vec<T>, D::Error> {
-    Vec::<serde_json::Value>::deserialize(d)?
-        .into_iter()
-        .map(|v| match v {
-            serde_json::Value::Object(_) => serde_json::from_value(v).map_err(serde::de::Error::custom),
-            _ => Err(serde::de::Error::custom("expected a list of objects")),
-        })
-        .collect()
+    use serde::Deserialize;
+    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor, value::MapAccessDeserializer};
+
+    /// Reads one `T` from a map only.
+    pub struct ObjectSeed<T>(pub PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for ObjectSeed<T> {
+        type Value = T;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectSeed<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::deserialize(MapAccessDeserializer::new(map))
+        }
+    }
+
+    struct Optional<T>(PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for Optional<T> {
+        type Value = Option<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object or null")
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Option<T>, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Option<T>, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<T>, D::Error> {
+            ObjectSeed(PhantomData).deserialize(d).map(Some)
+        }
+    }
+
+    struct List<T>(PhantomData<T>);
+
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for List<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a list of objects")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+            while let Some(item) = seq.next_element_seed(ObjectSeed(PhantomData))? {
+                items.push(item);
+            }
+            Ok(items)
+        }
+    }
+
+    pub fn required<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+        ObjectSeed(PhantomData).deserialize(d)
+    }
+
+    pub fn optional<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
+        d.deserialize_option(Optional(PhantomData))
+    }
+
+    pub fn list<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+        d.deserialize_seq(List(PhantomData))
+    }
 }
 
 /// A named placeholder the instructions may reference as `{{name}}`.
@@ -218,7 +274,12 @@ pub struct HarnessSettings {
     pub maximum_iterations_per_request: Option<u32>,
     /// Invoke the agent again until its stop criteria say the work is finished (off while
     /// unset). See [`crate::harness`].
-    #[serde(default, rename = "loop", skip_serializing_if = "Option::is_none", deserialize_with = "object")]
+    #[serde(
+        default,
+        rename = "loop",
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "objects_only::optional"
+    )]
     pub r#loop: Option<LoopSettings>,
 }
 
@@ -232,7 +293,7 @@ pub const MAX_LOOP_ITERATIONS: u32 = 100;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LoopSettings {
     /// Evaluated in order after each answer; the loop stops when every one is satisfied.
-    #[serde(deserialize_with = "objects")]
+    #[serde(deserialize_with = "objects_only::list")]
     pub criteria: Vec<LoopCriterion>,
     /// Invocations at most, the first included (1–100; default 10).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -358,12 +358,20 @@ async fn sub_agent_limits_and_generated_tool_names_are_checked_at_save() {
         json!({"harness": [null, null]}),
         json!({"harness": {"loop": [[{"kind": "completionMarker", "marker": "x"}], 3]}}),
         json!({"harness": {"loop": {"criteria": [["completionMarker", "x"]]}}}),
+        json!({"model": ["script", "m"]}),
+        json!({"parameters": [["customer"]]}),
     ] {
         let mut body = json!({"name": "w", "model": {"provider": "script", "model": "m"}});
         body.as_object_mut().unwrap().extend(shaped.as_object().unwrap().clone());
         let reply = call(Method::POST, "/api/agents/validate").json(Some(body)).send(&t.app).await;
         assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{shaped}: {}", reply.text());
     }
+    // A wrong type inside a settings object is still named by its path.
+    let body = json!({"name": "w", "model": {"provider": "script", "model": "m"},
+        "subAgents": {"childDeadlineSeconds": "soon"}});
+    let reply = call(Method::POST, "/api/agents/validate").json(Some(body)).send(&t.app).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert!(reply.text().contains("subAgents.childDeadlineSeconds"), "{}", reply.text());
     // A callable agent whose generated tool would collide with a listed tool.
     let body = json!({"name": "y", "model": {"provider": "script", "model": "m"},
         "toolNames": ["ask_leaf"], "callableAgentNames": ["leaf"]});
