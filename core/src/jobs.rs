@@ -344,6 +344,9 @@ pub struct JobRunner {
     owner: String,
     /// Told of every job that settles for good ([`JobObserver`]).
     observers: Vec<Arc<dyn JobObserver>>,
+    /// Wakes a consumer for a job handed back to the queue ([`Outcome::Requeue`]) at once;
+    /// without one it waits for the next poll or tick.
+    transport: Option<Arc<dyn JobTransport>>,
 }
 
 impl JobRunner {
@@ -355,7 +358,15 @@ impl JobRunner {
         owner: impl Into<String>,
     ) -> Self {
         let handlers = handlers.into_iter().map(|h| (h.key(), h)).collect();
-        Self { store, handlers, clock, settings, owner: owner.into(), observers: Vec::new() }
+        Self { store, handlers, clock, settings, owner: owner.into(), observers: Vec::new(), transport: None }
+    }
+
+    /// Wakes a consumer through `transport` for every job an attempt hands back to the queue
+    /// (a queued run at its soft deadline), so its next attempt starts at once rather than at
+    /// the next tick: a message on serverless hosts.
+    pub fn with_transport(mut self, transport: Arc<dyn JobTransport>) -> Self {
+        self.transport = Some(transport);
+        self
     }
 
     /// Adds an observer of settled jobs (see [`crate::background::job_observers`]).
@@ -497,6 +508,13 @@ impl JobRunner {
             Ok(true) if matches!(outcome, Outcome::Succeeded(_) | Outcome::Failed(_)) => {
                 for observer in &self.observers {
                     observer.settled(job, &outcome).await;
+                }
+            }
+            Ok(true) if matches!(outcome, Outcome::Requeue) => {
+                if let Some(transport) = &self.transport
+                    && let Err(e) = transport.wake(job.id).await
+                {
+                    tracing::warn!(job = %job.id, error = %e, "could not wake a consumer for a handed-over job; the next tick will");
                 }
             }
             Ok(true) => {}

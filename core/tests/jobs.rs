@@ -350,3 +350,64 @@ impl JobHandler for Named {
         Ok(None)
     }
 }
+
+/// Hands its job over `times` times (a queued run at its soft deadline), then succeeds.
+struct HandsOver {
+    times: usize,
+    calls: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl JobHandler for HandsOver {
+    fn key(&self) -> &'static str {
+        "steps"
+    }
+    async fn handle(&self, _job: &JobRecord, _cancel: CancellationToken) -> Result<Option<Value>, JobFailure> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) < self.times {
+            return Err(JobFailure::HandedOver);
+        }
+        Ok(None)
+    }
+}
+
+/// Records the jobs it was asked to wake.
+#[derive(Default)]
+struct Woken(std::sync::Mutex<Vec<uuid::Uuid>>);
+
+#[async_trait::async_trait]
+impl tracon_core::jobs::JobTransport for Woken {
+    async fn wake(&self, job: uuid::Uuid) -> Result<(), String> {
+        self.0.lock().unwrap().push(job);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_handed_over_job_is_woken_through_the_transport_at_once_and_keeps_its_attempts() {
+    let store = Arc::new(MemoryJobStore::default());
+    let clock = Arc::new(ShiftedClock::default());
+    let handler = Arc::new(HandsOver { times: 3, calls: AtomicUsize::new(0) });
+    let woken = Arc::new(Woken::default());
+    let runner = JobRunner::new(
+        store.clone(),
+        vec![handler.clone() as Arc<dyn JobHandler>],
+        clock.clone(),
+        JobSettings::default(),
+        "t",
+    )
+    .with_transport(woken.clone());
+    let job = JobRecord::queued(uuid::Uuid::now_v7(), tenant(), "steps", json!({}), 2, clock.now());
+    store.enqueue(&job).await.unwrap();
+    // The transport delivers what it was woken for; nothing else drives the job.
+    let mut delivered = 0;
+    let mut next = Some(job.id);
+    while let Some(id) = next {
+        assert!(runner.deliver(id).await.unwrap(), "the woken job is leasable at once");
+        delivered += 1;
+        next = woken.0.lock().unwrap().pop();
+    }
+    assert_eq!(delivered, 4, "three hand-overs, then the attempt that ends it");
+    let stored = store.get(&tenant(), job.id).await.unwrap().unwrap();
+    assert_eq!((stored.status, stored.attempts), (JobStatus::Succeeded, 1), "{stored:?}");
+    assert!(woken.0.lock().unwrap().is_empty(), "a job that ended is not woken");
+}

@@ -1086,6 +1086,163 @@ async fn the_worker_queues_runs_through_cloudflare_queues_and_ticks_from_its_cro
     assert_no_fatal_log(&worker);
 }
 
+// -- Runs longer than one invocation: three hand-overs at the soft deadline.
+
+/// The soft deadline of the hand-over tests, and the mock model's latency: every model call
+/// takes longer than the deadline, so each attempt is past it at its first step boundary (after
+/// its tool round) and hands the run over there — by construction, not by a timing assertion.
+const SOFT_DEADLINE: &str = "0.05";
+const MODEL_LATENCY_MS: u64 = 100;
+
+/// An agent whose run takes four model steps: three tool rounds, then the answer.
+async fn three_step_agent(host: &Host, mock: &MockServer, model: &str) {
+    let turns = ["1001", "1002", "1003"]
+        .into_iter()
+        .map(|order| MockTurn::tool_call("get_order_status", json!({"orderId": order})))
+        .chain([MockTurn::text("All three orders are on their way.")])
+        .collect();
+    mock.script(model, turns);
+    create_agent(
+        host,
+        &json!({"name": "steps", "instructions": "Look up each order, one at a time.",
+            "toolNames": ["get_order_status"], "model": {"provider": "openai", "model": model}}),
+    )
+    .await;
+}
+
+/// A follower of `GET /api/runs/{id}/events` from before the run starts until it ends: the
+/// raw stream it read.
+fn follow(host: &Host, run_id: &str) -> tokio::task::JoinHandle<String> {
+    let request = authed(client().get(host.url(Group::Runs, &format!("/api/runs/{run_id}/events"))));
+    tokio::spawn(async move {
+        let mut live = Live::open(request).await;
+        live.rest().await;
+        live.raw
+    })
+}
+
+/// What three hand-overs leave: one run, `Completed` in place; the follower's stream one
+/// gapless, ordered log with one start, three `tracon.run.yielded` and three
+/// `tracon.run.resumed`, the same log a later reader gets; each tool call run once; each model
+/// step asked once; the job done in one attempt (a hand-over gives its attempt back).
+async fn assert_three_hand_overs(
+    host: &Host,
+    schema: &str,
+    run_id: &str,
+    followed: &str,
+    mock: &MockServer,
+    model: &str,
+) {
+    let run = get_json(host.url(Group::Runs, &format!("/api/runs/{run_id}"))).await;
+    assert_eq!(run["status"], "Completed", "{run}\n{}", host.log_text());
+    assert_eq!(run["continuedByRunId"], Value::Null, "handed over in place, not continued as another run: {run}");
+    let ids: Vec<u64> = followed.lines().filter_map(|l| l.strip_prefix("id: ")).map(|i| i.parse().unwrap()).collect();
+    assert_eq!(ids, (1..=ids.len() as u64).collect::<Vec<_>>(), "the follower read a gapless log: {followed}");
+    let names: Vec<String> = parse_frames(followed).into_iter().map(|f| f.event).collect();
+    assert_eq!(names.iter().filter(|n| *n == "run.started").count(), 1, "{names:?}");
+    assert_eq!(names.last().map(String::as_str), Some("run.completed"), "{names:?}");
+    assert_eq!(followed.matches("tracon.run.yielded").count(), 3, "{followed}");
+    assert_eq!(followed.matches("tracon.run.resumed").count(), 3, "{followed}");
+    assert!(followed.contains("All three orders are on their way."), "{followed}");
+    let later = get_text(host.url(Group::Runs, &format!("/api/runs/{run_id}/events"))).await;
+    assert_eq!(later, *followed, "a later reader gets the log the follower read");
+
+    let tools = get_json(host.url(Group::Runs, &format!("/api/runs/{run_id}/tools"))).await;
+    let calls: Vec<(&str, &str)> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["toolName"].as_str().unwrap(), t["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(calls, [("get_order_status", "Succeeded"); 3], "one call a step, each run once: {tools}");
+    assert_eq!(mock.requests(model).len(), 4, "each model step asked once across the hand-overs");
+    let db = pool().await;
+    let (status, attempts): (String, i32) =
+        sqlx::query_as(&format!("SELECT status, attempts FROM \"{schema}\".jobs WHERE run_id = $1::uuid"))
+            .bind(run_id)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), attempts), ("Succeeded", 1), "a hand-over gives its attempt back");
+}
+
+/// Agents calling agents and the harness loop on a serverless host: `lead` asks `helper` (a
+/// child run in the same invocation, `child.started` / `child.completed` on the lead's log),
+/// answers without its completion marker, is sent the loop's feedback and answers again with
+/// it; the tree endpoint returns both runs from the child, with the tokens rolled up.
+async fn assert_children_and_the_loop(host: &Host, mock: &MockServer, prefix: &str) {
+    let (lead, helper) = (format!("{prefix}-lead"), format!("{prefix}-helper"));
+    mock.script(&helper, vec![MockTurn::text("Order 1001 left the warehouse on Monday.")]);
+    mock.script(
+        &lead,
+        vec![
+            MockTurn::tool_call("ask_helper", json!({"task": "When did order 1001 leave the warehouse?"})),
+            MockTurn::text("It left on Monday."),
+            MockTurn::text("Order 1001 left the warehouse on Monday. ALL DONE"),
+        ],
+    );
+    create_agent(host, &agent("helper", &helper)).await;
+    create_agent(
+        host,
+        &json!({"name": "lead", "instructions": "Delegate, then answer.", "callableAgentNames": ["helper"],
+            "harness": {"loop": {"criteria": [{"kind": "completionMarker", "marker": "ALL DONE"}]}},
+            "model": {"provider": "openai", "model": lead}}),
+    )
+    .await;
+    let (frames, raw) = run_stream(host, "lead", json!({"message": "When did order 1001 leave?"})).await;
+    let done = frames.last().unwrap();
+    assert_eq!(
+        (done.event.as_str(), done.data["status"].as_str()),
+        ("done", Some("Completed")),
+        "{raw}\n{}",
+        host.log_text()
+    );
+    assert!(text_of(&frames).ends_with("ALL DONE"), "{raw}");
+    let root = frames[0].data["runId"].as_str().unwrap().to_owned();
+    let log = get_text(host.url(Group::Runs, &format!("/api/runs/{root}/events"))).await;
+    let names: Vec<String> = parse_frames(&log).into_iter().map(|f| f.event).collect();
+    for (name, times) in [("child.started", 1), ("child.completed", 1), ("loop.iteration_completed", 2)] {
+        assert_eq!(names.iter().filter(|n| *n == name).count(), times, "{name}: {log}");
+    }
+    let child = parse_frames(&log).into_iter().find(|f| f.event == "child.started").unwrap().data["childRunId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{log}"))
+        .to_owned();
+    let tree = get_json(host.url(Group::Runs, &format!("/api/runs/{child}/tree"))).await;
+    let runs = tree["runs"].as_array().unwrap_or_else(|| panic!("{tree}"));
+    let members: Vec<(&str, u64)> =
+        runs.iter().map(|r| (r["agentName"].as_str().unwrap(), r["depth"].as_u64().unwrap())).collect();
+    assert_eq!(members, [("lead", 0), ("helper", 1)], "{tree}");
+    let summed: u64 = runs.iter().map(|r| r["usage"]["totalTokens"].as_u64().unwrap()).sum();
+    assert_eq!(tree["totalUsage"]["totalTokens"].as_u64(), Some(summed), "{tree}");
+    assert_eq!(mock.requests(&lead).len(), 3, "the call, the answer without the marker, the answer with it");
+}
+
+/// On the Worker under `wrangler dev`: a queued run whose work takes three soft deadlines hands
+/// itself over three times — each attempt stops at its step boundary, the job goes back to the
+/// `TRACON_JOBS` queue as a fresh message, and the `queue` handler's next delivery takes the run
+/// back — and completes; a follower connected before it started reads one gapless log. The
+/// same Worker runs a child agent and the harness loop ([`assert_children_and_the_loop`]).
+#[tokio::test]
+async fn a_run_on_the_worker_outlasts_three_soft_deadlines_and_agents_call_agents_in_a_loop() {
+    let mock = MockServer::start(MockConfig { latency_ms: MODEL_LATENCY_MS, ..MockConfig::default() }).await.unwrap();
+    let schema = unique("h");
+    migrate(&schema);
+    let worker = start_worker(
+        &schema,
+        &mock,
+        &unique("tracon_handover"),
+        &[("Tracon__RunContinuation__SoftDeadlineSeconds", SOFT_DEADLINE)],
+    )
+    .await;
+    three_step_agent(&worker, &mock, "steps-model").await;
+    let run_id = queue_run(&worker, "steps", "Where are orders 1001, 1002 and 1003?").await;
+    let followed = follow(&worker, &run_id).await.unwrap();
+    assert_three_hand_overs(&worker, &schema, &run_id, &followed, &mock, "steps-model").await;
+    assert_children_and_the_loop(&worker, &mock, "worker").await;
+    assert_no_fatal_log(&worker);
+}
+
 // -- Lambda: SQS through moto_server, the consumer through cargo lambda's Runtime API emulator.
 
 fn moto_server() -> PathBuf {
@@ -1296,4 +1453,52 @@ async fn the_lambda_functions_queue_runs_through_sqs_and_the_consumer_reports_fa
     assert_eq!(answer, json!({"batchItemFailures": []}), "{}", lambda.log_text());
     let run = get_json(lambda.url(Group::Runs, &format!("/api/runs/{lost_run}"))).await;
     assert_eq!(run["status"], "Completed", "{run}\n{}", lambda.log_text());
+}
+
+/// On the Lambda build under `cargo lambda watch`: a queued run whose work takes three soft
+/// deadlines completes through three hand-overs. The test plays the event source mapping: each
+/// `tracon-jobs` invocation runs one attempt, which stops at its step boundary and sends the
+/// job's next wake-up to SQS itself; so the queue holds exactly one message after each of the
+/// first three invocations and none after the fourth. A follower of the `tracon-runs` function
+/// connected before the run started reads one gapless log. The same functions run a child
+/// agent and the harness loop ([`assert_children_and_the_loop`]).
+#[tokio::test]
+async fn a_run_on_lambda_outlasts_three_soft_deadlines_and_agents_call_agents_in_a_loop() {
+    let mock = MockServer::start(MockConfig { latency_ms: MODEL_LATENCY_MS, ..MockConfig::default() }).await.unwrap();
+    let schema = unique("l");
+    migrate(&schema);
+    let sqs = Sqs::start().await;
+    let queue_url = sqs.create_queue(&unique("tracon-jobs")).await;
+    let extra: Vec<(String, String)> = [
+        ("Tracon__Queue__SqsQueueUrl", queue_url.as_str()),
+        ("Tracon__Queue__SqsEndpoint", sqs.endpoint.as_str()),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "test-access-key"),
+        ("AWS_SECRET_ACCESS_KEY", "test-secret-key"),
+        ("Tracon__RunContinuation__SoftDeadlineSeconds", SOFT_DEADLINE),
+    ]
+    .iter()
+    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+    .collect();
+    let lambda = start_lambda_with(&schema, &mock, &extra).await;
+    three_step_agent(&lambda, &mock, "lambda-steps-model").await;
+    let run_id = queue_run(&lambda, "steps", "Where are orders 1001, 1002 and 1003?").await;
+    let follower = follow(&lambda, &run_id);
+
+    let mut invocations = 0;
+    loop {
+        let records = sqs.receive(&queue_url).await;
+        if records.is_empty() {
+            break;
+        }
+        assert_eq!(records.len(), 1, "one wake-up at a time: {records:?}");
+        let answer = invoke(&lambda, "tracon-jobs", &json!({"Records": records})).await;
+        assert_eq!(answer, json!({"batchItemFailures": []}), "{}", lambda.log_text());
+        invocations += 1;
+        assert!(invocations <= 10, "the run never finished: {}", lambda.log_text());
+    }
+    assert_eq!(invocations, 4, "three hand-overs, and the invocation that finished the run");
+    let followed = follower.await.unwrap();
+    assert_three_hand_overs(&lambda, &schema, &run_id, &followed, &mock, "lambda-steps-model").await;
+    assert_children_and_the_loop(&lambda, &mock, "lambda").await;
 }

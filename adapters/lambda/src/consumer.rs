@@ -94,15 +94,26 @@ pub async fn consume(runner: &JobRunner, event: SqsEvent) -> SqsBatchResponse {
 }
 
 /// The consumer's runner: every job handler of the runtime, leases named after this
-/// execution environment.
-pub fn runner(runtime: &Arc<Runtime>, config: &Config, settings: JobSettings) -> JobRunner {
+/// execution environment, and the job queue (when configured) to send a handed-over job's
+/// next attempt through at once.
+pub fn runner(runtime: &Arc<Runtime>, config: &Config, settings: JobSettings) -> Result<JobRunner, String> {
     let owner = format!(
         "lambda:{}:{}",
         config.get("AWS_LAMBDA_FUNCTION_NAME").unwrap_or("tracon-jobs"),
         config.get("AWS_LAMBDA_LOG_STREAM_NAME").unwrap_or("local"),
     );
     // Every job handler, and the observers that publish job.completed / job.failed webhooks.
-    background::job_runner(runtime, settings, owner)
+    let runner = background::job_runner(runtime, settings, owner);
+    Ok(match SqsTransport::from_config(config)? {
+        Some(transport) => runner.with_transport(Arc::new(transport)),
+        None => {
+            tracing::warn!(
+                "{} is not set: a queued run handed over at its soft deadline waits for the tick's wake-up",
+                tracon_core::config::env_name(QueueSettings::QUEUE_URL)
+            );
+            runner
+        }
+    })
 }
 
 fn runtime_from_env(config: &Config, pool_size: u32) -> Result<Arc<Runtime>, String> {
@@ -120,15 +131,15 @@ async fn cannot_start(message: String) -> lambda_runtime::Error {
 pub async fn serve_jobs() -> Result<(), lambda_runtime::Error> {
     let config = Config::from_pairs(std::env::vars());
     crate::init_logging(&config);
-    let built = JobSettings::from_config(&config)
-        .map_err(|e| e.to_string())
-        .and_then(|settings| Ok((runtime_from_env(&config, JOBS_POOL_SIZE)?, settings)));
-    let (runtime, settings) = match built {
+    let built = JobSettings::from_config(&config).map_err(|e| e.to_string()).and_then(|settings| {
+        let timeout = settings.timeout;
+        Ok((runner(&runtime_from_env(&config, JOBS_POOL_SIZE)?, &config, settings)?, timeout))
+    });
+    let (runner, timeout) = match built {
         Ok(b) => b,
         Err(e) => return Err(cannot_start(e).await),
     };
-    let timeout = settings.timeout;
-    let runner = Arc::new(runner(&runtime, &config, settings));
+    let runner = Arc::new(runner);
     let warned = Arc::new(AtomicBool::new(false));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let (runner, warned) = (runner.clone(), warned.clone());

@@ -110,7 +110,7 @@ async fn a_refused_send_is_an_error_naming_the_error_type_only() {
 async fn a_batch_reports_exactly_the_records_to_deliver_again() {
     let config = Config::default();
     let runtime = Arc::new(tracon_lambda::runtime_with_stores(&config, Stores::in_memory()).unwrap());
-    let runner = consumer::runner(&runtime, &config, JobSettings::default());
+    let runner = consumer::runner(&runtime, &config, JobSettings::default()).unwrap();
     let tenant = TenantId::default_tenant();
     let now = runtime.platform.clock.now();
     // A queued run whose payload cannot be read: its attempt fails for good.
@@ -138,7 +138,7 @@ async fn records_whose_store_cannot_be_reached_are_delivered_again() {
     let config = config(&[("DATABASE_URL", url.as_str()), ("Tracon__PostgreSql__AcquireTimeoutSeconds", "1")]);
     let stores = tracon_lambda::stores_from_env(&config, 1).unwrap();
     let runtime = Arc::new(tracon_lambda::runtime_with_stores(&config, stores).unwrap());
-    let runner = consumer::runner(&runtime, &config, JobSettings::default());
+    let runner = consumer::runner(&runtime, &config, JobSettings::default()).unwrap();
     let (a, b) = (Uuid::new_v4().to_string(), Uuid::new_v4().to_string());
     let response = consumer::consume(&runner, event(&[("m-a", &a), ("m-b", &b), ("m-bad", "{}")])).await;
     assert_eq!(failures(&response), ["m-a", "m-b", "m-bad"]);

@@ -63,6 +63,11 @@ impl Background {
         let owner = format!("worker:{}", Uuid::new_v4());
         // Every job handler, and the observers that publish job.completed / job.failed webhooks.
         let runner = background::job_runner(&runtime, settings.clone(), owner);
+        // A run handed over at its soft deadline goes back to the queue as a fresh message.
+        let runner = match &transport {
+            Some(t) => runner.with_transport(t.clone()),
+            None => runner,
+        };
         Ok(Self { runtime, runner, transport, settings })
     }
 
