@@ -12,6 +12,7 @@
 //! cargo build --release -p tracon -p tracon-tests
 //! DATABASE_URL=postgres://… cargo run --release -p tracon-tests --bin bench-postgres -- [--requests 2000] [--concurrency 1,16]
 //! ```
+//! `--statements` also lists the statements each Postgres phase ran (`pg_stat_statements`).
 //! Target: recording to Postgres adds under 2 ms at p50 per run over in-memory.
 
 // A report tool: its output is the point.
@@ -44,6 +45,11 @@ struct Args {
     /// compared with a plain run, what the step ledger and the call's record add on Postgres.
     #[arg(long)]
     tool_round: bool,
+    /// After each Postgres phase, the statements it ran from `pg_stat_statements` (the server
+    /// needs `shared_preload_libraries = 'pg_stat_statements'`): calls per run and the mean
+    /// time in the server of each, so one statement's cost (the step ledger's) is read directly.
+    #[arg(long)]
+    statements: bool,
 }
 
 /// The bench's name, in its progress lines.
@@ -94,6 +100,42 @@ async fn commits(pool: &sqlx::PgPool) -> Result<i64, BoxError> {
         .await?)
 }
 
+/// Empties `pg_stat_statements` (creating the extension when the server has it loaded).
+async fn reset_statements(pool: &sqlx::PgPool) -> Result<(), BoxError> {
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").execute(pool).await?;
+    sqlx::query("SELECT pg_stat_statements_reset()").execute(pool).await.map_err(|e| {
+        format!("pg_stat_statements is not loaded (set shared_preload_libraries = 'pg_stat_statements'): {e}")
+    })?;
+    Ok(())
+}
+
+/// The statements run in this database since the reset (the store's are unqualified: its
+/// connections set `search_path`), most total time first: calls per run, mean and total time
+/// in the server.
+async fn print_statements(pool: &sqlx::PgPool, runs: usize) -> Result<(), BoxError> {
+    let rows: Vec<(String, i64, f64, f64)> = sqlx::query_as(
+        "SELECT query, calls, mean_exec_time, total_exec_time FROM pg_stat_statements \
+         WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE '%pg_stat%' \
+         ORDER BY total_exec_time DESC",
+    )
+    .fetch_all(pool)
+    .await?;
+    println!(
+        "     {:>9} {:>9} {:>9}  statement (in the server; each is one round trip)",
+        "calls/run", "mean µs", "ms/run"
+    );
+    for (query, calls, mean, total) in rows {
+        let text: String = query.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(90).collect();
+        println!(
+            "     {:>9.2} {:>9.1} {:>9.3}  {text}",
+            calls as f64 / runs as f64,
+            mean * 1000.0,
+            total / runs as f64
+        );
+    }
+    Ok(())
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), BoxError> {
     let args = Args::parse();
@@ -132,6 +174,9 @@ async fn main() -> Result<(), BoxError> {
             let runs = run_once(&client, &server.base);
             complete(measure(NAME, c, 0, 200.max(c * 4), server.pid(), runs.clone()).await?)?; // warm-up
             let before = if i == 1 { commits(&pool).await? } else { 0 };
+            if i == 1 && args.statements {
+                reset_statements(&pool).await?;
+            }
             let phase = complete(measure(NAME, c, 0, args.requests, server.pid(), runs).await?)?;
             // The two reads of the statistics are themselves two transactions.
             let after = if i == 1 { commits(&pool).await? - 2 } else { 0 };
@@ -148,6 +193,9 @@ async fn main() -> Result<(), BoxError> {
         let added = p50s[1] - p50s[0];
         worst_added = worst_added.max(added);
         println!("     postgres − memory at p50: {added:.3} ms");
+        if args.statements {
+            print_statements(&pool, args.requests).await?;
+        }
     }
     println!();
     println!(
