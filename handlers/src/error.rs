@@ -40,6 +40,45 @@ pub struct ProblemDetails {
     pub extensions: Map<String, Value>,
 }
 
+/// The problem responses of the OpenAPI document without a description of their own, one type
+/// a status, for a route's `responses(…)`:
+/// `responses((status = 200, body = AgentView), problem::BadRequest, problem::NotFound)`. Each is
+/// `application/problem+json` with a [`ProblemDetails`] body. (No doc comments on the types:
+/// utoipa would make them the responses' descriptions.)
+pub mod problem {
+    #![allow(missing_docs, dead_code)]
+
+    use super::ProblemDetails;
+
+    #[derive(utoipa::IntoResponses)]
+    #[response(status = 400, content_type = "application/problem+json")]
+    pub struct BadRequest(ProblemDetails);
+
+    #[derive(utoipa::IntoResponses)]
+    #[response(status = 403, content_type = "application/problem+json")]
+    pub struct Forbidden(ProblemDetails);
+
+    #[derive(utoipa::IntoResponses)]
+    #[response(status = 404, content_type = "application/problem+json")]
+    pub struct NotFound(ProblemDetails);
+
+    #[derive(utoipa::IntoResponses)]
+    #[response(status = 409, content_type = "application/problem+json")]
+    pub struct Conflict(ProblemDetails);
+
+    #[derive(utoipa::IntoResponses)]
+    #[response(status = 413, content_type = "application/problem+json")]
+    pub struct TooLarge(ProblemDetails);
+
+    #[derive(utoipa::IntoResponses)]
+    #[response(status = 429, content_type = "application/problem+json")]
+    pub struct TooMany(ProblemDetails);
+
+    #[derive(utoipa::IntoResponses)]
+    #[response(status = 503, content_type = "application/problem+json")]
+    pub struct Unavailable(ProblemDetails);
+}
+
 /// A handler failure.
 #[derive(Debug, Clone)]
 pub struct ApiError {

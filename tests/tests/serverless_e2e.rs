@@ -1310,6 +1310,22 @@ impl Sqs {
         serde_json::from_str(&text).unwrap_or(Value::Null)
     }
 
+    /// What the functions are configured with to use this emulator's `queue_url` (SigV4 with
+    /// test credentials), and `more` on top.
+    fn config(&self, queue_url: &str, more: &[(&str, &str)]) -> Vec<(String, String)> {
+        [
+            ("Tracon__Queue__SqsQueueUrl", queue_url),
+            ("Tracon__Queue__SqsEndpoint", self.endpoint.as_str()),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", "test-access-key"),
+            ("AWS_SECRET_ACCESS_KEY", "test-secret-key"),
+        ]
+        .iter()
+        .chain(more)
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+    }
+
     async fn create_queue(&self, name: &str) -> String {
         self.call("CreateQueue", json!({"QueueName": name})).await["QueueUrl"].as_str().unwrap().to_owned()
     }
@@ -1369,17 +1385,7 @@ async fn the_lambda_functions_queue_runs_through_sqs_and_the_consumer_reports_fa
     migrate(&schema);
     let sqs = Sqs::start().await;
     let queue_url = sqs.create_queue(&unique("tracon-jobs")).await;
-    let extra: Vec<(String, String)> = [
-        ("Tracon__Queue__SqsQueueUrl", queue_url.as_str()),
-        ("Tracon__Queue__SqsEndpoint", sqs.endpoint.as_str()),
-        ("AWS_REGION", "us-east-1"),
-        ("AWS_ACCESS_KEY_ID", "test-access-key"),
-        ("AWS_SECRET_ACCESS_KEY", "test-secret-key"),
-    ]
-    .iter()
-    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-    .collect();
-    let lambda = start_lambda_with(&schema, &mock, &extra).await;
+    let lambda = start_lambda_with(&schema, &mock, &sqs.config(&queue_url, &[])).await;
     mock.script("sqs-model", vec![MockTurn::text("Done through SQS.")]);
     create_agent(&lambda, &agent("queued", "sqs-model")).await;
 
@@ -1469,17 +1475,7 @@ async fn a_run_on_lambda_outlasts_three_soft_deadlines_and_agents_call_agents_in
     migrate(&schema);
     let sqs = Sqs::start().await;
     let queue_url = sqs.create_queue(&unique("tracon-jobs")).await;
-    let extra: Vec<(String, String)> = [
-        ("Tracon__Queue__SqsQueueUrl", queue_url.as_str()),
-        ("Tracon__Queue__SqsEndpoint", sqs.endpoint.as_str()),
-        ("AWS_REGION", "us-east-1"),
-        ("AWS_ACCESS_KEY_ID", "test-access-key"),
-        ("AWS_SECRET_ACCESS_KEY", "test-secret-key"),
-        ("Tracon__RunContinuation__SoftDeadlineSeconds", SOFT_DEADLINE),
-    ]
-    .iter()
-    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-    .collect();
+    let extra = sqs.config(&queue_url, &[("Tracon__RunContinuation__SoftDeadlineSeconds", SOFT_DEADLINE)]);
     let lambda = start_lambda_with(&schema, &mock, &extra).await;
     three_step_agent(&lambda, &mock, "lambda-steps-model").await;
     let run_id = queue_run(&lambda, "steps", "Where are orders 1001, 1002 and 1003?").await;

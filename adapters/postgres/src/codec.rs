@@ -709,39 +709,17 @@ fn job_count(v: u32, what: &str) -> Result<i32, StoreError> {
     i32::try_from(v).map_err(|_| corrupt(what, v))
 }
 
-/// A job as the values `sql::JOB_INSERT` binds, in its parameter order, the payload sealed.
-pub struct JobValues {
-    pub tenant_id: String,
-    pub id: Uuid,
-    pub handler_key: String,
-    pub payload: Vec<u8>,
-    pub status: &'static str,
-    pub attempts: i32,
-    pub max_attempts: i32,
-    pub available_at: DateTime<Utc>,
-    pub lease_owner: Option<String>,
-    pub lease_token: Option<Uuid>,
-    pub lease_expires_at: Option<DateTime<Utc>>,
-    pub heartbeat_at: Option<DateTime<Utc>>,
-    pub cancel_requested: bool,
-    pub result: Option<serde_json::Value>,
-    pub error_code: Option<String>,
-    pub error_message: Option<String>,
-    pub run_id: Option<Uuid>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-    pub completed_at: Option<DateTime<Utc>>,
-}
-
-pub fn job_values(protection: &Protection, job: &JobRecord) -> Result<JobValues, StoreError> {
+/// A job as the values `sql::JOB_INSERT` binds, in its parameter order, the payload sealed: the
+/// row [`JobColumns::record`] reads back.
+pub fn job_values(protection: &Protection, job: &JobRecord) -> Result<JobColumns, StoreError> {
     let json = serde_json::to_string(&job.payload).map_err(|e| corrupt("job payload", e))?;
     let row = job.id.to_string();
-    Ok(JobValues {
+    Ok(JobColumns {
         tenant_id: job.tenant.as_str().to_owned(),
         id: job.id,
         handler_key: job.handler_key.clone(),
         payload: protection.seal(&job_place(&job.tenant, &row), &json),
-        status: job.status.as_str(),
+        status: job.status.as_str().to_owned(),
         attempts: job_count(job.attempts, "job attempts")?,
         max_attempts: job_count(job.max_attempts, "job max attempts")?,
         available_at: job.available_at,
@@ -760,7 +738,8 @@ pub fn job_values(protection: &Protection, job: &JobRecord) -> Result<JobValues,
     })
 }
 
-/// The columns of one `jobs` row (`sql::JOB_*` select them), as either driver reads them;
+/// The columns of one `jobs` row (`sql::JOB_*` select them; `JOB_INSERT` binds them in this order),
+/// as either driver reads them;
 /// [`JobColumns::record`] opens the payload and checks what the column types cannot.
 pub struct JobColumns {
     pub tenant_id: String,
@@ -1079,31 +1058,6 @@ mod tests {
         assert!(matches!(tenant.record(), Err(StoreError::Internal { .. })));
     }
 
-    fn job_row(v: JobValues) -> JobColumns {
-        JobColumns {
-            tenant_id: v.tenant_id,
-            id: v.id,
-            handler_key: v.handler_key,
-            payload: v.payload,
-            status: v.status.to_owned(),
-            attempts: v.attempts,
-            max_attempts: v.max_attempts,
-            available_at: v.available_at,
-            lease_owner: v.lease_owner,
-            lease_token: v.lease_token,
-            lease_expires_at: v.lease_expires_at,
-            heartbeat_at: v.heartbeat_at,
-            cancel_requested: v.cancel_requested,
-            result: v.result,
-            error_code: v.error_code,
-            error_message: v.error_message,
-            run_id: v.run_id,
-            created_at: v.created_at,
-            updated_at: v.updated_at,
-            completed_at: v.completed_at,
-        }
-    }
-
     #[test]
     fn job_payloads_are_sealed_and_rows_decode_back() {
         let at = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
@@ -1119,13 +1073,13 @@ mod tests {
         let sealed = Protection::with_key(7, &[42; 32]);
         let v = job_values(&sealed, &job).unwrap();
         assert!(!String::from_utf8_lossy(&v.payload).contains("secret"), "the payload is protected");
-        assert_eq!(job_row(job_values(&sealed, &job).unwrap()).record(&sealed).unwrap(), job);
-        let moved = JobColumns { id: Uuid::from_u128(6), ..job_row(job_values(&sealed, &job).unwrap()) };
+        assert_eq!((job_values(&sealed, &job).unwrap()).record(&sealed).unwrap(), job);
+        let moved = JobColumns { id: Uuid::from_u128(6), ..(job_values(&sealed, &job).unwrap()) };
         assert!(matches!(moved.record(&sealed), Err(StoreError::Internal { .. })), "bound to its row");
         let plain = Protection::off();
-        let status = JobColumns { status: "Done".into(), ..job_row(job_values(&plain, &job).unwrap()) };
-        let half = JobColumns { error_message: None, ..job_row(job_values(&plain, &job).unwrap()) };
-        let negative = JobColumns { attempts: -1, ..job_row(job_values(&plain, &job).unwrap()) };
+        let status = JobColumns { status: "Done".into(), ..(job_values(&plain, &job).unwrap()) };
+        let half = JobColumns { error_message: None, ..(job_values(&plain, &job).unwrap()) };
+        let negative = JobColumns { attempts: -1, ..(job_values(&plain, &job).unwrap()) };
         for bad in [status, half, negative] {
             assert!(matches!(bad.record(&plain), Err(StoreError::Internal { .. })));
         }

@@ -116,6 +116,16 @@ macro_rules! params {
     };
 }
 
+/// `columns!(row, KeyColumns [id tenant_id name])`: the struct with each field read from the
+/// row's column of the same name (`KeyColumns { id: row.get("id")?, … }`), in a function that
+/// returns `Result<_, StoreError>`.
+#[macro_export]
+macro_rules! columns {
+    ($row:expr, $ty:ident [$($field:ident)*]) => {
+        $ty { $($field: $row.get(stringify!($field))?),* }
+    };
+}
+
 /// One column's value, decoded by its Postgres type.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Cell {

@@ -20,7 +20,7 @@ use tracon_core::report::ValidationReport;
 use utoipa::ToSchema;
 
 use crate::audit;
-use crate::error::{ApiError, ApiResult, ProblemDetails};
+use crate::error::{ApiError, ApiResult, problem};
 use crate::extract::{ApiJson, Ctx, Paging};
 use crate::state::AppState;
 
@@ -84,7 +84,7 @@ pub async fn list(Ctx { state, tenant, .. }: Ctx, paging: Paging) -> ApiResult<J
 /// Read one agent.
 #[utoipa::path(get, path = "/api/agents/{name}", tag = "agents",
     params(("name" = String, Path, description = "Agent name")),
-    responses((status = 200, body = AgentView), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = AgentView), problem::NotFound))]
 #[tracing::instrument(name = "agents.get", skip_all)]
 pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(name): Path<String>) -> ApiResult<Json<AgentView>> {
     let name = agent_name(&name)?;
@@ -95,9 +95,7 @@ pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(name): Path<String>) -> Ap
 
 /// Store a new definition (version 1).
 #[utoipa::path(post, path = "/api/agents", tag = "agents", request_body = AgentDefinition,
-    responses((status = 201, body = AgentView),
-        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 201, body = AgentView), problem::BadRequest, problem::Conflict))]
 #[tracing::instrument(name = "agents.create", skip_all)]
 pub async fn create(Ctx { state, tenant, caller }: Ctx, ApiJson(def): ApiJson<AgentDefinition>) -> ApiResult<Response> {
     let name = AgentName::parse(&def.name).map_err(|e| ApiError::validation(vec![invalid_name(e.0)]))?;
@@ -121,10 +119,7 @@ pub async fn create(Ctx { state, tenant, caller }: Ctx, ApiJson(def): ApiJson<Ag
 /// Replace a stored definition; the save appends a new version.
 #[utoipa::path(put, path = "/api/agents/{name}", tag = "agents", request_body = AgentDefinition,
     params(("name" = String, Path, description = "Agent name")),
-    responses((status = 200, body = AgentView),
-        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = AgentView), problem::BadRequest, problem::NotFound, problem::Conflict))]
 #[tracing::instrument(name = "agents.replace", skip_all)]
 pub async fn replace(
     Ctx { state, tenant, caller }: Ctx,
@@ -155,9 +150,7 @@ pub async fn replace(
 /// Delete a stored definition.
 #[utoipa::path(delete, path = "/api/agents/{name}", tag = "agents",
     params(("name" = String, Path, description = "Agent name")),
-    responses((status = 204),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 204), problem::NotFound, problem::Conflict))]
 #[tracing::instrument(name = "agents.delete", skip_all)]
 pub async fn delete(Ctx { state, tenant, caller }: Ctx, Path(name): Path<String>) -> ApiResult<StatusCode> {
     let name = agent_name(&name)?;
@@ -174,7 +167,7 @@ pub async fn delete(Ctx { state, tenant, caller }: Ctx, Path(name): Path<String>
 /// Check a definition without saving it and without calling a model. An invalid
 /// definition is an answer (`200` with `valid: false`), not a transport failure.
 #[utoipa::path(post, path = "/api/agents/validate", tag = "agents", request_body = AgentDefinition,
-    responses((status = 200, body = ValidationReport), (status = 400, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = ValidationReport), problem::BadRequest))]
 #[tracing::instrument(name = "agents.validate", skip_all)]
 pub async fn validate(
     Ctx { state, tenant, .. }: Ctx,
@@ -217,9 +210,7 @@ impl From<StoredDefinition> for AgentVersionView {
 /// Every version of a stored definition, newest first: full snapshots, not deltas.
 #[utoipa::path(get, path = "/api/agents/{name}/versions", tag = "agents",
     params(("name" = String, Path, description = "Agent name")),
-    responses((status = 200, body = [AgentVersionView]),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = [AgentVersionView]), problem::NotFound, problem::Conflict))]
 #[tracing::instrument(name = "agents.versions", skip_all)]
 pub async fn versions(
     Ctx { state, tenant, .. }: Ctx,
@@ -244,9 +235,7 @@ pub struct VersionDiff {
 /// Both snapshots, verbatim; the client computes the diff.
 #[utoipa::path(get, path = "/api/agents/{name}/versions/{a}/diff/{b}", tag = "agents",
     params(("name" = String, Path, description = "Agent name"), ("a" = u32, Path, description = "Version"), ("b" = u32, Path, description = "Version")),
-    responses((status = 200, body = VersionDiff),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = VersionDiff), problem::NotFound, problem::Conflict))]
 #[tracing::instrument(name = "agents.diff", skip_all)]
 pub async fn diff(
     Ctx { state, tenant, .. }: Ctx,
@@ -278,10 +267,7 @@ pub struct RollbackRequest {
 /// rollback is itself auditable and can be rolled back in turn.
 #[utoipa::path(post, path = "/api/agents/{name}/rollback", tag = "agents", request_body = RollbackRequest,
     params(("name" = String, Path, description = "Agent name")),
-    responses((status = 200, body = AgentView),
-        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = AgentView), problem::BadRequest, problem::NotFound, problem::Conflict))]
 #[tracing::instrument(name = "agents.rollback", skip_all)]
 pub async fn rollback(
     Ctx { state, tenant, caller }: Ctx,

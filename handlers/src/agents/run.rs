@@ -30,7 +30,7 @@ use utoipa::ToSchema;
 
 use crate::agents::definitions::agent_name;
 use crate::approvals::{self, InBandDecision};
-use crate::error::{ApiError, ApiResult, ProblemDetails, start_error};
+use crate::error::{ApiError, ApiResult, ProblemDetails, problem, start_error};
 use crate::extract::{ApiJson, Ctx, header_pairs};
 use crate::sse;
 use crate::state::AppState;
@@ -82,12 +82,9 @@ pub struct RunBody {
         (status = 200, description = "The live turn as server-sent events (`run`, `update`, `approvals`, `done`, `error`); with an `Idempotency-Key`, the whole run as one JSON document", content(
             (String = "text/event-stream"),
             (RunAnswer = "application/json"))),
-        (status = 202, description = "Queued (`Prefer: respond-async`, on hosts that run a job consumer): the run's id and where to follow it", body = QueuedRunAccepted),
-        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 202, description = "Queued (`Prefer: respond-async`, on hosts that run a job consumer): the run's id and where to follow it", body = QueuedRunAccepted), problem::BadRequest, problem::NotFound,
         (status = 409, description = "A request under the same Idempotency-Key is still running", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 422, description = "A definition that no longer compiles, or an Idempotency-Key used for another request", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 503, body = ProblemDetails, content_type = "application/problem+json")))]
+        (status = 422, description = "A definition that no longer compiles, or an Idempotency-Key used for another request", body = ProblemDetails, content_type = "application/problem+json"), problem::Unavailable))]
 #[tracing::instrument(name = "runs.start", skip_all, fields(agent = %name, run_id))]
 pub async fn run(
     Ctx { state, tenant, caller }: Ctx,

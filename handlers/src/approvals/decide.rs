@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use super::{ApprovalView, DecisionBody, DecisionResult, InBandDecision, MAX_REASON, approval_not_found, request_id};
 use crate::audit;
-use crate::error::{ApiError, ApiResult, ProblemDetails};
+use crate::error::{ApiError, ApiResult, ProblemDetails, problem};
 use crate::extract::{ApiJson, Ctx};
 use crate::state::AppState;
 
@@ -28,9 +28,7 @@ use crate::state::AppState;
 /// resumes the conversation in the background and `resumedRunId` names it.
 #[utoipa::path(post, path = "/api/approvals/{id}/decision", tag = "approvals", request_body = DecisionBody,
     params(("id" = String, Path, description = "Request id")),
-    responses((status = 200, body = DecisionResult),
-        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+    responses((status = 200, body = DecisionResult), problem::BadRequest, problem::NotFound,
         (status = 409, description = "Already decided (`approval_already_decided`) or expired (`approval_expired`)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 503, description = "The audit entry could not be written; nothing was applied", body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "approvals.decide", skip_all)]

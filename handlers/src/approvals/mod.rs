@@ -24,7 +24,7 @@ use tracon_core::tools::effect::ToolEffect;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::error::{ApiError, ApiResult, ProblemDetails};
+use crate::error::{ApiError, ApiResult, problem};
 use crate::extract::{Ctx, Paging};
 use crate::state::AppState;
 
@@ -152,7 +152,7 @@ pub async fn pending(Ctx { state, tenant, .. }: Ctx, paging: Paging) -> ApiResul
 
 /// One request, in any status.
 #[utoipa::path(get, path = "/api/approvals/{id}", tag = "approvals", params(("id" = String, Path, description = "Request id")),
-    responses((status = 200, body = ApprovalView), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = ApprovalView), problem::NotFound))]
 #[tracing::instrument(name = "approvals.get", skip_all)]
 pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiResult<Json<ApprovalView>> {
     let now = state.runtime.platform.clock.now();

@@ -14,7 +14,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use crate::audit;
-use crate::error::{ApiError, ApiResult, ProblemDetails};
+use crate::error::{ApiError, ApiResult, problem};
 use crate::extract::{ApiJson, Ctx};
 
 /// A new rule.
@@ -66,7 +66,7 @@ pub async fn list_rules(
 /// Add a rule: a tool, optionally one agent, and one exact argument set (a hash) or
 /// conditions — or neither, which pre-approves every call of the tool.
 #[utoipa::path(post, path = "/api/approvals/rules", tag = "approvals", request_body = CreateRule,
-    responses((status = 201, body = ApprovalRule), (status = 400, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 201, body = ApprovalRule), problem::BadRequest))]
 #[tracing::instrument(name = "approvals.rules.create", skip_all)]
 pub async fn create_rule(
     Ctx { state, tenant, caller }: Ctx,
@@ -127,7 +127,7 @@ pub async fn create_rule(
 
 /// Remove a rule: calls it released ask again.
 #[utoipa::path(delete, path = "/api/approvals/rules/{id}", tag = "approvals", params(("id" = String, Path, description = "Rule id")),
-    responses((status = 204), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 204), problem::NotFound))]
 #[tracing::instrument(name = "approvals.rules.delete", skip_all)]
 pub async fn delete_rule(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<StatusCode> {
     let id = Uuid::parse_str(&id).map_err(|_| rule_not_found())?;

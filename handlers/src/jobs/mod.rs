@@ -18,7 +18,7 @@ use tracon_core::names::RunId;
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
-use crate::error::{ApiError, ApiResult, ProblemDetails};
+use crate::error::{ApiError, ApiResult, ProblemDetails, problem};
 use crate::extract::{Ctx, Paging};
 use crate::state::AppState;
 
@@ -95,7 +95,7 @@ fn job_id(raw: &str) -> ApiResult<Uuid> {
 /// The tenant's jobs, newest first.
 #[utoipa::path(get, path = "/api/jobs", tag = "runs",
     params(JobQuery, ("skip" = Option<usize>, Query, description = "Skip this many"), ("take" = Option<usize>, Query, description = "At most this many (1–200, default 50)")),
-    responses((status = 200, body = Vec<JobView>), (status = 400, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = Vec<JobView>), problem::BadRequest))]
 #[tracing::instrument(name = "jobs.list", skip_all)]
 pub async fn list(
     Ctx { state, tenant, .. }: Ctx,
@@ -120,7 +120,7 @@ pub async fn list(
 
 /// One job.
 #[utoipa::path(get, path = "/api/jobs/{id}", tag = "runs", params(("id" = String, Path, description = "Job id")),
-    responses((status = 200, body = JobView), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = JobView), problem::NotFound))]
 #[tracing::instrument(name = "jobs.get", skip_all)]
 pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiResult<Json<JobView>> {
     let job = state.runtime.stores.jobs.get(&tenant, job_id(&id)?).await?.ok_or_else(job_not_found)?;
@@ -129,8 +129,7 @@ pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiR
 
 /// Cancel a job: a queued one ends at once, a running one stops at its next heartbeat.
 #[utoipa::path(post, path = "/api/jobs/{id}/cancel", tag = "runs", params(("id" = String, Path, description = "Job id")),
-    responses((status = 202, body = JobView),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+    responses((status = 202, body = JobView), problem::NotFound,
         (status = 409, description = "The job has already ended", body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "jobs.cancel", skip_all)]
 pub async fn cancel(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiResult<(StatusCode, Json<JobView>)> {

@@ -30,7 +30,7 @@ use tracon_core::runs::store::{
 };
 use utoipa::ToSchema;
 
-use crate::error::{ApiError, ApiResult, ProblemDetails};
+use crate::error::{ApiError, ApiResult, problem};
 use crate::extract::{Ctx, Paging};
 use crate::sse;
 use crate::state::AppState;
@@ -121,7 +121,7 @@ fn timestamp(s: &str) -> Option<DateTime<Utc>> {
         ("to" = Option<String>, Query, description = "Started before (RFC 3339)"),
         ("skip" = Option<u32>, Query, description = "Items to skip"),
         ("take" = Option<u32>, Query, description = "Items to return, 1..200 (default 50)")),
-    responses((status = 200, body = [RunRecord]), (status = 400, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = [RunRecord]), problem::BadRequest))]
 #[tracing::instrument(name = "runs.list", skip_all)]
 pub async fn list(Ctx { state, tenant, caller }: Ctx, uri: Uri, paging: Paging) -> ApiResult<Json<Vec<RunRecord>>> {
     let f = filter(&uri)?;
@@ -133,7 +133,7 @@ pub async fn list(Ctx { state, tenant, caller }: Ctx, uri: Uri, paging: Paging) 
 
 /// Read a run's summary: status, timings, usage, cost, error class. Not the conversation.
 #[utoipa::path(get, path = "/api/runs/{id}", tag = "runs", params(("id" = String, Path, description = "Run id")),
-    responses((status = 200, body = RunRecord), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = RunRecord), problem::NotFound))]
 #[tracing::instrument(name = "runs.get", skip_all)]
 pub async fn get(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<Json<RunRecord>> {
     Ok(Json(load(&state, &tenant, &caller, run_id(&id)?).await?))
@@ -160,7 +160,7 @@ pub struct RunTree {
 /// A run's call tree, readable from any member: its root, every child run an agent tool
 /// started under it, and the tokens and cost of the whole tree.
 #[utoipa::path(get, path = "/api/runs/{id}/tree", tag = "runs", params(("id" = String, Path, description = "Run id of any member of the tree")),
-    responses((status = 200, body = RunTree), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = RunTree), problem::NotFound))]
 #[tracing::instrument(name = "runs.tree", skip_all)]
 pub async fn tree(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<Json<RunTree>> {
     let member = load(&state, &tenant, &caller, run_id(&id)?).await?;
@@ -190,7 +190,7 @@ pub async fn tree(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) ->
 /// A run's tool calls, in call order: name, arguments, result, duration, error, effect,
 /// late completion.
 #[utoipa::path(get, path = "/api/runs/{id}/tools", tag = "runs", params(("id" = String, Path, description = "Run id")),
-    responses((status = 200, body = [ToolCallRecord]), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = [ToolCallRecord]), problem::NotFound))]
 #[tracing::instrument(name = "runs.tools", skip_all)]
 pub async fn tools(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<Json<Vec<ToolCallRecord>>> {
     let (tenant, id) = (tenant, run_id(&id)?);
@@ -200,7 +200,7 @@ pub async fn tools(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -
 
 /// What the caller sent, when input recording is on.
 #[utoipa::path(get, path = "/api/runs/{id}/input", tag = "runs", params(("id" = String, Path, description = "Run id")),
-    responses((status = 200, body = RunInputRecord), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = RunInputRecord), problem::NotFound))]
 #[tracing::instrument(name = "runs.input", skip_all)]
 pub async fn input(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<Json<RunInputRecord>> {
     let (tenant, id) = (tenant, run_id(&id)?);
@@ -224,7 +224,7 @@ pub struct Comparison {
 /// Both summaries, verbatim; the client draws the comparison.
 #[utoipa::path(get, path = "/api/runs/{a}/compare/{b}", tag = "runs",
     params(("a" = String, Path, description = "Run id"), ("b" = String, Path, description = "Run id")),
-    responses((status = 200, body = Comparison), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = Comparison), problem::NotFound))]
 #[tracing::instrument(name = "runs.compare", skip_all)]
 pub async fn compare(
     Ctx { state, tenant, caller }: Ctx,
@@ -245,9 +245,7 @@ pub struct CancelAccepted {
 /// Ask a running run to stop. Works from any instance: the flag is in the store, and the
 /// executing turn observes it between model chunks and before every model and tool call.
 #[utoipa::path(post, path = "/api/runs/{id}/cancel", tag = "runs", params(("id" = String, Path, description = "Run id")),
-    responses((status = 202, body = CancelAccepted),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 202, body = CancelAccepted), problem::NotFound, problem::Conflict))]
 #[tracing::instrument(name = "runs.cancel", skip_all)]
 pub async fn cancel(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<Response> {
     let id = run_id(&id)?;
@@ -302,7 +300,7 @@ async fn cancel_descendants(state: &AppState, tenant: &TenantId, run: &RunRecord
     params(("agent" = Option<String>, Query, description = "Agent name"),
         ("from" = Option<String>, Query, description = "Started at or after (RFC 3339)"),
         ("to" = Option<String>, Query, description = "Started before (RFC 3339)")),
-    responses((status = 200, body = RunStats), (status = 400, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = RunStats), problem::BadRequest))]
 #[tracing::instrument(name = "runs.stats", skip_all)]
 pub async fn stats(Ctx { state, tenant, caller }: Ctx, uri: Uri) -> ApiResult<Json<RunStats>> {
     let f = filter(&uri)?;
@@ -318,8 +316,7 @@ pub async fn stats(Ctx { state, tenant, caller }: Ctx, uri: Uri) -> ApiResult<Js
 #[utoipa::path(get, path = "/api/runs/{id}/events", tag = "runs",
     params(("id" = String, Path, description = "Run id"),
         ("Last-Event-ID" = Option<u64>, Header, description = "Resume after this sequence number")),
-    responses((status = 200, description = "The recorded log", content_type = "text/event-stream", body = String),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, description = "The recorded log", content_type = "text/event-stream", body = String), problem::NotFound))]
 #[tracing::instrument(name = "runs.events", skip_all)]
 pub async fn events(
     Ctx { state, tenant, caller }: Ctx,

@@ -16,7 +16,7 @@ use tracon_core::runs::store::RunStatus;
 use utoipa::ToSchema;
 
 use super::{run_id, run_not_found};
-use crate::error::{ApiError, ApiResult, ProblemDetails, start_error};
+use crate::error::{ApiError, ApiResult, problem, start_error};
 use crate::extract::{Ctx, OptionalJson, header_pairs};
 
 /// What to replay with.
@@ -54,10 +54,7 @@ pub struct ReplayResult {
 /// (the body may be left out: `ReplayTools` against the current definition).
 #[utoipa::path(post, path = "/api/runs/{id}/replay", tag = "runs", params(("id" = String, Path, description = "The run to replay")),
     request_body = ReplayBody,
-    responses((status = 200, body = ReplayResult), (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 403, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = ReplayResult), problem::BadRequest, problem::Forbidden, problem::NotFound, problem::Conflict))]
 #[tracing::instrument(name = "runs.replay", skip_all)]
 pub async fn replay(
     Ctx { state, tenant, caller }: Ctx,

@@ -21,7 +21,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::audit;
-use crate::error::{ApiError, ApiResult, ProblemDetails};
+use crate::error::{ApiError, ApiResult, problem};
 use crate::extract::{ApiJson, Ctx, Paging};
 use crate::state::AppState;
 
@@ -192,7 +192,7 @@ pub async fn list(Ctx { state, tenant, .. }: Ctx, paging: Paging) -> ApiResult<J
 
 /// One schedule.
 #[utoipa::path(get, path = "/api/schedules/{id}", tag = "runs", params(("id" = String, Path, description = "Schedule id")),
-    responses((status = 200, body = ScheduleView), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = ScheduleView), problem::NotFound))]
 #[tracing::instrument(name = "schedules.get", skip_all)]
 pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiResult<Json<ScheduleView>> {
     let id = schedule_id(&id)?;
@@ -202,9 +202,7 @@ pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiR
 
 /// Create a schedule: `runAt` (one-time) or `cron` with an IANA `timeZone` (recurring).
 #[utoipa::path(post, path = "/api/schedules", tag = "runs", request_body = ScheduleInput,
-    responses((status = 201, body = ScheduleView),
-        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 201, body = ScheduleView), problem::BadRequest, problem::Conflict))]
 #[tracing::instrument(name = "schedules.create", skip_all)]
 pub async fn create(Ctx { state, tenant, caller }: Ctx, ApiJson(body): ApiJson<ScheduleInput>) -> ApiResult<Response> {
     let record = validated(&state, &tenant, body, None).await?;
@@ -221,10 +219,7 @@ pub async fn create(Ctx { state, tenant, caller }: Ctx, ApiJson(body): ApiJson<S
 /// Replace a schedule; its next occurrence is computed anew.
 #[utoipa::path(put, path = "/api/schedules/{id}", tag = "runs", request_body = ScheduleInput,
     params(("id" = String, Path, description = "Schedule id")),
-    responses((status = 200, body = ScheduleView),
-        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = ScheduleView), problem::BadRequest, problem::NotFound, problem::Conflict))]
 #[tracing::instrument(name = "schedules.update", skip_all)]
 pub async fn update(
     Ctx { state, tenant, caller }: Ctx,
@@ -249,7 +244,7 @@ pub async fn update(
 
 /// Delete a schedule (runs it queued stay).
 #[utoipa::path(delete, path = "/api/schedules/{id}", tag = "runs", params(("id" = String, Path, description = "Schedule id")),
-    responses((status = 204), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 204), problem::NotFound))]
 #[tracing::instrument(name = "schedules.delete", skip_all)]
 pub async fn delete(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<StatusCode> {
     let id = schedule_id(&id)?;

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use tracon_core::audit::{self, AuditEntry, AuditFilter, ChainReport};
 use utoipa::IntoParams;
 
-use crate::error::{ApiError, ApiResult, ProblemDetails};
+use crate::error::{ApiError, ApiResult, problem};
 use crate::extract::{Ctx, Paging, Tenant};
 use crate::state::AppState;
 
@@ -35,7 +35,7 @@ pub struct AuditQuery {
 
 /// The tenant's trail, newest first.
 #[utoipa::path(get, path = "/api/audit", tag = "security", params(AuditQuery),
-    responses((status = 200, body = [AuditEntry]), (status = 400, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = [AuditEntry]), problem::BadRequest))]
 #[tracing::instrument(name = "audit.list", skip_all)]
 pub async fn list(
     Ctx { state, tenant, .. }: Ctx,

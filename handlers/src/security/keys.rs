@@ -19,7 +19,7 @@ use tracon_core::keys::{self, ApiKeyRecord, Scope};
 use utoipa::ToSchema;
 
 use crate::audit;
-use crate::error::{ApiError, ApiResult, ProblemDetails};
+use crate::error::{ApiError, ApiResult, problem};
 use crate::extract::{ApiJson, Ctx, Tenant};
 use crate::state::AppState;
 
@@ -108,9 +108,7 @@ fn no_randomness(e: String) -> ApiError {
 
 /// Issue a key for the caller's tenant. The answer carries the key, once.
 #[utoipa::path(post, path = "/api/api-keys", tag = "security", request_body = CreateApiKey,
-    responses((status = 201, body = IssuedApiKey),
-        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 403, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 201, body = IssuedApiKey), problem::BadRequest, problem::Forbidden))]
 #[tracing::instrument(name = "keys.create", skip_all)]
 pub async fn create(Ctx { state, tenant, caller }: Ctx, ApiJson(body): ApiJson<CreateApiKey>) -> ApiResult<Response> {
     let name = body.name.trim();
@@ -164,7 +162,7 @@ pub async fn list(State(state): State<AppState>, Tenant(tenant): Tenant) -> ApiR
 
 /// One key.
 #[utoipa::path(get, path = "/api/api-keys/{id}", tag = "security", params(("id" = String, Path, description = "Key id")),
-    responses((status = 200, body = ApiKeyView), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = ApiKeyView), problem::NotFound))]
 #[tracing::instrument(name = "keys.get", skip_all)]
 pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiResult<Json<ApiKeyView>> {
     let now = state.runtime.platform.clock.now();
@@ -174,7 +172,7 @@ pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiR
 
 /// Revoke a key: its next request is refused. The record stays, marked revoked.
 #[utoipa::path(delete, path = "/api/api-keys/{id}", tag = "security", params(("id" = String, Path, description = "Key id")),
-    responses((status = 200, body = ApiKeyView), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = ApiKeyView), problem::NotFound))]
 #[tracing::instrument(name = "keys.revoke", skip_all)]
 pub async fn revoke(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<Json<ApiKeyView>> {
     let id = key_id(&id)?;
@@ -194,9 +192,7 @@ pub async fn revoke(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) 
 /// Rotate a key: a new secret under the same id, name and scopes; the old secret stops
 /// working at once. The answer carries the new key, once.
 #[utoipa::path(post, path = "/api/api-keys/{id}/rotate", tag = "security", params(("id" = String, Path, description = "Key id")),
-    responses((status = 200, body = IssuedApiKey),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = IssuedApiKey), problem::NotFound, problem::Conflict))]
 #[tracing::instrument(name = "keys.rotate", skip_all)]
 pub async fn rotate(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<Json<IssuedApiKey>> {
     let id = key_id(&id)?;

@@ -16,7 +16,7 @@ use tracon_core::tenants::{MAX_DISPLAY_NAME, TenantRecord};
 use utoipa::ToSchema;
 
 use crate::audit;
-use crate::error::{ApiError, ApiResult, ProblemDetails};
+use crate::error::{ApiError, ApiResult, problem};
 use crate::extract::{ApiJson, Ctx, Paging};
 
 /// A new tenant record.
@@ -81,7 +81,7 @@ pub async fn list(Ctx { state, tenant, .. }: Ctx, paging: Paging) -> ApiResult<J
 
 /// One tenant record.
 #[utoipa::path(get, path = "/api/tenants/{id}", tag = "security", params(("id" = String, Path, description = "Tenant id")),
-    responses((status = 200, body = TenantRecord), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = TenantRecord), problem::NotFound))]
 #[tracing::instrument(name = "tenants.get", skip_all)]
 pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiResult<Json<TenantRecord>> {
     let id = visible(&tenant, &id)?;
@@ -90,10 +90,7 @@ pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiR
 
 /// Register a tenant (the default tenant's callers only).
 #[utoipa::path(post, path = "/api/tenants", tag = "security", request_body = CreateTenant,
-    responses((status = 201, body = TenantRecord),
-        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 403, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 201, body = TenantRecord), problem::BadRequest, problem::Forbidden, problem::Conflict))]
 #[tracing::instrument(name = "tenants.create", skip_all)]
 pub async fn create(Ctx { state, tenant, caller }: Ctx, ApiJson(body): ApiJson<CreateTenant>) -> ApiResult<Response> {
     if !is_operator(&tenant) {
@@ -121,9 +118,7 @@ pub async fn create(Ctx { state, tenant, caller }: Ctx, ApiJson(body): ApiJson<C
 /// Rename a tenant.
 #[utoipa::path(put, path = "/api/tenants/{id}", tag = "security", request_body = UpdateTenant,
     params(("id" = String, Path, description = "Tenant id")),
-    responses((status = 200, body = TenantRecord),
-        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = TenantRecord), problem::BadRequest, problem::NotFound))]
 #[tracing::instrument(name = "tenants.update", skip_all)]
 pub async fn update(
     Ctx { state, tenant, caller }: Ctx,
@@ -155,8 +150,7 @@ pub async fn update(
 
 /// Remove a tenant record (the default tenant's callers only). The tenant's data stays.
 #[utoipa::path(delete, path = "/api/tenants/{id}", tag = "security", params(("id" = String, Path, description = "Tenant id")),
-    responses((status = 204), (status = 403, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 204), problem::Forbidden, problem::NotFound))]
 #[tracing::instrument(name = "tenants.delete", skip_all)]
 pub async fn delete(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<StatusCode> {
     let id = visible(&tenant, &id)?;

@@ -23,7 +23,7 @@ use tracon_core::sessions::ownership::Use;
 use tracon_core::sessions::{SessionItem, SessionRecord};
 use utoipa::ToSchema;
 
-use crate::error::{ApiError, ApiResult, ProblemDetails};
+use crate::error::{ApiError, ApiResult, problem};
 use crate::extract::{ApiJson, Ctx, Paging, header_pairs};
 use crate::state::AppState;
 
@@ -115,7 +115,7 @@ pub async fn list(
 
 /// Read a session and its messages.
 #[utoipa::path(get, path = "/api/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
-    responses((status = 200, body = SessionView), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = SessionView), problem::NotFound))]
 #[tracing::instrument(name = "sessions.get", skip_all)]
 pub async fn get(
     Ctx { state, tenant, caller }: Ctx,
@@ -133,7 +133,7 @@ pub async fn get(
 
 /// Delete a session and its history.
 #[utoipa::path(delete, path = "/api/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "Session id")),
-    responses((status = 204), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 204), problem::NotFound))]
 #[tracing::instrument(name = "sessions.delete", skip_all)]
 pub async fn delete(
     Ctx { state, tenant, caller }: Ctx,
@@ -167,10 +167,7 @@ pub struct BranchRequest {
 /// Copy items `0..=sequence` into a new session. The parent is unchanged.
 #[utoipa::path(post, path = "/api/sessions/{id}/branch", tag = "sessions", request_body = BranchRequest,
     params(("id" = String, Path, description = "Session id")),
-    responses((status = 201, body = SessionView),
-        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 201, body = SessionView), problem::BadRequest, problem::NotFound, problem::Conflict))]
 #[tracing::instrument(name = "sessions.branch", skip_all)]
 pub async fn branch(
     Ctx { state, tenant, caller }: Ctx,

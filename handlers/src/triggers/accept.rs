@@ -24,7 +24,7 @@ use utoipa::ToSchema;
 
 use super::settings::{rate_limited, unverified_bucket};
 use crate::access::peer::PeerAddr;
-use crate::error::{ApiError, ApiResult, ProblemDetails};
+use crate::error::{ApiError, ApiResult, ProblemDetails, problem};
 use crate::state::AppState;
 
 /// The one answer to every authentication failure of the accept endpoint.
@@ -70,10 +70,8 @@ pub struct TriggerAccepted {
     responses((status = 202, description = "A queued run", body = TriggerAccepted),
         (status = 400, description = "The body has no message (payloadPath found nothing)", body = ProblemDetails, content_type = "application/problem+json"),
         (status = 401, description = "Unknown tenant or trigger, disabled trigger, bad timestamp or signature: one generic answer", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 409, description = "This signature was accepted before (a replay)", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 413, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 422, description = "The trigger's target cannot start", body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 429, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 409, description = "This signature was accepted before (a replay)", body = ProblemDetails, content_type = "application/problem+json"), problem::TooLarge,
+        (status = 422, description = "The trigger's target cannot start", body = ProblemDetails, content_type = "application/problem+json"), problem::TooMany,
         (status = 503, description = "No job consumer on this host, draining, or the store is unavailable", body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "triggers.accept", skip_all, fields(run_id))]
 pub async fn accept(

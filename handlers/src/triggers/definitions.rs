@@ -17,7 +17,7 @@ use tracon_core::triggers::{self as core_triggers, PayloadMode, TargetKind, Trig
 use utoipa::ToSchema;
 
 use crate::audit;
-use crate::error::{ApiError, ApiResult, ProblemDetails};
+use crate::error::{ApiError, ApiResult, ProblemDetails, problem};
 use crate::extract::{ApiJson, Ctx, Paging};
 use crate::state::AppState;
 
@@ -175,9 +175,7 @@ pub async fn list(Ctx { state, tenant, .. }: Ctx, paging: Paging) -> ApiResult<J
 
 /// One trigger.
 #[utoipa::path(get, path = "/api/triggers/{name}", tag = "triggers", params(("name" = String, Path, description = "Trigger name")),
-    responses((status = 200, body = TriggerView),
-        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = TriggerView), problem::BadRequest, problem::NotFound))]
 #[tracing::instrument(name = "triggers.get", skip_all)]
 pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(name): Path<String>) -> ApiResult<Json<TriggerView>> {
     let name = trigger_name(&name)?;
@@ -189,8 +187,7 @@ pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(name): Path<String>) -> Ap
 #[utoipa::path(put, path = "/api/triggers/{name}", tag = "triggers", request_body = TriggerBody,
     params(("name" = String, Path, description = "Trigger name")),
     responses((status = 200, description = "Replaced", body = TriggerView),
-        (status = 201, description = "Created", body = TriggerView),
-        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
+        (status = 201, description = "Created", body = TriggerView), problem::BadRequest,
         (status = 503, description = "The audit entry could not be written; nothing was applied", body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "triggers.put", skip_all)]
 pub async fn put(
@@ -223,8 +220,7 @@ pub async fn put(
 
 /// Remove a trigger. Audited before it is applied.
 #[utoipa::path(delete, path = "/api/triggers/{name}", tag = "triggers", params(("name" = String, Path, description = "Trigger name")),
-    responses((status = 204),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+    responses((status = 204), problem::NotFound,
         (status = 503, description = "The audit entry could not be written; nothing was applied", body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "triggers.delete", skip_all)]
 pub async fn delete(Ctx { state, tenant, caller }: Ctx, Path(name): Path<String>) -> ApiResult<StatusCode> {

@@ -31,7 +31,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::audit;
-use crate::error::{ApiError, ApiResult, ProblemDetails};
+use crate::error::{ApiError, ApiResult, ProblemDetails, problem};
 use crate::extract::{ApiJson, Ctx, Paging};
 use crate::state::AppState;
 
@@ -253,7 +253,7 @@ pub async fn create(Ctx { state, tenant, caller }: Ctx, ApiJson(body): ApiJson<W
 
 /// One subscription.
 #[utoipa::path(get, path = "/api/webhooks/{id}", tag = "webhooks", params(("id" = String, Path, description = "Subscription id")),
-    responses((status = 200, body = WebhookSubscription), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = WebhookSubscription), problem::NotFound))]
 #[tracing::instrument(name = "webhooks.get", skip_all)]
 pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiResult<Json<WebhookSubscription>> {
     let id = webhook_id(&id)?;
@@ -263,9 +263,7 @@ pub async fn get(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiR
 /// Replace a subscription (turning it on again resets its failure count).
 #[utoipa::path(put, path = "/api/webhooks/{id}", tag = "webhooks", request_body = WebhookBody,
     params(("id" = String, Path, description = "Subscription id")),
-    responses((status = 200, body = WebhookSubscription),
-        (status = 400, body = ProblemDetails, content_type = "application/problem+json"),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+    responses((status = 200, body = WebhookSubscription), problem::BadRequest, problem::NotFound,
         (status = 503, description = "The audit entry could not be written; nothing was applied", body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "webhooks.update", skip_all)]
 pub async fn update(
@@ -290,7 +288,7 @@ pub async fn update(
 
 /// Delete a subscription and its delivery history. Deliveries already queued are dropped.
 #[utoipa::path(delete, path = "/api/webhooks/{id}", tag = "webhooks", params(("id" = String, Path, description = "Subscription id")),
-    responses((status = 204), (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+    responses((status = 204), problem::NotFound,
         (status = 503, description = "The audit entry could not be written; nothing was applied", body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "webhooks.delete", skip_all)]
 pub async fn delete(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<StatusCode> {
@@ -307,8 +305,7 @@ pub async fn delete(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) 
 /// Queue a `test.ping` delivery. The answer says it was queued, not how it went: read the
 /// delivery history for that.
 #[utoipa::path(post, path = "/api/webhooks/{id}/test", tag = "webhooks", params(("id" = String, Path, description = "Subscription id")),
-    responses((status = 202, body = TestQueued),
-        (status = 404, body = ProblemDetails, content_type = "application/problem+json"),
+    responses((status = 202, body = TestQueued), problem::NotFound,
         (status = 409, description = "The subscription is disabled", body = ProblemDetails, content_type = "application/problem+json")))]
 #[tracing::instrument(name = "webhooks.test", skip_all)]
 pub async fn test(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> ApiResult<(StatusCode, Json<TestQueued>)> {
@@ -351,7 +348,7 @@ pub async fn test(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) -> Api
 /// attempt.
 #[utoipa::path(get, path = "/api/webhooks/{id}/deliveries", tag = "webhooks",
     params(("id" = String, Path, description = "Subscription id"), ("skip" = Option<usize>, Query, description = "Skip this many"), ("take" = Option<usize>, Query, description = "At most this many (1–200, default 50)")),
-    responses((status = 200, body = Vec<WebhookDelivery>), (status = 404, body = ProblemDetails, content_type = "application/problem+json")))]
+    responses((status = 200, body = Vec<WebhookDelivery>), problem::NotFound))]
 #[tracing::instrument(name = "webhooks.deliveries", skip_all)]
 pub async fn deliveries(
     Ctx { state, tenant, .. }: Ctx,

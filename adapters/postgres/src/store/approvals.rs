@@ -35,41 +35,16 @@ impl PgApprovalStore {
     }
 
     fn record(&self, row: &Row) -> Result<ApprovalRecord, StoreError> {
-        ApprovalColumns {
-            tenant_id: row.get("tenant_id")?,
-            id: row.get("id")?,
-            run_id: row.get("run_id")?,
-            session_id: row.get("session_id")?,
-            agent_name: row.get("agent_name")?,
-            call_id: row.get("call_id")?,
-            tool_name: row.get("tool_name")?,
-            arguments: row.get("arguments")?,
-            effect: row.get("effect")?,
-            requested_by: row.get("requested_by")?,
-            created_at: row.get("created_at")?,
-            expires_at: row.get("expires_at")?,
-            status: row.get("status")?,
-            decided_at: row.get("decided_at")?,
-            decided_by: row.get("decided_by")?,
-            reason: row.get("reason")?,
-            resumed_run_id: row.get("resumed_run_id")?,
-        }
+        crate::columns!(row, ApprovalColumns [tenant_id id run_id session_id agent_name call_id tool_name
+            arguments effect requested_by created_at expires_at status decided_at decided_by reason
+            resumed_run_id])
         .record(&self.protection)
     }
 }
 
 fn rule(row: &Row) -> Result<ApprovalRule, StoreError> {
-    RuleColumns {
-        tenant_id: row.get("tenant_id")?,
-        id: row.get("id")?,
-        tool_name: row.get("tool_name")?,
-        agent_name: row.get("agent_name")?,
-        arguments_hash: row.get("arguments_hash")?,
-        conditions: row.get("conditions")?,
-        description: row.get("description")?,
-        created_at: row.get("created_at")?,
-        created_by: row.get("created_by")?,
-    }
+    crate::columns!(row, RuleColumns [tenant_id id tool_name agent_name arguments_hash conditions description
+        created_at created_by])
     .rule()
 }
 

@@ -26,18 +26,8 @@ impl PgAuditStore {
 }
 
 fn entry(row: &Row) -> Result<AuditEntry, StoreError> {
-    AuditColumns {
-        tenant_id: row.get("tenant_id")?,
-        sequence: row.get("sequence")?,
-        at: row.get("at")?,
-        actor: row.get("actor")?,
-        action: row.get("action")?,
-        entity_type: row.get("entity_type")?,
-        entity_id: row.get("entity_id")?,
-        before: row.get("before")?,
-        after: row.get("after")?,
-        hash: row.get("hash")?,
-    }
+    crate::columns!(row, AuditColumns [tenant_id sequence at actor action entity_type entity_id before after
+        hash])
     .entry()
 }
 

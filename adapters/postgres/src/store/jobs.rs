@@ -31,28 +31,9 @@ impl PgJobStore {
     }
 
     fn record(&self, row: &Row) -> Result<JobRecord, StoreError> {
-        JobColumns {
-            tenant_id: row.get("tenant_id")?,
-            id: row.get("id")?,
-            handler_key: row.get("handler_key")?,
-            payload: row.get("payload")?,
-            status: row.get("status")?,
-            attempts: row.get("attempts")?,
-            max_attempts: row.get("max_attempts")?,
-            available_at: row.get("available_at")?,
-            lease_owner: row.get("lease_owner")?,
-            lease_token: row.get("lease_token")?,
-            lease_expires_at: row.get("lease_expires_at")?,
-            heartbeat_at: row.get("heartbeat_at")?,
-            cancel_requested: row.get("cancel_requested")?,
-            result: row.get("result")?,
-            error_code: row.get("error_code")?,
-            error_message: row.get("error_message")?,
-            run_id: row.get("run_id")?,
-            created_at: row.get("created_at")?,
-            updated_at: row.get("updated_at")?,
-            completed_at: row.get("completed_at")?,
-        }
+        crate::columns!(row, JobColumns [tenant_id id handler_key payload status attempts max_attempts
+            available_at lease_owner lease_token lease_expires_at heartbeat_at cancel_requested result
+            error_code error_message run_id created_at updated_at completed_at])
         .record(&self.protection)
     }
 }
@@ -69,7 +50,7 @@ impl JobStore for PgJobStore {
                     v.id,
                     &v.handler_key,
                     &v.payload,
-                    v.status,
+                    &v.status,
                     v.attempts,
                     v.max_attempts,
                     v.available_at,

@@ -24,18 +24,8 @@ impl PgApiKeyStore {
 }
 
 fn record(row: &Row) -> Result<ApiKeyRecord, StoreError> {
-    KeyColumns {
-        id: row.get("id")?,
-        tenant_id: row.get("tenant_id")?,
-        name: row.get("name")?,
-        key_hash: row.get("key_hash")?,
-        scopes: row.get("scopes")?,
-        created_at: row.get("created_at")?,
-        expires_at: row.get("expires_at")?,
-        revoked_at: row.get("revoked_at")?,
-        last_used_at: row.get("last_used_at")?,
-        rotated_at: row.get("rotated_at")?,
-    }
+    crate::columns!(row, KeyColumns [id tenant_id name key_hash scopes created_at expires_at revoked_at
+        last_used_at rotated_at])
     .record()
 }
 

@@ -28,24 +28,8 @@ impl PgScheduleStore {
     }
 
     fn record(&self, row: &Row) -> Result<ScheduleRecord, StoreError> {
-        ScheduleColumns {
-            tenant_id: row.get("tenant_id")?,
-            id: row.get("id")?,
-            name: row.get("name")?,
-            agent_name: row.get("agent_name")?,
-            message: row.get("message")?,
-            parameters: row.get("parameters")?,
-            run_at: row.get("run_at")?,
-            cron: row.get("cron")?,
-            time_zone: row.get("time_zone")?,
-            enabled: row.get("enabled")?,
-            next_run_at: row.get("next_run_at")?,
-            last_run_at: row.get("last_run_at")?,
-            last_run_id: row.get("last_run_id")?,
-            last_error: row.get("last_error")?,
-            created_at: row.get("created_at")?,
-            updated_at: row.get("updated_at")?,
-        }
+        crate::columns!(row, ScheduleColumns [tenant_id id name agent_name message parameters run_at cron
+            time_zone enabled next_run_at last_run_at last_run_id last_error created_at updated_at])
         .record(&self.protection)
     }
 }

@@ -23,13 +23,7 @@ impl PgTenantStore {
 }
 
 fn record(row: &Row) -> Result<TenantRecord, StoreError> {
-    TenantColumns {
-        id: row.get("id")?,
-        display_name: row.get("display_name")?,
-        created_at: row.get("created_at")?,
-        updated_at: row.get("updated_at")?,
-    }
-    .record()
+    crate::columns!(row, TenantColumns [id display_name created_at updated_at]).record()
 }
 
 #[async_trait::async_trait]

@@ -23,17 +23,8 @@ impl PgTriggerStore {
 }
 
 fn record(row: &Row) -> Result<TriggerRecord, StoreError> {
-    TriggerColumns {
-        name: row.get("name")?,
-        target_kind: row.get("target_kind")?,
-        target_name: row.get("target_name")?,
-        signing_secret_configuration_name: row.get("signing_secret_configuration_name")?,
-        payload_mode: row.get("payload_mode")?,
-        payload_path: row.get("payload_path")?,
-        enabled: row.get("enabled")?,
-        created_at: row.get("created_at")?,
-        updated_at: row.get("updated_at")?,
-    }
+    crate::columns!(row, TriggerColumns [name target_kind target_name signing_secret_configuration_name
+        payload_mode payload_path enabled created_at updated_at])
     .record()
 }
 

@@ -27,41 +27,15 @@ impl PgWebhookStore {
 }
 
 fn subscription(row: &Row) -> Result<WebhookSubscription, StoreError> {
-    SubscriptionColumns {
-        tenant_id: row.get("tenant_id")?,
-        id: row.get("id")?,
-        url: row.get("url")?,
-        events: row.get("events")?,
-        secret_configuration_name: row.get("secret_configuration_name")?,
-        headers: row.get("headers")?,
-        description: row.get("description")?,
-        enabled: row.get("enabled")?,
-        consecutive_failures: row.get("consecutive_failures")?,
-        disabled_at: row.get("disabled_at")?,
-        created_at: row.get("created_at")?,
-        updated_at: row.get("updated_at")?,
-    }
+    crate::columns!(row, SubscriptionColumns [tenant_id id url events secret_configuration_name headers
+        description enabled consecutive_failures disabled_at created_at updated_at])
     .record()
 }
 
 fn delivery(row: &Row) -> Result<WebhookDelivery, StoreError> {
-    DeliveryColumns {
-        tenant_id: row.get("tenant_id")?,
-        id: row.get("id")?,
-        subscription_id: row.get("subscription_id")?,
-        event_id: row.get("event_id")?,
-        event_type: row.get("event_type")?,
-        status: row.get("status")?,
-        attempts: row.get("attempts")?,
-        last_status_code: row.get("last_status_code")?,
-        last_error_code: row.get("last_error_code")?,
-        last_error_message: row.get("last_error_message")?,
-        job_id: row.get("job_id")?,
-        created_at: row.get("created_at")?,
-        updated_at: row.get("updated_at")?,
-        last_attempt_at: row.get("last_attempt_at")?,
-        completed_at: row.get("completed_at")?,
-    }
+    crate::columns!(row, DeliveryColumns [tenant_id id subscription_id event_id event_type status attempts
+        last_status_code last_error_code last_error_message job_id created_at updated_at last_attempt_at
+        completed_at])
     .record()
 }
 
