@@ -159,10 +159,11 @@ async fn main() -> Result<(), BoxError> {
 
     println!("== Tracon on Postgres vs in-memory ==");
     println!(
-        "command: cargo run --release -p tracon-tests --bin bench-postgres -- --requests {} --concurrency {}{}",
+        "command: cargo run --release -p tracon-tests --bin bench-postgres -- --requests {} --concurrency {}{}{}",
         args.requests,
         args.concurrency.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
-        if args.tool_round { " --tool-round" } else { "" }
+        if args.tool_round { " --tool-round" } else { "" },
+        if args.statements { " --statements" } else { "" }
     );
     println!("cores: {}", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
     println!();
