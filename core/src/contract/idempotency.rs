@@ -178,7 +178,7 @@ pub async fn response_bodies_round_trip_with_nested_json_and_unicode(s: Arc<dyn 
 #[macro_export]
 macro_rules! idempotency_store_contract_tests {
     ($make:expr) => {
-        $crate::idempotency_store_contract_tests!(@tests $make;
+        $crate::contract_checks!(idempotency, $make;
             a_free_key_is_claimed_and_a_duplicate_sees_it_in_progress,
             a_completed_key_returns_its_response_to_later_claims,
             concurrent_claims_give_the_key_to_exactly_one,
@@ -188,13 +188,5 @@ macro_rules! idempotency_store_contract_tests {
             keys_are_isolated_by_tenant_and_by_operation,
             response_bodies_round_trip_with_nested_json_and_unicode,
         );
-    };
-    (@tests $make:expr; $($check:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $check() {
-                $crate::contract::idempotency::$check($make.await).await;
-            }
-        )*
     };
 }

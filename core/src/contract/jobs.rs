@@ -491,7 +491,7 @@ pub async fn due_lists_jobs_that_may_lack_a_wake_up(s: Arc<dyn JobStore>) {
 #[macro_export]
 macro_rules! job_store_contract_tests {
     ($make:expr) => {
-        $crate::job_store_contract_tests!(@tests $make;
+        $crate::contract_checks!(jobs, $make;
             jobs_are_enqueued_read_and_listed_newest_first,
             lease_takes_the_oldest_available_jobs_of_the_requested_handlers,
             concurrent_leases_take_each_job_exactly_once,
@@ -505,13 +505,5 @@ macro_rules! job_store_contract_tests {
             payloads_and_results_round_trip_with_nested_json,
             due_lists_jobs_that_may_lack_a_wake_up,
         );
-    };
-    (@tests $make:expr; $($check:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $check() {
-                $crate::contract::jobs::$check($make.await).await;
-            }
-        )*
     };
 }

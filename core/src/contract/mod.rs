@@ -25,6 +25,13 @@ pub mod jobs;
 pub mod triggers;
 pub mod webhooks;
 
+/// The checks of the [`Stores`] bundle under a module name of their own, as
+/// [`contract_checks!`](crate::contract_checks) calls every contract's checks.
+#[doc(hidden)]
+pub mod stores {
+    pub use super::*;
+}
+
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Duration, Utc};
@@ -1336,7 +1343,7 @@ pub async fn text_holding_nul_is_refused_alike_by_every_store(s: Stores) {
 #[macro_export]
 macro_rules! store_contract_tests {
     ($make:expr) => {
-        $crate::store_contract_tests!(@tests $make;
+        $crate::contract_checks!(stores, $make;
             definitions_keep_every_version,
             definitions_refuse_duplicates_and_missing_updates,
             definitions_delete_with_their_history,
@@ -1384,11 +1391,20 @@ macro_rules! store_contract_tests {
             a_call_tree_is_listed_by_its_root_in_depth_order_within_its_tenant,
         );
     };
-    (@tests $make:expr; $($check:ident),* $(,)?) => {
+}
+
+/// The tests of a store contract: one `#[tokio::test]` per check named, each calling
+/// `contract::$module::$check` on a fresh store from `$make` (an expression yielding a future of
+/// the store). What every `*_store_contract_tests!` expands to; the checks of the [`Stores`]
+/// bundle are under `contract::stores` for it.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! contract_checks {
+    ($module:ident, $make:expr; $($check:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $check() {
-                $crate::contract::$check($make.await).await;
+                $crate::contract::$module::$check($make.await).await;
             }
         )*
     };

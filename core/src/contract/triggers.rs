@@ -155,7 +155,7 @@ pub async fn secret_references_list_every_tenants_key_names_in_order(s: Arc<dyn 
 #[macro_export]
 macro_rules! trigger_store_contract_tests {
     ($make:expr) => {
-        $crate::trigger_store_contract_tests!(@tests $make;
+        $crate::contract_checks!(triggers, $make;
             a_put_trigger_reads_back_exactly,
             a_second_put_replaces_everything_but_the_creation_time,
             a_disabled_trigger_is_read_but_not_found_for_accepting,
@@ -164,13 +164,5 @@ macro_rules! trigger_store_contract_tests {
             tenants_are_isolated_in_both_directions,
             secret_references_list_every_tenants_key_names_in_order,
         );
-    };
-    (@tests $make:expr; $($check:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $check() {
-                $crate::contract::triggers::$check($make.await).await;
-            }
-        )*
     };
 }

@@ -264,7 +264,7 @@ pub async fn secret_references_list_every_tenants_key_names_in_order(s: Arc<dyn 
 #[macro_export]
 macro_rules! webhook_store_contract_tests {
     ($make:expr) => {
-        $crate::webhook_store_contract_tests!(@tests $make;
+        $crate::contract_checks!(webhooks, $make;
             a_subscription_round_trips_and_lists_oldest_first,
             an_update_replaces_what_the_api_owns_and_reenabling_resets_failures,
             subscribed_finds_only_enabled_subscriptions_to_the_event,
@@ -274,13 +274,5 @@ macro_rules! webhook_store_contract_tests {
             tenants_never_see_each_others_subscriptions_or_deliveries,
             secret_references_list_every_tenants_key_names_in_order,
         );
-    };
-    (@tests $make:expr; $($check:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $check() {
-                $crate::contract::webhooks::$check($make.await).await;
-            }
-        )*
     };
 }
