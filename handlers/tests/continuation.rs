@@ -17,13 +17,15 @@ use serde_json::{Value, json};
 use support::Manual;
 use tracon_core::definition::AgentDefinition;
 use tracon_core::events::ToolCallStatus;
+use tracon_core::failure::{ErrorClass, RunFailure};
 use tracon_core::jobs::{JobHandler, JobRunner, JobSettings};
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{Message, ModelProvider, ToolCall};
 use tracon_core::names::{RunId, TenantId};
 use tracon_core::ports::tokio_rt;
 use tracon_core::runs::queued::QueuedRuns;
-use tracon_core::runs::store::{ModelStep, ToolCallRecord};
+use tracon_core::runs::store::{ModelStep, RunEnd, RunRecord, RunStatus, ToolCallRecord};
+use tracon_core::runs::tree::AgentGraphSettings;
 use tracon_core::runtime::{RunQueue, Runtime, RuntimeBuilder, RuntimeSettings};
 use tracon_core::tools::effect::ToolEffect;
 use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
@@ -292,6 +294,13 @@ async fn a_harness_loop_whose_executor_died_goes_on_from_its_last_recorded_itera
     assert!(text.contains("draft 3: ALL DONE"), "{text}");
     assert_eq!(*h.counts.model_calls.lock().unwrap(), 2, "iterations 2 and 3 only: the first is not asked again");
     assert_eq!(get(&h, &format!("/api/runs/{next}")).await["status"], "Completed");
+    // The loop counts on from the recorded iteration, so its ceiling holds across the crash.
+    let iterations: Vec<u64> = support::frames(&text)
+        .into_iter()
+        .filter(|(e, _)| e == "loop.iteration_completed")
+        .map(|(_, d)| d["iteration"].as_u64().unwrap())
+        .collect();
+    assert_eq!(iterations, [2, 3], "{text}");
 }
 
 #[tokio::test]
@@ -385,6 +394,33 @@ async fn with_continuation_off_an_interrupted_run_stays_orphaned() {
 }
 
 #[tokio::test]
+async fn a_tree_budget_counts_what_the_run_spent_before_each_hand_over() {
+    // Each model call spends 3 tokens; each attempt makes one, then hands over. No attempt
+    // alone reaches 7 tokens, the run does: the fourth attempt starts at 9 and is cut off.
+    let graph = AgentGraphSettings { max_total_tokens: Some(7), ..AgentGraphSettings::default() };
+    let h = harness_with(RuntimeSettings {
+        soft_deadline: Some(Duration::ZERO),
+        agent_graph: Arc::new(graph),
+        ..RuntimeSettings::default()
+    });
+    let (run, _) = queue(&h, "steps 3").await;
+    let mut drains = 0;
+    while matches!(get(&h, &format!("/api/runs/{run}")).await["status"].as_str(), Some("Queued" | "Running")) {
+        assert_eq!(h.runner.drain(10).await.unwrap(), 1);
+        drains += 1;
+        assert!(drains <= 10, "never finished");
+    }
+    let row = get(&h, &format!("/api/runs/{run}")).await;
+    assert_eq!(
+        (row["status"].as_str(), row["error"]["errorType"].as_str()),
+        (Some("Failed"), Some("tree_budget_exceeded")),
+        "{row}"
+    );
+    assert!(row.to_string().contains("MaxTotalTokens"), "{row}");
+    assert_eq!(*h.counts.model_calls.lock().unwrap(), 3, "the fourth step was not asked");
+}
+
+#[tokio::test]
 async fn a_run_past_its_soft_deadline_hands_over_at_each_step_boundary_and_completes_in_place() {
     // A deadline of zero: every attempt takes one step, then hands the run over.
     let h = harness_with(RuntimeSettings { soft_deadline: Some(Duration::ZERO), ..RuntimeSettings::default() });
@@ -423,4 +459,32 @@ async fn a_run_past_its_soft_deadline_hands_over_at_each_step_boundary_and_compl
     assert_eq!(names.last(), Some(&"run.completed"), "{names:?}");
     assert_eq!(body.matches("tracon.run.yielded").count(), 3, "{body}");
     assert_eq!(body.matches("tracon.run.resumed").count(), 3, "{body}");
+}
+
+#[tokio::test]
+async fn cancelling_a_continued_run_cancels_its_continuation_and_says_which_run() {
+    let h = harness(true);
+    let (run, _) = queue(&h, "lookup ship").await;
+    let (tenant, runs) = (TenantId::default_tenant(), &h.runtime.stores.runs);
+    let now = chrono::Utc::now();
+    // The run ended interrupted; its continuation is running on another instance.
+    assert_eq!(runs.start_queued(&tenant, run, now).await.unwrap(), Some(false));
+    let orphaned = RunFailure::new(ErrorClass::Orphaned, "The process running it went away.");
+    runs.finish_run(&tenant, run, &RunEnd::failed(now, 0, orphaned), &[]).await.unwrap();
+    let next = RunRecord {
+        continued_from_run_id: Some(run),
+        ..RunRecord::opened(RunId(uuid::Uuid::now_v7()), "worker", None, RunStatus::Running, now)
+    };
+    assert!(runs.open_continuation(&tenant, run, &next).await.unwrap());
+
+    let reply = support::call(Method::POST, &format!("/api/runs/{run}/cancel")).send(&h.app).await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.text());
+    assert_eq!(reply.json()["runId"], next.id.to_string(), "the answer names the run that was cancelled");
+    assert!(runs.is_cancel_requested(&tenant, next.id).await.unwrap());
+    // Once the chain's latest run has ended, there is nothing to cancel.
+    runs.finish_run(&tenant, next.id, &RunEnd::failed(now, 0, RunFailure::new(ErrorClass::Internal, "x")), &[])
+        .await
+        .unwrap();
+    let reply = support::call(Method::POST, &format!("/api/runs/{run}/cancel")).send(&h.app).await;
+    assert_eq!(reply.status, StatusCode::CONFLICT, "{}", reply.text());
 }

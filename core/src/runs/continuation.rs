@@ -57,6 +57,11 @@ pub struct Continuation {
     /// Set when the run goes on in place after handing itself over at its soft deadline
     /// (`from` is the run itself): its log, usage and start carry on.
     pub in_place: Option<InPlace>,
+    /// What the call trees of the chain's runs spent, by their rows (a crashed attempt's own
+    /// model calls recorded no usage), and when the chain's first run started: the budget
+    /// (`Tracon:AgentGraph`) the run goes on under.
+    pub tree_spent: crate::runs::tree::Spent,
+    pub tree_started_at: chrono::DateTime<chrono::Utc>,
 }
 
 /// Where a run that handed itself over left its own record.
@@ -80,14 +85,21 @@ impl Continuation {
         let store = &runtime.stores.runs;
         let mut chain = vec![from.id];
         let mut earlier = from.continued_from_run_id;
+        let mut tree_started_at = from.started_at;
         while let Some(id) = earlier {
             if chain.len() >= MAX_CHAIN || chain.contains(&id) {
                 break;
             }
             chain.push(id);
-            earlier = store.get_run(tenant, id).await?.and_then(|r| r.continued_from_run_id);
+            let run = store.get_run(tenant, id).await?;
+            tree_started_at = run.as_ref().map_or(tree_started_at, |r| r.started_at.min(tree_started_at));
+            earlier = run.and_then(|r| r.continued_from_run_id);
         }
         chain.reverse();
+        let mut tree_spent = crate::runs::tree::Spent::default();
+        for id in &chain {
+            tree_spent.add(crate::runs::tree::Spent::of(&store.list_tree(tenant, *id).await?));
+        }
         let origin = chain.first().copied().unwrap_or(from.id);
         let mut steps = Vec::new();
         // A later run's record of a call replaces an earlier one's (a call run again).
@@ -109,6 +121,8 @@ impl Continuation {
             rerun: Vec::new(),
             blocked: None,
             in_place: None,
+            tree_spent,
+            tree_started_at,
         };
         for step in steps {
             let asked = match &step.message {

@@ -78,6 +78,9 @@ pub struct Execution<'r> {
     client_results: Vec<Message>,
     /// Where the interrupted run this one continues left off.
     continuation: Option<Continuation>,
+    /// Harness loop iterations the runs this one continues completed: each left its feedback
+    /// in the ledger, so the loop goes on counting from there.
+    iterations_before: u32,
     recorder: Arc<Recorder>,
     emitter: Emitter,
     env: CallEnv,
@@ -167,8 +170,12 @@ impl<'r> Execution<'r> {
                 .collect();
             emitter.emit(RunEvent::DocumentsAttached { documents }).await;
         }
+        // A root that goes on from others (a hand-over, a continuation) counts what their trees
+        // spent, since the first of them started.
+        let (tree_started_at, spent) =
+            continuation.as_ref().map_or((started_at, Default::default()), |c| (c.tree_started_at, c.tree_spent));
         let subtree = tree.unwrap_or_else(|| Subtree {
-            place: TreePlace::root(run_id, runtime.settings.agent_graph.clone(), started_at),
+            place: TreePlace::root(run_id, runtime.settings.agent_graph.clone(), tree_started_at, spent),
             root_log: recorder.clone(),
         });
         let children = (!agent.definition.callable_agent_names.is_empty()).then(|| {
@@ -238,6 +245,7 @@ impl<'r> Execution<'r> {
             caller_keeps_history,
             client_results,
             continuation,
+            iterations_before: 0,
             recorder,
             emitter,
             env,
@@ -276,6 +284,9 @@ impl<'r> Execution<'r> {
             }
             self.history.extend(prelude);
             self.history.push(message);
+            // After the request's own message, a user message in the ledger is a loop's feedback.
+            self.iterations_before =
+                continuation.replayed.iter().filter(|m| matches!(m, Message::User { .. })).count() as u32;
             self.history.append(&mut continuation.replayed);
             return if engine::open_calls(&self.history).is_empty() {
                 TurnStart::Continue { results: Vec::new() }
@@ -327,7 +338,7 @@ impl<'r> Execution<'r> {
     async fn iterate(&mut self, settings: &crate::definition::LoopSettings, mut turn: TurnResult) -> TurnResult {
         let max = settings.max_iterations();
         let loops = self.runtime.catalog.loops().clone();
-        let mut iteration = 1;
+        let mut iteration = 1 + self.iterations_before;
         while iteration < max && matches!(turn.end, TurnEnd::Answered) {
             let context = crate::harness::LoopContext {
                 tenant: &self.request.tenant,

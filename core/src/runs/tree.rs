@@ -150,9 +150,36 @@ impl Limit {
     }
 }
 
+impl Spent {
+    pub fn add(&mut self, other: Self) {
+        self.child_runs = self.child_runs.saturating_add(other.child_runs);
+        self.tokens = self.tokens.saturating_add(other.tokens);
+        self.cost += other.cost;
+    }
+
+    /// What the tree of `members` (its root among them, as `RunStore::list_tree` lists it)
+    /// has spent by what their rows record: every run's tokens and cost, every child run.
+    pub fn of(members: &[crate::runs::store::RunRecord]) -> Self {
+        members.iter().fold(Self::default(), |mut spent, run| {
+            if let Some(u) = &run.usage {
+                spent.tokens = spent.tokens.saturating_add(u.total_tokens.max(u.input_tokens + u.output_tokens));
+            }
+            spent.cost += run.cost.as_ref().map_or(0.0, |c| c.total_cost);
+            spent.child_runs += u32::from(run.parent_run_id.is_some());
+            spent
+        })
+    }
+}
+
 impl TreeBudget {
     pub fn new(limits: Arc<AgentGraphSettings>, started_at: DateTime<Utc>) -> Self {
-        Self { limits, started_at, spent: Arc::new(Mutex::new(Spent::default())) }
+        Self::resumed(limits, started_at, Spent::default())
+    }
+
+    /// The budget of a tree that has already spent `spent` since `started_at`: a run that goes
+    /// on after handing itself over keeps counting against the limits it started under.
+    pub fn resumed(limits: Arc<AgentGraphSettings>, started_at: DateTime<Utc>, spent: Spent) -> Self {
+        Self { limits, started_at, spent: Arc::new(Mutex::new(spent)) }
     }
 
     pub fn limits(&self) -> &AgentGraphSettings {
@@ -226,9 +253,9 @@ pub struct TreePlace {
 }
 
 impl TreePlace {
-    /// The place of a root run started at `started_at`.
-    pub fn root(run_id: RunId, limits: Arc<AgentGraphSettings>, started_at: DateTime<Utc>) -> Self {
-        Self { root: run_id, parent: None, depth: 0, budget: TreeBudget::new(limits, started_at) }
+    /// The place of a root run started at `started_at`, its tree having spent `spent` so far.
+    pub fn root(run_id: RunId, limits: Arc<AgentGraphSettings>, started_at: DateTime<Utc>, spent: Spent) -> Self {
+        Self { root: run_id, parent: None, depth: 0, budget: TreeBudget::resumed(limits, started_at, spent) }
     }
 
     /// The place of a child `self`'s run starts.
@@ -258,7 +285,7 @@ mod tests {
             max_total_cost: Some(1.0),
             max_duration: Some(Duration::from_secs(60)),
         };
-        let root = TreePlace::root(RunId(uuid::Uuid::nil()), Arc::new(limits), at(0));
+        let root = TreePlace::root(RunId(uuid::Uuid::nil()), Arc::new(limits), at(0), Spent::default());
         let child = root.child_of(root.root);
         assert_eq!(child.depth, 1);
         assert_eq!(root.budget.claim_child(3, at(1)), Err(Limit::Depth));
@@ -270,15 +297,16 @@ mod tests {
         assert_eq!(root.budget.exhausted(at(1)), Some(Limit::Tokens));
         assert_eq!(root.budget.exhausted(at(1)).map(|l| l.failure().error_type), Some("tree_budget_exceeded".into()));
 
-        let timed = TreePlace::root(RunId(uuid::Uuid::nil()), Arc::new(AgentGraphSettings::default()), at(0));
+        let timed =
+            TreePlace::root(RunId(uuid::Uuid::nil()), Arc::new(AgentGraphSettings::default()), at(0), Spent::default());
         assert_eq!(timed.budget.exhausted(at(100_000)), None, "no duration limit by default");
         let limits =
             AgentGraphSettings { max_duration: Some(Duration::from_secs(60)), ..AgentGraphSettings::default() };
-        let timed = TreePlace::root(RunId(uuid::Uuid::nil()), Arc::new(limits), at(0));
+        let timed = TreePlace::root(RunId(uuid::Uuid::nil()), Arc::new(limits), at(0), Spent::default());
         assert_eq!(timed.budget.exhausted(at(59)), None);
         assert_eq!(timed.budget.exhausted(at(60)), Some(Limit::Duration));
         let limits = AgentGraphSettings { max_total_cost: Some(0.5), ..AgentGraphSettings::default() };
-        let priced = TreePlace::root(RunId(uuid::Uuid::nil()), Arc::new(limits), at(0));
+        let priced = TreePlace::root(RunId(uuid::Uuid::nil()), Arc::new(limits), at(0), Spent::default());
         priced.budget.spend(&Usage::default(), Some(0.5));
         assert_eq!(priced.budget.exhausted(at(0)), Some(Limit::Cost));
     }

@@ -243,16 +243,28 @@ pub struct CancelAccepted {
 }
 
 /// Ask a running run to stop. Works from any instance: the flag is in the store, and the
-/// executing turn observes it between model chunks and before every model and tool call.
+/// executing turn observes it between model chunks and before every model and tool call. A
+/// run that ended interrupted and was continued (`continuedByRunId`) stands for its
+/// continuation: the latest run of the chain is cancelled, and the answer names it.
 #[utoipa::path(post, path = "/api/runs/{id}/cancel", tag = "runs", params(("id" = String, Path, description = "Run id")),
     responses((status = 202, body = CancelAccepted), problem::NotFound, problem::Conflict))]
 #[tracing::instrument(name = "runs.cancel", skip_all)]
 pub async fn cancel(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) -> ApiResult<Response> {
     let id = run_id(&id)?;
-    let run = state.runtime.stores.runs.get_run(&tenant, id).await?.ok_or_else(run_not_found)?;
+    let mut run = state.runtime.stores.runs.get_run(&tenant, id).await?.ok_or_else(run_not_found)?;
     if !is_allowed(state.runtime.run_authorizer.as_ref(), &caller, &tenant, RunAction::CancelRun { run: &run }).await {
         return Err(run_not_found());
     }
+    // The work of a continued run goes on in its continuation (the same request, tenant and
+    // agent): follow the chain to its latest run.
+    for _ in 0..tracon_core::runs::continuation::MAX_CHAIN {
+        let Some(next) = run.continued_by_run_id else { break };
+        match state.runtime.stores.runs.get_run(&tenant, next).await? {
+            Some(later) => run = later,
+            None => break,
+        }
+    }
+    let id = run.id;
     match state.runtime.stores.runs.request_cancel(&tenant, id).await {
         Ok(CancelOutcome::Requested) => {
             state.runtime.drain.cancel_local(id);
