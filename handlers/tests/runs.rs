@@ -351,17 +351,32 @@ async fn resuming_with_last_event_id_mid_run_gives_exactly_the_missing_events_by
     assert_eq!(stitched, String::from_utf8(replay).unwrap(), "live-then-resumed equals a full replay, byte for byte");
 }
 
-#[tokio::test]
-async fn a_cancel_through_a_second_instance_stops_the_run_within_one_chunk() {
+/// Two instances on one store; the first streams a run of `chunks` gated chunks, and has
+/// streamed the first (`c0 `).
+struct TwoInstances {
+    /// Kept for the run's lifetime.
+    _first: Router,
+    second: Router,
+    permits: Arc<Semaphore>,
+    live: Live,
+    id: String,
+}
+
+async fn two_instances(chunks: usize) -> TwoInstances {
     let stores = Stores::in_memory();
-    let (g, permits) = gated(10);
+    let (g, permits) = gated(chunks);
     let first = app(&Options { stores: stores.clone(), gated: Some(g), ..Options::default() });
     let second = app(&Options { stores, ..Options::default() });
-
     let mut live = Live::open(&first, req(Method::POST, "/api/agents/slow/run", Some(json!({"message": "go"})))).await;
     let id = live.next().await.unwrap().data["runId"].as_str().unwrap().to_owned();
     permits.add_permits(1);
     assert_eq!(live.next().await.unwrap().data["text"], "c0 ");
+    TwoInstances { _first: first, second, permits, live, id }
+}
+
+#[tokio::test]
+async fn a_cancel_through_a_second_instance_stops_the_run_within_one_chunk() {
+    let TwoInstances { _first, second, permits, live, id } = two_instances(10).await;
 
     let (status, body) = json_of(&second, req(Method::POST, &format!("/api/runs/{id}/cancel"), None)).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
@@ -383,15 +398,7 @@ async fn a_cancel_through_a_second_instance_stops_the_run_within_one_chunk() {
 
 #[tokio::test]
 async fn a_cancel_through_a_second_instance_stops_a_run_whose_model_has_gone_silent() {
-    let stores = Stores::in_memory();
-    let (g, permits) = gated(10);
-    let first = app(&Options { stores: stores.clone(), gated: Some(g), ..Options::default() });
-    let second = app(&Options { stores, ..Options::default() });
-
-    let mut live = Live::open(&first, req(Method::POST, "/api/agents/slow/run", Some(json!({"message": "go"})))).await;
-    let id = live.next().await.unwrap().data["runId"].as_str().unwrap().to_owned();
-    permits.add_permits(1);
-    assert_eq!(live.next().await.unwrap().data["text"], "c0 ");
+    let TwoInstances { _first, second, permits: _, live, id } = two_instances(10).await;
 
     // No further chunk ever comes: only the poll of the store's flag can stop the run.
     let (status, body) = json_of(&second, req(Method::POST, &format!("/api/runs/{id}/cancel"), None)).await;
@@ -405,15 +412,7 @@ async fn a_cancel_through_a_second_instance_stops_a_run_whose_model_has_gone_sil
 
 #[tokio::test]
 async fn a_follower_on_another_instance_sees_what_a_silent_model_already_said() {
-    let stores = Stores::in_memory();
-    let (g, permits) = gated(3);
-    let first = app(&Options { stores: stores.clone(), gated: Some(g), ..Options::default() });
-    let second = app(&Options { stores, ..Options::default() });
-
-    let mut live = Live::open(&first, req(Method::POST, "/api/agents/slow/run", Some(json!({"message": "go"})))).await;
-    let id = live.next().await.unwrap().data["runId"].as_str().unwrap().to_owned();
-    permits.add_permits(1);
-    assert_eq!(live.next().await.unwrap().data["text"], "c0 ");
+    let TwoInstances { _first, second, permits, live, id } = two_instances(3).await;
 
     // The model now says nothing more; the batch is written on the run's poll tick.
     let mut log = Live::open(&second, req(Method::GET, &format!("/api/runs/{id}/events"), None)).await;

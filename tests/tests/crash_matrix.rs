@@ -15,7 +15,7 @@ mod support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::Tracon;
@@ -153,21 +153,10 @@ async fn fifty_runs_killed_three_times_end_completed_or_blocked_and_nothing_comp
         server = Tracon::start_bin(bin, &settings).await;
     }
 
-    let deadline = Instant::now() + Duration::from_secs(240);
-    loop {
-        let open: i64 = sqlx::query_scalar(&format!(
-            "SELECT (SELECT count(*) FROM {schema}.jobs WHERE status NOT IN ('Succeeded', 'Failed', 'Canceled')) \
-             + (SELECT count(*) FROM {schema}.runs WHERE status IN ('Queued', 'Running'))"
-        ))
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        if open == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{open} jobs or runs never ended:\n{}", server.log_text());
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    support::until_all_ended(&pool, &schema, Duration::from_secs(240), Duration::from_millis(250), || {
+        server.log_text()
+    })
+    .await;
 
     // Each queued run's chain, to the run that ended it.
     let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();

@@ -336,18 +336,7 @@ async fn a_queued_run_is_accepted_at_once_and_run_by_the_local_consumer() {
         .send()
         .await
         .unwrap();
-    assert_eq!(accepted.status(), 202);
-    let location = accepted.headers()["location"].to_str().unwrap().to_owned();
-    let body: Value = accepted.json().await.unwrap();
-    assert_eq!(body["location"], location.as_str());
-    let mut run = Value::Null;
-    for _ in 0..400 {
-        run = client.get(server.url(&location)).send().await.unwrap().json().await.unwrap();
-        if run["status"] != "Queued" && run["status"] != "Running" {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
+    let (location, body, run) = support::accepted_run(&client, &server, accepted).await;
     assert_eq!(run["status"], "Completed", "{run}");
     let log = client.get(server.url(&format!("{location}/events"))).send().await.unwrap().text().await.unwrap();
     let log = support::parse_frames(&log);

@@ -44,16 +44,7 @@ async fn server() -> (MockServer, Tracon, String) {
         ("Tracon__Providers__OpenAI__DefaultModel", "sdk-model"),
     ])
     .await;
-    let created: Value = reqwest::Client::new()
-        .post(server.url("/api/api-keys"))
-        .bearer_auth(TOKEN)
-        .json(&json!({"name": "sdk", "scopes": ["RunsWrite"]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let created = server.issue_key(TOKEN, "sdk", &["RunsWrite"]).await;
     let key = created["key"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
     (mock, server, key)
 }
@@ -201,16 +192,7 @@ async fn responses_server() -> (MockServer, Tracon, String, String) {
     ])
     .await;
     let http = reqwest::Client::new();
-    let created: Value = http
-        .post(server.url("/api/api-keys"))
-        .bearer_auth(TOKEN)
-        .json(&json!({"name": "sdk", "scopes": ["RunsWrite"]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let created = server.issue_key(TOKEN, "sdk", &["RunsWrite"]).await;
     let key = created["key"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
     let theirs: Value = http
         .post(server.url("/v1/conversations"))

@@ -515,16 +515,7 @@ async fn no_configured_secret_reaches_a_response_a_stored_row_or_a_log_line() {
     }
     // An API key: the answer that issues it is the one place it may appear (kept out of
     // `seen`); then it is used, listed, refused a scope, rotated away and refused.
-    let issued: Value = client
-        .post(server.url("/api/api-keys"))
-        .bearer_auth(TOKEN)
-        .json(&json!({"name": "leak test", "scopes": ["RunsRead", "SecurityAdmin"]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let issued = server.issue_key(TOKEN, "leak test", &["RunsRead", "SecurityAdmin"]).await;
     let api_key = issued["key"].as_str().unwrap().to_owned();
     let key_id = issued["id"].as_str().unwrap().to_owned();
     assert_eq!(call(Method::GET, "/api/runs".into(), None, Some(&api_key)).await.0, 200);
@@ -853,21 +844,10 @@ async fn killed_mid_queue_every_job_ends_once_and_the_orphaned_runs_are_reconcil
     mock.script("crash-model", vec![MockTurn::text("Done.").with_usage(3, 1)]);
     let second = start_on_pg(&schema, &url, &settings).await;
     let pool = db().await;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let open: i64 = sqlx::query_scalar(&format!(
-            "SELECT (SELECT count(*) FROM {schema}.jobs WHERE status NOT IN ('Succeeded', 'Failed', 'Canceled')) \
-             + (SELECT count(*) FROM {schema}.runs WHERE status IN ('Queued', 'Running'))"
-        ))
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        if open == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{open} jobs or runs never ended:\n{}", second.log_text());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    support::until_all_ended(&pool, &schema, Duration::from_secs(120), Duration::from_millis(200), || {
+        second.log_text()
+    })
+    .await;
 
     // Every job ended once, none lost, each settled as its run ended: the orphaned runs'
     // jobs failed (never a success for work that did not finish), every other one succeeded.

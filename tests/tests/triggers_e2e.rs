@@ -58,19 +58,7 @@ async fn a_signed_trigger_starts_a_queued_run_on_the_real_server_and_a_replay_is
             .send()
     };
     let accepted = send(signature.clone()).await.unwrap();
-    assert_eq!(accepted.status(), 202);
-    let location = accepted.headers()["location"].to_str().unwrap().to_owned();
-    let doc: Value = accepted.json().await.unwrap();
-    assert_eq!(doc["location"], location.as_str());
-
-    let mut run = Value::Null;
-    for _ in 0..400 {
-        run = client.get(server.url(&location)).send().await.unwrap().json().await.unwrap();
-        if run["status"] != "Queued" && run["status"] != "Running" {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
+    let (location, _, run) = support::accepted_run(&client, &server, accepted).await;
     assert_eq!(run["status"], "Completed", "{run}");
     assert_eq!(run["labels"]["trigger"], "demo");
     let input: Value = client.get(server.url(&format!("{location}/input"))).send().await.unwrap().json().await.unwrap();

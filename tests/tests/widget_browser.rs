@@ -146,16 +146,7 @@ async fn the_widget_streams_approves_answers_client_tools_survives_a_reload_and_
         let res = client.post(server.url("/api/agents")).bearer_auth(TOKEN).json(&agent).send().await.unwrap();
         assert_eq!(res.status(), 201, "{name}: {}", res.text().await.unwrap());
     }
-    let created: Value = client
-        .post(server.url("/api/api-keys"))
-        .bearer_auth(TOKEN)
-        .json(&json!({"name": "widget", "scopes": ["RunsWrite"]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let created = server.issue_key(TOKEN, "widget", &["RunsWrite"]).await;
     let key = created["key"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
 
     let pages = Router::new()

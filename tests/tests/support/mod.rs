@@ -92,6 +92,21 @@ impl Tracon {
         format!("{}{}", self.base, path)
     }
 
+    /// Issues an API key with `scopes` through `POST /api/api-keys`, as the holder of `token`:
+    /// the whole answer (the key is in it, once).
+    pub async fn issue_key(&self, token: &str, name: &str, scopes: &[&str]) -> Value {
+        let res = reqwest::Client::new()
+            .post(self.url("/api/api-keys"))
+            .bearer_auth(token)
+            .json(&serde_json::json!({"name": name, "scopes": scopes}))
+            .send()
+            .await
+            .unwrap();
+        let issued: Value = res.json().await.unwrap();
+        assert!(issued["key"].is_string(), "{issued}");
+        issued
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -148,4 +163,54 @@ pub fn text_of(frames: &[Frame]) -> String {
 
 pub fn of_kind<'a>(frames: &'a [Frame], kind: &str) -> Vec<&'a Value> {
     frames.iter().filter(|f| f.data["kind"] == kind).map(|f| &f.data).collect()
+}
+
+/// Waits until no job and no run in `schema` is still open, polling every `every` (no timing
+/// is asserted: `within` only bounds a test that would otherwise hang); `log` is shown if
+/// they never end.
+pub async fn until_all_ended(
+    pool: &sqlx::PgPool,
+    schema: &str,
+    within: Duration,
+    every: Duration,
+    log: impl Fn() -> String,
+) {
+    let deadline = Instant::now() + within;
+    loop {
+        let open: i64 = sqlx::query_scalar(&format!(
+            "SELECT (SELECT count(*) FROM {schema}.jobs WHERE status NOT IN ('Succeeded', 'Failed', 'Canceled')) \
+             + (SELECT count(*) FROM {schema}.runs WHERE status IN ('Queued', 'Running'))"
+        ))
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if open == 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{open} jobs or runs never ended:\n{}", log());
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Checks an answer is `202` with `Location` (also in the body): the location, the body, and
+/// the run there once it is no longer queued or running (polled; the bound only stops a test
+/// that would hang).
+pub async fn accepted_run(
+    client: &reqwest::Client,
+    server: &Tracon,
+    accepted: reqwest::Response,
+) -> (String, Value, Value) {
+    assert_eq!(accepted.status(), 202);
+    let location = accepted.headers()["location"].to_str().unwrap().to_owned();
+    let doc: Value = accepted.json().await.unwrap();
+    assert_eq!(doc["location"], location.as_str());
+    let mut run = Value::Null;
+    for _ in 0..400 {
+        run = client.get(server.url(&location)).send().await.unwrap().json().await.unwrap();
+        if run["status"] != "Queued" && run["status"] != "Running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    (location, doc, run)
 }
