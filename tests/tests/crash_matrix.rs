@@ -165,14 +165,7 @@ async fn fifty_runs_killed_three_times_end_completed_or_blocked_and_nothing_comp
     for (model, first) in &runs {
         let mut chain = vec![first.clone()];
         loop {
-            let run: Value = client
-                .get(server.url(&format!("/api/runs/{}", chain.last().unwrap())))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let run = support::json_of(client.get(server.url(&format!("/api/runs/{}", chain.last().unwrap())))).await;
             if let Some(next) = run["continuedByRunId"].as_str() {
                 assert_eq!(run["error"]["errorClass"], "Orphaned", "only an interrupted run is continued: {run}");
                 chain.push(next.to_owned());

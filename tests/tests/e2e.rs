@@ -344,13 +344,6 @@ async fn a_queued_run_is_accepted_at_once_and_run_by_the_local_consumer() {
         (log.first().unwrap().event.as_str(), log.last().unwrap().event.as_str()),
         ("run.started", "run.completed")
     );
-    let job: Value = client
-        .get(server.url(&format!("/api/jobs/{}", body["jobId"].as_str().unwrap())))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let job = support::json_of(client.get(server.url(&format!("/api/jobs/{}", body["jobId"].as_str().unwrap())))).await;
     assert_eq!(job["status"], "Succeeded", "{job}");
 }

@@ -10,7 +10,7 @@ mod support;
 use std::path::PathBuf;
 use std::process::Command;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use support::Tracon;
 use tracon_tests::mock::{MockConfig, MockServer, MockTurn};
 
@@ -75,15 +75,7 @@ async fn the_official_python_sdk_talks_to_the_compatible_endpoints() {
     let (mock, server, key) = server().await;
     run_client(python().as_os_str(), &["chat.py"], &server, &key);
     // Every call was a recorded run of the agent.
-    let runs: Value = reqwest::Client::new()
-        .get(server.url("/api/runs"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let runs = support::json_of(reqwest::Client::new().get(server.url("/api/runs")).bearer_auth(TOKEN)).await;
     assert_eq!(runs.as_array().unwrap().iter().filter(|r| r["agentName"] == "support").count(), 2, "{runs}");
     drop(mock);
 }
@@ -194,17 +186,13 @@ async fn responses_server() -> (MockServer, Tracon, String, String) {
     let http = reqwest::Client::new();
     let created = server.issue_key(TOKEN, "sdk", &["RunsWrite"]).await;
     let key = created["key"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
-    let theirs: Value = http
-        .post(server.url("/v1/conversations"))
-        .bearer_auth(TOKEN)
-        .header("X-Tenant-Id", "other-tenant")
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let theirs = support::json_of(
+        http.post(server.url("/v1/conversations"))
+            .bearer_auth(TOKEN)
+            .header("X-Tenant-Id", "other-tenant")
+            .json(&json!({})),
+    )
+    .await;
     let conversation = theirs["id"].as_str().unwrap_or_else(|| panic!("{theirs}")).to_owned();
     (mock, server, key, conversation)
 }

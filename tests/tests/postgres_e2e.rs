@@ -522,15 +522,8 @@ async fn no_configured_secret_reaches_a_response_a_stored_row_or_a_log_line() {
     assert_eq!(call(Method::GET, "/api/api-keys".into(), None, Some(&api_key)).await.0, 200);
     assert_eq!(call(Method::GET, "/api/agents".into(), None, Some(&api_key)).await.0, 403);
     assert_eq!(call(Method::GET, "/api/runs".into(), None, Some(&api_key[..api_key.len() - 1])).await.0, 401);
-    let rotated: Value = client
-        .post(server.url(&format!("/api/api-keys/{key_id}/rotate")))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let rotated =
+        support::json_of(client.post(server.url(&format!("/api/api-keys/{key_id}/rotate"))).bearer_auth(TOKEN)).await;
     let rotated_key = rotated["key"].as_str().unwrap().to_owned();
     assert_eq!(call(Method::GET, "/api/runs".into(), None, Some(&api_key)).await.0, 401);
     assert_eq!(call(Method::GET, "/api/runs".into(), None, Some(&rotated_key)).await.0, 200);

@@ -214,3 +214,8 @@ pub async fn accepted_run(
     }
     (location, doc, run)
 }
+
+/// Sends `request` and reads its answer as JSON.
+pub async fn json_of(request: reqwest::RequestBuilder) -> Value {
+    request.send().await.unwrap().json().await.unwrap()
+}
