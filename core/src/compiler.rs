@@ -311,9 +311,29 @@ impl CompiledAgent {
         CompiledAgent { instructions: Some(instructions), ..self.clone_parts() }
     }
 
+    /// This agent with `extra` tools offered besides its own, for one run (a `Handoff`
+    /// workflow's hand-off tools).
+    pub fn with_tools(&self, extra: Vec<Arc<ToolRegistration>>) -> CompiledAgent {
+        let mut tools = self.tools.clone();
+        tools.extend(extra);
+        CompiledAgent { tool_specs: specs(&tools), tools, ..self.clone_parts() }
+    }
+
     pub fn tool(&self, name: &str) -> Option<&Arc<ToolRegistration>> {
         self.tools.iter().find(|t| t.name() == name)
     }
+}
+
+/// What the model is told of `tools`.
+fn specs(tools: &[Arc<ToolRegistration>]) -> Arc<[ToolSpec]> {
+    tools
+        .iter()
+        .map(|t| ToolSpec {
+            name: t.name().to_owned(),
+            description: t.description().to_owned(),
+            parameters: t.schema().clone(),
+        })
+        .collect()
 }
 
 /// Compiles a definition that passed [`check`]. `parameters` is `Some` for a run that
@@ -358,14 +378,7 @@ pub fn compile(
     for callee in &resolution.callables {
         regs.push(Arc::new(agent_tool(callee, tools).map_err(|p| CompileFailure::Invalid(vec![p]))?));
     }
-    let tool_specs = regs
-        .iter()
-        .map(|t| ToolSpec {
-            name: t.name().to_owned(),
-            description: t.description().to_owned(),
-            parameters: t.schema().clone(),
-        })
-        .collect();
+    let tool_specs = specs(&regs);
     Ok(CompiledAgent {
         name: def.name.clone(),
         version,

@@ -122,7 +122,7 @@ impl Emitter {
     }
 
     /// Whether the run must stop: its token fired, or the store says someone asked.
-    async fn should_stop(&mut self) -> bool {
+    pub async fn should_stop(&mut self) -> bool {
         if self.cancel.is_cancelled() {
             return true;
         }

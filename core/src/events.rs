@@ -161,6 +161,60 @@ pub enum RunEvent {
         custom_type: String,
         payload: String,
     },
+    /// A workflow's root run began (after `RunStarted`): which workflow, and, for a resumed
+    /// run, the checkpoint it goes on from.
+    #[serde(rename_all = "camelCase")]
+    WorkflowStarted {
+        workflow_name: String,
+        workflow_version: Option<u32>,
+        kind: crate::workflows::definition::WorkflowKind,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resumed_from: Option<crate::workflows::checkpoints::CheckpointRef>,
+    },
+    /// A workflow node started: `executorId` is the graph's node id; `runId` the run an agent
+    /// node opened (none for a function node). `executorKind`: `Agent`, `Function`, `Manager`.
+    #[serde(rename_all = "camelCase")]
+    ExecutorInvoked {
+        executor_id: String,
+        executor_kind: String,
+        super_step: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run_id: Option<RunId>,
+    },
+    /// A workflow node answered.
+    #[serde(rename_all = "camelCase")]
+    ExecutorCompleted {
+        executor_id: String,
+        super_step: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run_id: Option<RunId>,
+        text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        usage: Option<Usage>,
+        /// Attempts a function node took (more than 1 after transient failures).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempts: Option<u32>,
+    },
+    /// A workflow node failed; the run fails with it.
+    #[serde(rename_all = "camelCase")]
+    ExecutorFailed {
+        executor_id: String,
+        super_step: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run_id: Option<RunId>,
+        error: RunFailure,
+    },
+    /// A checkpoint was written at the end of a super-step.
+    #[serde(rename_all = "camelCase")]
+    WorkflowCheckpointed {
+        checkpoint_id: uuid::Uuid,
+        super_step: u32,
+    },
+    /// The workflow stopped to ask a person (a checkpoint holds where it stands); answer with
+    /// `POST /api/workflows/runs/{runId}/requests/{requestId}/respond`.
+    RunAwaitingInput {
+        requests: Vec<crate::workflows::checkpoints::InputRequest>,
+    },
 }
 
 /// A document's name and size, as the run record keeps it.
@@ -222,6 +276,12 @@ impl RunEvent {
             Self::ChildRunTimedOut { .. } => "child.timed_out",
             Self::LoopIterationCompleted { .. } => "loop.iteration_completed",
             Self::Custom { .. } => "custom",
+            Self::WorkflowStarted { .. } => "workflow.started",
+            Self::ExecutorInvoked { .. } => "executor.invoked",
+            Self::ExecutorCompleted { .. } => "executor.completed",
+            Self::ExecutorFailed { .. } => "executor.failed",
+            Self::WorkflowCheckpointed { .. } => "workflow.checkpointed",
+            Self::RunAwaitingInput { .. } => "run.awaiting_input",
         }
     }
 
@@ -245,6 +305,12 @@ impl RunEvent {
             Self::ChildRunTimedOut { .. } => "ChildRunTimedOut",
             Self::LoopIterationCompleted { .. } => "LoopIterationCompleted",
             Self::Custom { .. } => "Custom",
+            Self::WorkflowStarted { .. } => "WorkflowStarted",
+            Self::ExecutorInvoked { .. } => "ExecutorInvoked",
+            Self::ExecutorCompleted { .. } => "ExecutorCompleted",
+            Self::ExecutorFailed { .. } => "ExecutorFailed",
+            Self::WorkflowCheckpointed { .. } => "WorkflowCheckpointed",
+            Self::RunAwaitingInput { .. } => "RunAwaitingInput",
         }
     }
 
@@ -256,6 +322,7 @@ impl RunEvent {
                 | Self::RunFailed { .. }
                 | Self::RunCanceled { .. }
                 | Self::RunAwaitingApproval { .. }
+                | Self::RunAwaitingInput { .. }
         )
     }
 }

@@ -52,6 +52,14 @@ pub enum ErrorClass {
     /// A replay in `ReplayTools` mode called a tool in a way the source run never did: no
     /// recorded answer fits, and nothing runs for real. The message names the tool.
     ReplayMismatch,
+    /// A workflow's function node failed (its message is the function's own), or a node
+    /// could not start.
+    WorkflowNodeFailed,
+    /// A `Handoff` or `Magentic` workflow used its `maxIterations` without reaching an answer.
+    MaxIterationsReached,
+    /// A workflow asked a person for input with checkpointing off: with nothing to resume
+    /// from, it fails instead of waiting forever.
+    InputUnavailable,
     Internal,
 }
 
@@ -77,6 +85,9 @@ impl ErrorClass {
             Self::TreeBudgetExceeded => "tree_budget_exceeded",
             Self::ChildCannotWait => "child_cannot_wait",
             Self::ReplayMismatch => "replay_mismatch",
+            Self::WorkflowNodeFailed => "workflow_node_failed",
+            Self::MaxIterationsReached => "max_iterations_reached",
+            Self::InputUnavailable => "input_unavailable",
             Self::Internal => "internal_error",
         }
     }

@@ -60,3 +60,4 @@ pub mod text;
 pub mod tools;
 pub mod triggers;
 pub mod webhooks;
+pub mod workflows;

@@ -31,25 +31,7 @@ impl AgentName {
     pub const PATTERN: &'static str = "^[a-z0-9][a-z0-9._-]{0,63}$";
 
     pub fn parse(value: &str) -> Result<Self, InvalidName> {
-        if value.is_empty() {
-            return Err(InvalidName("An agent name must not be empty.".into()));
-        }
-        if value.len() > MAX_AGENT_NAME_LEN {
-            return Err(InvalidName(format!(
-                "An agent name is at most {MAX_AGENT_NAME_LEN} characters; this one has {}.",
-                value.chars().count()
-            )));
-        }
-        let mut chars = value.chars();
-        let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-        let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_' || c == '.');
-        if !first_ok || !rest_ok {
-            return Err(InvalidName(format!(
-                "'{}' is not a valid agent name: use lowercase letters, digits, '.', '_' or '-', starting with a letter or digit.",
-                truncate_for_message(value)
-            )));
-        }
-        Ok(Self(value.to_owned()))
+        check_name("An agent", "agent", value).map(|()| Self(value.to_owned()))
     }
 
     pub fn as_str(&self) -> &str {
@@ -71,6 +53,58 @@ impl fmt::Display for AgentName {
 }
 
 impl AsRef<str> for AgentName {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The rules of an agent's (and a workflow's) name; `article_noun` and `noun` name the kind in
+/// the refusal.
+fn check_name(article_noun: &str, noun: &str, value: &str) -> Result<(), InvalidName> {
+    if value.is_empty() {
+        return Err(InvalidName(format!("{article_noun} name must not be empty.")));
+    }
+    if value.len() > MAX_AGENT_NAME_LEN {
+        return Err(InvalidName(format!(
+            "{article_noun} name is at most {MAX_AGENT_NAME_LEN} characters; this one has {}.",
+            value.chars().count()
+        )));
+    }
+    let mut chars = value.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_' || c == '.');
+    if !first_ok || !rest_ok {
+        return Err(InvalidName(format!(
+            "'{}' is not a valid {noun} name: use lowercase letters, digits, '.', '_' or '-', starting with a letter or digit.",
+            truncate_for_message(value)
+        )));
+    }
+    Ok(())
+}
+
+/// A workflow name: the rules of an [`AgentName`] (a workflow and an agent may share a name;
+/// they live in different catalogs and URLs).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct WorkflowName(String);
+
+impl WorkflowName {
+    pub fn parse(value: &str) -> Result<Self, InvalidName> {
+        check_name("A workflow", "workflow", value).map(|()| Self(value.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for WorkflowName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for WorkflowName {
     fn as_ref(&self) -> &str {
         &self.0
     }

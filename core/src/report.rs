@@ -29,6 +29,12 @@ pub enum ProblemCode {
     /// A harness setting that cannot work: an unknown loop criterion kind, a judge without a
     /// binding.
     InvalidHarness,
+    /// A workflow names an agent the catalog does not have.
+    UnknownAgent,
+    /// A workflow names a function no code registered.
+    UnknownFunction,
+    /// A field this kind of workflow does not use, or two fields that exclude each other.
+    NotApplicable,
 }
 
 /// One thing wrong with a definition.

@@ -60,6 +60,9 @@ pub struct RuntimeSettings {
     /// `Tracon:Harness:Judge:Provider` and `:Model`: the model a loop's `aiJudge` criterion
     /// asks (none: `aiJudge` does not compile).
     pub loop_judge: Option<(String, String)>,
+    /// `Tracon:Workflows:EnableCheckpointing` (true): workflow runs write a checkpoint at
+    /// every super-step boundary; off, a workflow that asks a person fails instead of waiting.
+    pub workflow_checkpointing: bool,
 }
 
 /// `Tracon:RunReconciliation:*`: an executing run moves its heartbeat every `heartbeat`
@@ -113,6 +116,7 @@ impl Default for RuntimeSettings {
             agent_graph: Arc::default(),
             sub_agents: crate::runs::tree::SubAgentDefaults::default(),
             loop_judge: None,
+            workflow_checkpointing: true,
         }
     }
 }
@@ -154,6 +158,7 @@ impl RuntimeSettings {
                 }
             },
             session_ownership: crate::sessions::ownership::SessionOwnership::from_config(config)?,
+            workflow_checkpointing: config.bool("Tracon:Workflows:EnableCheckpointing")?.unwrap_or(true),
         })
     }
 }
@@ -184,6 +189,8 @@ pub struct Runtime {
     pub custom_job_handlers: Vec<Arc<dyn crate::jobs::JobHandler>>,
     /// The drain switch and the runs executing in this process.
     pub drain: Arc<Drain>,
+    /// The functions a workflow's function nodes may name.
+    pub workflow_functions: crate::workflows::functions::FunctionRegistry,
     /// Where queued runs go: set once by a host that runs a job consumer
     /// ([`Runtime::set_queue`]); without one a run cannot be queued.
     queue: OnceLock<RunQueue>,
@@ -232,6 +239,7 @@ pub struct RuntimeBuilder {
     webhooks: crate::webhooks::WebhookSettings,
     custom_job_handlers: Vec<Arc<dyn crate::jobs::JobHandler>>,
     loop_evaluators: BTreeMap<String, Arc<dyn crate::harness::LoopEvaluator>>,
+    workflow_functions: crate::workflows::functions::FunctionRegistry,
     errors: Vec<String>,
 }
 
@@ -261,6 +269,7 @@ impl RuntimeBuilder {
             webhooks: crate::webhooks::WebhookSettings::default(),
             custom_job_handlers: Vec::new(),
             loop_evaluators: BTreeMap::new(),
+            workflow_functions: Default::default(),
             errors: Vec::new(),
         }
     }
@@ -288,6 +297,24 @@ impl RuntimeBuilder {
             self.errors.push(format!("Two job handlers serve the key '{key}'."));
         } else {
             self.custom_job_handlers.push(handler);
+        }
+        self
+    }
+
+    /// Registers a workflow function (the spec's `AddWorkflowFunction`): a `Sequential`
+    /// workflow's `nodes` may name it. `retry` retries a transient failure inside the node's
+    /// one call. A name taken (`human-input` is built in) is a start-up error.
+    pub fn add_workflow_function(
+        mut self,
+        name: &str,
+        description: &str,
+        function: Arc<dyn crate::workflows::functions::WorkflowFunction>,
+        retry: Option<crate::workflows::functions::RetryPolicy>,
+    ) -> Self {
+        let registered =
+            crate::workflows::functions::Registered { description: description.to_owned(), function, retry };
+        if let Err(e) = self.workflow_functions.insert(name, registered) {
+            self.errors.push(e);
         }
         self
     }
@@ -461,6 +488,7 @@ impl RuntimeBuilder {
             quotas: self.quotas,
             event_sinks: self.event_sinks,
             drain: Arc::new(Drain::default()),
+            workflow_functions: self.workflow_functions,
             queue: OnceLock::new(),
         })
     }

@@ -12,6 +12,10 @@ use crate::sessions::SessionStore;
 #[derive(Clone)]
 pub struct Stores {
     pub definitions: Arc<dyn DefinitionStore>,
+    /// Workflow definitions, every version kept.
+    pub workflows: Arc<dyn DefinitionStore<crate::workflows::definition::WorkflowDefinition>>,
+    /// Workflow checkpoints.
+    pub checkpoints: Arc<dyn crate::workflows::checkpoints::CheckpointStore>,
     pub runs: Arc<dyn RunStore>,
     pub sessions: Arc<dyn SessionStore>,
     pub keys: Arc<dyn crate::keys::ApiKeyStore>,
@@ -38,6 +42,8 @@ impl Stores {
     pub fn in_memory() -> Self {
         Self {
             definitions: Arc::new(crate::definitions::memory::MemoryDefinitionStore::default()),
+            workflows: Arc::new(crate::definitions::memory::MemoryDefinitionStore::default()),
+            checkpoints: Arc::new(crate::workflows::checkpoints::MemoryCheckpointStore::default()),
             runs: Arc::new(crate::runs::memory::MemoryRunStore::default()),
             sessions: Arc::new(crate::sessions::memory::MemorySessionStore::default()),
             keys: Arc::new(crate::keys::MemoryApiKeyStore::default()),

@@ -248,6 +248,18 @@ pub fn start_error(agent: &str, e: StartError) -> ApiError {
     }
 }
 
+impl From<tracon_core::workflows::execute::WorkflowError> for ApiError {
+    fn from(e: tracon_core::workflows::execute::WorkflowError) -> Self {
+        use tracon_core::workflows::execute::WorkflowError;
+        match e {
+            WorkflowError::NoCheckpoint(m) => Self::new(StatusCode::CONFLICT, "no_checkpoint", m),
+            WorkflowError::Conflict(m) => Self::new(StatusCode::CONFLICT, "request_not_pending", m),
+            WorkflowError::Unreadable(m) => Self::new(StatusCode::CONFLICT, "checkpoint_unreadable", m),
+            WorkflowError::Store(s) => s.into(),
+        }
+    }
+}
+
 /// `429 quota_exceeded`: which quota, its limit and use, when it resets (also `Retry-After`).
 pub fn quota_exceeded(over: &QuotaExceeded, now: chrono::DateTime<chrono::Utc>) -> ApiError {
     let retry = (over.resets_at - now).num_seconds().max(1).unsigned_abs();

@@ -36,6 +36,9 @@ pub const META: Group = Group { name: "meta", router: crate::meta::router };
 pub const SECURITY: Group = Group { name: "security", router: crate::security::router };
 /// Agent definitions, their versions, and starting a run (`POST /api/agents/{name}/run`).
 pub const AGENTS: Group = Group { name: "agents", router: crate::agents::router };
+/// Workflow definitions, their graph and functions; workflow runs, checkpoints, resumes and
+/// the requests they ask a person (their runs stream, like an agent's).
+pub const WORKFLOWS: Group = Group { name: "workflows", router: crate::workflows::router };
 /// Reading runs, their event logs and statistics; cancelling.
 pub const RUNS: Group = Group { name: "runs", router: crate::runs::router };
 pub const SESSIONS: Group = Group { name: "sessions", router: crate::sessions::router };
@@ -75,8 +78,9 @@ impl Deployment {
 pub mod deployments {
     use super::Deployment;
 
-    /// Definitions and the live run.
-    pub const AGENTS: Deployment = Deployment { name: "agents", groups: &[super::AGENTS], streams: true };
+    /// Agent and workflow definitions and their live runs.
+    pub const AGENTS: Deployment =
+        Deployment { name: "agents", groups: &[super::AGENTS, super::WORKFLOWS], streams: true };
     /// Everything that follows, decides or queues runs.
     pub const RUNS: Deployment = Deployment {
         name: "runs",
@@ -97,6 +101,7 @@ pub mod deployments {
         name: "all",
         groups: &[
             super::AGENTS,
+            super::WORKFLOWS,
             super::RUNS,
             super::SESSIONS,
             super::APPROVALS,

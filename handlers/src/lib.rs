@@ -30,6 +30,7 @@ pub mod sse;
 pub mod state;
 pub mod triggers;
 pub mod webhooks;
+pub mod workflows;
 
 use axum::Router;
 use axum::http::{Method, StatusCode, Uri};

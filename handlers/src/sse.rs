@@ -11,8 +11,12 @@
 //! | `RunAwaitingApproval` | `approvals` `[{requestId, callId, toolName, arguments, effect}]`, then `done` (`{runId, status: "AwaitingApproval", approvals, sessionId}`) |
 //! | `RunCompleted` | `done` `{runId, status: "Completed", text, usage, cost, finishReason}`; after client-side tool calls also `clientToolCalls: [{callId, toolName, arguments}]` and `sessionId` |
 //! | `RunFailed` / `RunCanceled` | `error` `{runId, status, errorClass, errorType, message}` |
+//! | `ExecutorInvoked` (a workflow node started) | `update` `{kind: "executorInvoked", executorId, executorKind, superStep, runId}` |
+//! | `ExecutorCompleted` | `update` `{kind: "executorCompleted", executorId, superStep, runId, text}` |
+//! | `ExecutorFailed` | `update` `{kind: "executorFailed", executorId, superStep, runId, error}` |
+//! | `RunAwaitingInput` (a workflow asks a person) | `done` `{runId, status: "AwaitingInput", requests: [{requestId, executorId, prompt}]}` |
 //!
-//! `MessageCompleted` belongs to the recorded log only.
+//! `MessageCompleted`, `WorkflowStarted` and `WorkflowCheckpointed` belong to the recorded log only.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -118,6 +122,30 @@ enum UpdateFrame<'a> {
         #[serde(skip_serializing_if = "Option::is_none")]
         omitted_bytes: Option<u64>,
     },
+    #[serde(rename_all = "camelCase")]
+    ExecutorInvoked {
+        executor_id: &'a str,
+        executor_kind: &'a str,
+        super_step: u32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        run_id: Option<RunId>,
+    },
+    #[serde(rename_all = "camelCase")]
+    ExecutorCompleted {
+        executor_id: &'a str,
+        super_step: u32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        run_id: Option<RunId>,
+        text: &'a str,
+    },
+    #[serde(rename_all = "camelCase")]
+    ExecutorFailed {
+        executor_id: &'a str,
+        super_step: u32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        run_id: Option<RunId>,
+        error: &'a tracon_core::failure::RunFailure,
+    },
 }
 
 #[derive(Serialize)]
@@ -140,6 +168,9 @@ struct DoneFrame<'a> {
     client_tool_calls: &'a [ClientToolCall],
     #[serde(skip_serializing_if = "Option::is_none")]
     session_id: Option<&'a str>,
+    /// What a workflow that stopped `AwaitingInput` asks.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    requests: &'a [tracon_core::workflows::InputRequest],
 }
 
 #[derive(Serialize)]
@@ -169,7 +200,40 @@ pub fn put_live_frames(buf: &mut BytesMut, run_id: RunId, session_id: Option<&st
         | RunEvent::ChildStarted { .. }
         | RunEvent::ChildCompleted { .. }
         | RunEvent::ChildRunTimedOut { .. }
-        | RunEvent::LoopIterationCompleted { .. } => {}
+        | RunEvent::LoopIterationCompleted { .. }
+        | RunEvent::WorkflowStarted { .. }
+        | RunEvent::WorkflowCheckpointed { .. } => {}
+        RunEvent::ExecutorInvoked { executor_id, executor_kind, super_step, run_id } => put_frame(
+            buf,
+            "update",
+            &UpdateFrame::ExecutorInvoked { executor_id, executor_kind, super_step: *super_step, run_id: *run_id },
+        ),
+        RunEvent::ExecutorCompleted { executor_id, super_step, run_id, text, .. } => put_frame(
+            buf,
+            "update",
+            &UpdateFrame::ExecutorCompleted { executor_id, super_step: *super_step, run_id: *run_id, text },
+        ),
+        RunEvent::ExecutorFailed { executor_id, super_step, run_id, error } => put_frame(
+            buf,
+            "update",
+            &UpdateFrame::ExecutorFailed { executor_id, super_step: *super_step, run_id: *run_id, error },
+        ),
+        RunEvent::RunAwaitingInput { requests } => put_frame(
+            buf,
+            "done",
+            &DoneFrame {
+                run_id,
+                status: "AwaitingInput",
+                text: None,
+                approvals: None,
+                usage: None,
+                cost: None,
+                finish_reason: None,
+                client_tool_calls: &[],
+                session_id: None,
+                requests,
+            },
+        ),
         RunEvent::ToolInvoking { call_id, tool_name, arguments } => {
             put_frame(buf, "update", &UpdateFrame::ToolCall { call_id, tool_name, arguments })
         }
@@ -212,6 +276,7 @@ pub fn put_live_frames(buf: &mut BytesMut, run_id: RunId, session_id: Option<&st
                     finish_reason: None,
                     client_tool_calls: &[],
                     session_id,
+                    requests: &[],
                 },
             );
         }
@@ -228,6 +293,7 @@ pub fn put_live_frames(buf: &mut BytesMut, run_id: RunId, session_id: Option<&st
                 finish_reason: Some(*finish_reason),
                 client_tool_calls,
                 session_id: (!client_tool_calls.is_empty()).then_some(session_id).flatten(),
+                requests: &[],
             },
         ),
         RunEvent::RunFailed { error } | RunEvent::RunCanceled { error } => put_frame(

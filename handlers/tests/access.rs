@@ -201,6 +201,10 @@ struct Theirs {
     /// A stored `/v1/responses` response, and a `/v1/conversations` conversation.
     response: String,
     conversation: String,
+    /// A workflow, and one of its runs waiting for a person's answer to `request`.
+    workflow: &'static str,
+    workflow_run: String,
+    request: String,
 }
 
 async fn tenant_b(app: &Router, state: &AppState, b: &str) -> Theirs {
@@ -221,6 +225,21 @@ async fn tenant_b(app: &Router, state: &AppState, b: &str) -> Theirs {
     let (status, doc) = call(app, Method::POST, "/v1/conversations", b, Some(json!({}))).await;
     assert_eq!(status, StatusCode::OK, "{doc}");
     let conversation = doc["id"].as_str().unwrap().to_owned();
+    let flow = json!({"name": "b-flow", "kind": "Sequential", "description": "secret instructions",
+        "nodes": [{"name": "b-agent", "kind": "Agent"}, {"name": "human-input", "kind": "Function"}]});
+    let (status, doc) = call(app, Method::POST, "/api/workflows", b, Some(flow)).await;
+    assert_eq!(status, StatusCode::CREATED, "{doc}");
+    let reply = support::call(Method::POST, "/api/workflows/b-flow/run")
+        .from(support::REMOTE)
+        .bearer(b)
+        .header("accept", "application/json")
+        .json(Some(json!({"message": "hi"})))
+        .send(app)
+        .await;
+    let (status, doc) = (reply.status, reply.json());
+    assert_eq!((status, doc["status"].as_str()), (StatusCode::OK, Some("AwaitingInput")), "{doc}");
+    let workflow_run = doc["runId"].as_str().unwrap().to_owned();
+    let request = doc["requests"][0]["requestId"].as_str().unwrap().to_owned();
     let trigger = json!({"targetKind": "agent", "targetName": "b-agent",
         "signingSecretConfigurationName": "Tracon:TriggerSecrets:tenant-b:BSecretName"});
     let (status, doc) = call(app, Method::PUT, "/api/triggers/b-trigger", b, Some(trigger)).await;
@@ -300,6 +319,9 @@ async fn tenant_b(app: &Router, state: &AppState, b: &str) -> Theirs {
         schedule,
         response,
         conversation,
+        workflow: "b-flow",
+        workflow_run,
+        request,
     }
 }
 
@@ -340,6 +362,15 @@ fn body_for(method: &Method, template: &str, agent: &str, scope: Scope) -> Optio
         ("POST", "/v1/chat/completions") => {
             Some(json!({"model": agent, "messages": [{"role": "user", "content": "hi"}]}))
         }
+        ("POST", "/api/workflows") | ("POST", "/api/workflows/validate") => {
+            Some(json!({"name": "a-own-flow", "kind": "Sequential", "agentNames": ["a-own-agent"]}))
+        }
+        ("PUT", "/api/workflows/{name}") => {
+            Some(json!({"name": agent, "kind": "Sequential", "agentNames": ["a-own-agent"]}))
+        }
+        ("POST", "/api/workflows/{name}/run") => Some(json!({"message": "hi"})),
+        ("POST", "/api/workflows/runs/{id}/resume") => Some(json!({})),
+        ("POST", "/api/workflows/runs/{id}/requests/{request}/respond") => Some(json!({"response": "yes"})),
         ("POST", "/api/webhooks") | ("PUT", "/api/webhooks/{id}") => Some(json!({
             "url": "https://hooks.example.com/a-own", "events": ["run.failed"],
             "secretConfigurationName": "Tracon:WebhookSecrets:tenant-a:Own"})),
@@ -376,17 +407,42 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
         "BHookSecretName",
         theirs.schedule.as_str(),
         "b-schedule",
+        "b-flow",
+        theirs.workflow_run.as_str(),
+        theirs.request.as_str(),
         "Europe/Istanbul",
     ];
 
     let mut walked = BTreeSet::new();
     for (method, template) in routes() {
-        let fill = |run: &str, session: &str, key: &str, agent: &str, others: [&str; 9]| {
-            let [approval, rule, tenant, job, trigger, webhook, schedule, response, conversation] = others;
-            // A trigger route's `{name}` is a trigger, and `{tenantId}` the tenant it is under.
-            let agent = if template.starts_with("/api/triggers") { trigger } else { agent };
-            let template = template.replace("{tenantId}", tenant);
-            let id = if template.starts_with("/api/runs") {
+        let fill = |run: &str, session: &str, key: &str, agent: &str, others: [&str; 12]| {
+            let [
+                approval,
+                rule,
+                tenant,
+                job,
+                trigger,
+                webhook,
+                schedule,
+                response,
+                conversation,
+                flow,
+                flow_run,
+                request,
+            ] = others;
+            // A trigger route's `{name}` is a trigger, a workflow route's a workflow, and
+            // `{tenantId}` the tenant a trigger is under.
+            let agent = if template.starts_with("/api/triggers") {
+                trigger
+            } else if template.starts_with("/api/workflows") {
+                flow
+            } else {
+                agent
+            };
+            let template = template.replace("{tenantId}", tenant).replace("{request}", request);
+            let id = if template.starts_with("/api/workflows/runs") {
+                flow_run
+            } else if template.starts_with("/api/runs") {
                 run
             } else if template.starts_with("/api/sessions") {
                 session
@@ -427,6 +483,9 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
                 &theirs.schedule,
                 &theirs.response,
                 &theirs.conversation,
+                theirs.workflow,
+                &theirs.workflow_run,
+                &theirs.request,
             ],
         );
         let theirs_path = if diff {
@@ -435,7 +494,8 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
             theirs_path
         };
         let has_param = template.contains('{');
-        let body = body_for(&method, &template, theirs.agent, Scope::RunsRead);
+        let flows = template.starts_with("/api/workflows");
+        let body = body_for(&method, &template, if flows { theirs.workflow } else { theirs.agent }, Scope::RunsRead);
         let asked = body.as_ref().map(Value::to_string).unwrap_or_default();
         let (status, doc) = call(&app, method.clone(), &theirs_path, &a, body).await;
         let text = doc.to_string();
@@ -458,6 +518,9 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
                     &missing_run,
                     &missing_response,
                     "conv_no_such_conversation",
+                    "no-such-workflow",
+                    &missing_run,
+                    &missing_run,
                 ],
             );
             let missing = if diff {
@@ -465,7 +528,8 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
             } else {
                 missing
             };
-            let body = body_for(&method, &template, "no-such-agent", Scope::RunsRead);
+            let body =
+                body_for(&method, &template, if flows { "no-such-workflow" } else { "no-such-agent" }, Scope::RunsRead);
             let (m_status, m_doc) = call(&app, method.clone(), &missing, &a, body).await;
             // The OpenAI-compatible routes name the error in OpenAI's envelope.
             let error_type =

@@ -1012,17 +1012,8 @@ async fn a_store_that_fails_every_write_still_lets_the_run_complete() {
         definitions: broken.clone(),
         runs: broken.clone(),
         sessions: broken,
-        keys: Stores::in_memory().keys,
-        audit: Stores::in_memory().audit,
-        approvals: Stores::in_memory().approvals,
-        tenants: Stores::in_memory().tenants,
-        quota_notices: Stores::in_memory().quota_notices,
-        jobs: Stores::in_memory().jobs,
-        idempotency: Stores::in_memory().idempotency,
-        schedules: Stores::in_memory().schedules,
-        triggers: Stores::in_memory().triggers,
-        webhooks: Stores::in_memory().webhooks,
         persistent: true,
+        ..Stores::in_memory()
     };
     let app = app(&Options { stores, ..Options::default() });
     let live = run(&app, "chat", json!({"message": "tools please"})).await;

@@ -5,31 +5,66 @@
 //! Every statement on a tenant-owned table filters by `tenant_id = $1`. Optional filters
 //! use `($n::type IS NULL OR column = $n)` so each statement stays one fixed text.
 
-// ---- agent definitions -----------------------------------------------------------------
+// ---- definitions (agents, workflows) ---------------------------------------------------
 
-pub const DEF_GET: &str = "SELECT version, definition, created_at, written_at FROM agent_definitions \
-     WHERE tenant_id = $1 AND name = $2 ORDER BY version DESC LIMIT 1";
+/// The statements of one definition table: every kind of definition has its own table of the
+/// same shape (one row per version), and these one texts.
+pub struct DefinitionSql {
+    pub get: &'static str,
+    pub list: &'static str,
+    /// Version 1; a duplicate is a unique violation.
+    pub create: &'static str,
+    /// The next version; no row when the definition does not exist.
+    pub update: &'static str,
+    pub delete: &'static str,
+    pub versions: &'static str,
+    pub version: &'static str,
+}
 
-pub const DEF_LIST: &str = "SELECT DISTINCT ON (name) version, definition, created_at, written_at \
-     FROM agent_definitions WHERE tenant_id = $1 ORDER BY name, version DESC OFFSET $2 LIMIT $3";
+macro_rules! definition_sql {
+    ($table:literal) => {
+        DefinitionSql {
+            get: concat!(
+                "SELECT version, definition, created_at, written_at FROM ",
+                $table,
+                " WHERE tenant_id = $1 AND name = $2 ORDER BY version DESC LIMIT 1"
+            ),
+            list: concat!(
+                "SELECT DISTINCT ON (name) version, definition, created_at, written_at FROM ",
+                $table,
+                " WHERE tenant_id = $1 ORDER BY name, version DESC OFFSET $2 LIMIT $3"
+            ),
+            create: concat!(
+                "INSERT INTO ",
+                $table,
+                " (tenant_id, name, version, definition, created_at, written_at) \
+                VALUES ($1, $2, 1, $3, $4, $4)"
+            ),
+            update: concat!(
+                "INSERT INTO ",
+                $table,
+                " (tenant_id, name, version, definition, created_at, written_at) \
+                SELECT $1, $2, max(version) + 1, $3, min(created_at), $4 FROM ",
+                $table,
+                " WHERE tenant_id = $1 AND name = $2 HAVING count(*) > 0 RETURNING version, created_at"
+            ),
+            delete: concat!("DELETE FROM ", $table, " WHERE tenant_id = $1 AND name = $2"),
+            versions: concat!(
+                "SELECT version, definition, created_at, written_at FROM ",
+                $table,
+                " WHERE tenant_id = $1 AND name = $2 ORDER BY version DESC"
+            ),
+            version: concat!(
+                "SELECT version, definition, created_at, written_at FROM ",
+                $table,
+                " WHERE tenant_id = $1 AND name = $2 AND version = $3"
+            ),
+        }
+    };
+}
 
-/// Version 1; a duplicate is a unique violation.
-pub const DEF_CREATE: &str = "INSERT INTO agent_definitions (tenant_id, name, version, definition, created_at, written_at) \
-     VALUES ($1, $2, 1, $3, $4, $4)";
-
-/// The next version; no row when the definition does not exist.
-pub const DEF_UPDATE: &str = "INSERT INTO agent_definitions (tenant_id, name, version, definition, created_at, written_at) \
-     SELECT $1, $2, max(version) + 1, $3, min(created_at), $4 FROM agent_definitions \
-     WHERE tenant_id = $1 AND name = $2 HAVING count(*) > 0 \
-     RETURNING version, created_at";
-
-pub const DEF_DELETE: &str = "DELETE FROM agent_definitions WHERE tenant_id = $1 AND name = $2";
-
-pub const DEF_VERSIONS: &str = "SELECT version, definition, created_at, written_at FROM agent_definitions \
-     WHERE tenant_id = $1 AND name = $2 ORDER BY version DESC";
-
-pub const DEF_VERSION: &str = "SELECT version, definition, created_at, written_at FROM agent_definitions \
-     WHERE tenant_id = $1 AND name = $2 AND version = $3";
+pub const AGENT_DEFINITIONS: DefinitionSql = definition_sql!("agent_definitions");
+pub const WORKFLOW_DEFINITIONS: DefinitionSql = definition_sql!("workflow_definitions");
 
 // ---- runs --------------------------------------------------------------------------------
 
@@ -831,6 +866,20 @@ pub fn is_schema_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
+// ---- workflow checkpoints ------------------------------------------------------------------
+
+pub const CHECKPOINT_SAVE: &str = "INSERT INTO workflow_checkpoints (tenant_id, run_id, id, seq, envelope, created_at, state) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7)";
+
+pub const CHECKPOINT_LIST: &str = "SELECT id, seq, envelope, created_at, state FROM workflow_checkpoints \
+     WHERE tenant_id = $1 AND run_id = $2 ORDER BY seq";
+
+/// The checkpoints of up to `$2` runs whose newest checkpoint is older than `$1`.
+pub const CHECKPOINT_PURGE: &str = "DELETE FROM workflow_checkpoints c USING ( \
+       SELECT tenant_id, run_id FROM workflow_checkpoints GROUP BY tenant_id, run_id \
+       HAVING max(created_at) < $1 LIMIT $2) old \
+     WHERE c.tenant_id = old.tenant_id AND c.run_id = old.run_id";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -846,13 +895,11 @@ mod tests {
 
     #[test]
     fn every_tenant_statement_filters_by_tenant() {
-        for s in [
-            DEF_GET,
-            DEF_LIST,
-            DEF_UPDATE,
-            DEF_DELETE,
-            DEF_VERSIONS,
-            DEF_VERSION,
+        let definitions = [AGENT_DEFINITIONS, WORKFLOW_DEFINITIONS]
+            .into_iter()
+            .flat_map(|d| [d.get, d.list, d.update, d.delete, d.versions, d.version]);
+        for s in definitions.chain([
+            CHECKPOINT_LIST,
             RUN_FINISH,
             RUN_GET,
             RUN_TREE,
@@ -910,7 +957,7 @@ mod tests {
             SCHEDULE_ADVANCE,
             SCHEDULE_OUTCOME,
             RUN_HEARTBEAT,
-        ] {
+        ]) {
             assert!(s.contains("tenant_id = $1"), "{s}");
         }
     }

@@ -24,6 +24,11 @@ pub mod idempotency;
 pub mod jobs;
 pub mod triggers;
 pub mod webhooks;
+mod workflows;
+pub use workflows::{
+    checkpoints_are_kept_in_order_per_run_and_tenant, checkpoints_are_purged_by_whole_runs_once_the_newest_is_old,
+    workflow_definitions_keep_every_version_within_their_tenant,
+};
 
 /// The checks of the [`Stores`] bundle under a module name of their own, as
 /// [`contract_checks!`](crate::contract_checks) calls every contract's checks.
@@ -1389,6 +1394,9 @@ macro_rules! store_contract_tests {
             an_ended_run_is_continued_once_and_linked_both_ways,
             a_running_run_yields_once_and_is_taken_back_once,
             a_call_tree_is_listed_by_its_root_in_depth_order_within_its_tenant,
+            workflow_definitions_keep_every_version_within_their_tenant,
+            checkpoints_are_kept_in_order_per_run_and_tenant,
+            checkpoints_are_purged_by_whole_runs_once_the_newest_is_old,
         );
     };
 }

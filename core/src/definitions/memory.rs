@@ -1,4 +1,4 @@
-//! Agent definitions in process memory, every version kept: the zero-setup default and the
+//! Definitions in process memory, every version kept: the zero-setup default and the
 //! contract suite's reference.
 
 use std::collections::BTreeMap;
@@ -6,25 +6,33 @@ use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
 
-use super::{DefinitionStore, StoredDefinition};
+use super::{Definition, DefinitionStore, StoredDefinition, name_taken};
 use crate::definition::AgentDefinition;
 use crate::error::StoreError;
-use crate::names::{AgentName, TenantId};
+use crate::names::TenantId;
 use crate::sync::lock;
 
-/// Every version of every definition, per tenant and name (oldest first).
-#[derive(Default)]
-pub struct MemoryDefinitionStore {
-    rows: Mutex<BTreeMap<(TenantId, String), Vec<StoredDefinition>>>,
+/// One definition's versions, oldest first.
+type History<D> = Vec<StoredDefinition<D>>;
+
+/// Every version of every definition, per tenant and name.
+pub struct MemoryDefinitionStore<D = AgentDefinition> {
+    rows: Mutex<BTreeMap<(TenantId, String), History<D>>>,
+}
+
+impl<D> Default for MemoryDefinitionStore<D> {
+    fn default() -> Self {
+        Self { rows: Mutex::new(BTreeMap::new()) }
+    }
 }
 
 #[async_trait::async_trait]
-impl DefinitionStore for MemoryDefinitionStore {
-    async fn get(&self, tenant: &TenantId, name: &AgentName) -> Result<Option<StoredDefinition>, StoreError> {
-        Ok(lock(&self.rows).get(&(tenant.clone(), name.as_str().to_owned())).and_then(|v| v.last().cloned()))
+impl<D: Definition> DefinitionStore<D> for MemoryDefinitionStore<D> {
+    async fn get(&self, tenant: &TenantId, name: &D::Name) -> Result<Option<StoredDefinition<D>>, StoreError> {
+        Ok(lock(&self.rows).get(&(tenant.clone(), name.as_ref().to_owned())).and_then(|v| v.last().cloned()))
     }
 
-    async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<StoredDefinition>, StoreError> {
+    async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<StoredDefinition<D>>, StoreError> {
         Ok(lock(&self.rows)
             .iter()
             .filter(|((t, _), _)| t == tenant)
@@ -37,14 +45,14 @@ impl DefinitionStore for MemoryDefinitionStore {
     async fn create(
         &self,
         tenant: &TenantId,
-        definition: AgentDefinition,
+        definition: D,
         now: DateTime<Utc>,
-    ) -> Result<StoredDefinition, StoreError> {
+    ) -> Result<StoredDefinition<D>, StoreError> {
         crate::definitions::check_definition_text(&definition)?;
         let mut rows = lock(&self.rows);
-        let key = (tenant.clone(), definition.name.clone());
+        let key = (tenant.clone(), definition.name().to_owned());
         if rows.contains_key(&key) {
-            return Err(StoreError::Conflict(format!("An agent named '{}' already exists.", definition.name)));
+            return Err(name_taken(&definition));
         }
         let stored = StoredDefinition { definition, version: 1, created_at: now, updated_at: now };
         rows.insert(key, vec![stored.clone()]);
@@ -54,12 +62,12 @@ impl DefinitionStore for MemoryDefinitionStore {
     async fn update(
         &self,
         tenant: &TenantId,
-        definition: AgentDefinition,
+        definition: D,
         now: DateTime<Utc>,
-    ) -> Result<StoredDefinition, StoreError> {
+    ) -> Result<StoredDefinition<D>, StoreError> {
         crate::definitions::check_definition_text(&definition)?;
         let mut rows = lock(&self.rows);
-        let key = (tenant.clone(), definition.name.clone());
+        let key = (tenant.clone(), definition.name().to_owned());
         let history = rows.get_mut(&key).ok_or(StoreError::NotFound)?;
         let (version, created_at) = match history.last() {
             Some(last) => (last.version + 1, last.created_at),
@@ -70,13 +78,13 @@ impl DefinitionStore for MemoryDefinitionStore {
         Ok(stored)
     }
 
-    async fn delete(&self, tenant: &TenantId, name: &AgentName) -> Result<bool, StoreError> {
-        Ok(lock(&self.rows).remove(&(tenant.clone(), name.as_str().to_owned())).is_some())
+    async fn delete(&self, tenant: &TenantId, name: &D::Name) -> Result<bool, StoreError> {
+        Ok(lock(&self.rows).remove(&(tenant.clone(), name.as_ref().to_owned())).is_some())
     }
 
-    async fn versions(&self, tenant: &TenantId, name: &AgentName) -> Result<Vec<StoredDefinition>, StoreError> {
+    async fn versions(&self, tenant: &TenantId, name: &D::Name) -> Result<Vec<StoredDefinition<D>>, StoreError> {
         Ok(lock(&self.rows)
-            .get(&(tenant.clone(), name.as_str().to_owned()))
+            .get(&(tenant.clone(), name.as_ref().to_owned()))
             .map(|v| v.iter().rev().cloned().collect())
             .unwrap_or_default())
     }
@@ -84,11 +92,11 @@ impl DefinitionStore for MemoryDefinitionStore {
     async fn version(
         &self,
         tenant: &TenantId,
-        name: &AgentName,
+        name: &D::Name,
         version: u32,
-    ) -> Result<Option<StoredDefinition>, StoreError> {
+    ) -> Result<Option<StoredDefinition<D>>, StoreError> {
         Ok(lock(&self.rows)
-            .get(&(tenant.clone(), name.as_str().to_owned()))
+            .get(&(tenant.clone(), name.as_ref().to_owned()))
             .and_then(|v| v.iter().find(|d| d.version == version).cloned()))
     }
 }

@@ -1,16 +1,43 @@
-//! Agent definitions as stored: the port ([`DefinitionStore`], every version kept) and its
-//! in-memory implementation ([`memory`]).
+//! Definitions as stored — agents, and workflows — : the port ([`DefinitionStore`], every
+//! version kept) and its in-memory implementation ([`memory`]). One port for every kind of
+//! definition ([`Definition`]): the same history, the same refusals.
 
 pub mod memory;
 
 use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::definition::AgentDefinition;
 use crate::error::StoreError;
 use crate::names::{AgentName, TenantId};
 
+/// A kind of definition the [`DefinitionStore`] keeps.
+pub trait Definition:
+    Clone + PartialEq + std::fmt::Debug + Serialize + DeserializeOwned + Send + Sync + 'static
+{
+    /// The parsed name that addresses one.
+    type Name: AsRef<str> + Send + Sync;
+    /// What a refusal calls one, with its article ("An agent", "A workflow").
+    const NOUN: &'static str;
+    fn name(&self) -> &str;
+}
+
+impl Definition for AgentDefinition {
+    type Name = AgentName;
+    const NOUN: &'static str = "An agent";
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// The refusal of a second definition under a taken name.
+pub fn name_taken<D: Definition>(definition: &D) -> StoreError {
+    StoreError::Conflict(format!("{} named '{}' already exists.", D::NOUN, definition.name()))
+}
+
 /// [`crate::error::check_text`] over every string of a definition (its `jsonb` column cannot hold U+0000).
-pub fn check_definition_text(definition: &AgentDefinition) -> Result<(), StoreError> {
+pub fn check_definition_text(definition: &impl Serialize) -> Result<(), StoreError> {
     let value = serde_json::to_value(definition).map_err(|e| StoreError::Internal { detail: e.to_string() })?;
     match crate::text::nul_path(&value) {
         Some(path) => Err(StoreError::InvalidText { field: path }),
@@ -20,8 +47,8 @@ pub fn check_definition_text(definition: &AgentDefinition) -> Result<(), StoreEr
 
 /// A definition as stored, with its version.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StoredDefinition {
-    pub definition: AgentDefinition,
+pub struct StoredDefinition<D = AgentDefinition> {
+    pub definition: D,
     /// 1 for the first save; every save appends a version.
     pub version: u32,
     pub created_at: DateTime<Utc>,
@@ -29,36 +56,36 @@ pub struct StoredDefinition {
     pub updated_at: DateTime<Utc>,
 }
 
-/// Agent definitions written through the API, with every version kept.
+/// Definitions written through the API, with every version kept.
 #[async_trait::async_trait]
-pub trait DefinitionStore: Send + Sync {
+pub trait DefinitionStore<D: Definition = AgentDefinition>: Send + Sync {
     /// The current (newest) version.
-    async fn get(&self, tenant: &TenantId, name: &AgentName) -> Result<Option<StoredDefinition>, StoreError>;
+    async fn get(&self, tenant: &TenantId, name: &D::Name) -> Result<Option<StoredDefinition<D>>, StoreError>;
     /// Current versions, ordered by name.
-    async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<StoredDefinition>, StoreError>;
+    async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<StoredDefinition<D>>, StoreError>;
     /// Version 1. `Conflict` when the name exists in this tenant.
     async fn create(
         &self,
         tenant: &TenantId,
-        definition: AgentDefinition,
+        definition: D,
         now: DateTime<Utc>,
-    ) -> Result<StoredDefinition, StoreError>;
+    ) -> Result<StoredDefinition<D>, StoreError>;
     /// Appends a new version; `NotFound` when the definition does not exist.
     async fn update(
         &self,
         tenant: &TenantId,
-        definition: AgentDefinition,
+        definition: D,
         now: DateTime<Utc>,
-    ) -> Result<StoredDefinition, StoreError>;
+    ) -> Result<StoredDefinition<D>, StoreError>;
     /// Removes the definition and its history; `false` when there was nothing to delete.
-    async fn delete(&self, tenant: &TenantId, name: &AgentName) -> Result<bool, StoreError>;
+    async fn delete(&self, tenant: &TenantId, name: &D::Name) -> Result<bool, StoreError>;
     /// Every version, newest first: full snapshots, not deltas.
-    async fn versions(&self, tenant: &TenantId, name: &AgentName) -> Result<Vec<StoredDefinition>, StoreError>;
+    async fn versions(&self, tenant: &TenantId, name: &D::Name) -> Result<Vec<StoredDefinition<D>>, StoreError>;
     /// One version.
     async fn version(
         &self,
         tenant: &TenantId,
-        name: &AgentName,
+        name: &D::Name,
         version: u32,
-    ) -> Result<Option<StoredDefinition>, StoreError>;
+    ) -> Result<Option<StoredDefinition<D>>, StoreError>;
 }

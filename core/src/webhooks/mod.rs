@@ -53,18 +53,20 @@ pub use crate::jobs::DELIVER_JOB;
 pub const RUN_COMPLETED: &str = "run.completed";
 pub const RUN_FAILED: &str = "run.failed";
 pub const APPROVAL_PENDING: &str = "approval.pending";
+/// A workflow stopped to ask a person (`runId`, `workflowName`, `requests`).
+pub const WORKFLOW_REQUEST_PENDING: &str = "workflow.request.pending";
 pub const JOB_COMPLETED: &str = "job.completed";
 pub const JOB_FAILED: &str = "job.failed";
 pub const QUOTA_THRESHOLD: &str = "quota.threshold";
 pub const TEST_PING: &str = "test.ping";
 
-/// Every event a subscription may name. `workflow.request.pending`, `eval.completed` and
-/// `run.score.low` are accepted (they are the spec's names) but nothing emits them yet.
+/// Every event a subscription may name. `eval.completed` and `run.score.low` are accepted
+/// (they are the spec's names) but nothing emits them yet.
 pub const EVENTS: [&str; 10] = [
     RUN_COMPLETED,
     RUN_FAILED,
     APPROVAL_PENDING,
-    "workflow.request.pending",
+    WORKFLOW_REQUEST_PENDING,
     JOB_COMPLETED,
     JOB_FAILED,
     "eval.completed",

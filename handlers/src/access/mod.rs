@@ -121,6 +121,17 @@ pub fn requirement(method: &Method, route: &str) -> Requirement {
         }
         "/api/agents/{name}/rollback" => S(Scope::AgentsAdmin),
         "/api/agents/{name}/run" => S(Scope::RunsWrite),
+        // Workflow definitions are read and administered like agents'; running, resuming and
+        // answering one starts runs.
+        "/api/workflows" | "/api/workflows/{name}" => S(if read { Scope::AgentsRead } else { Scope::AgentsAdmin }),
+        "/api/workflows/validate"
+        | "/api/workflows/functions"
+        | "/api/workflows/{name}/versions"
+        | "/api/workflows/{name}/graph" => S(Scope::AgentsRead),
+        "/api/workflows/{name}/run"
+        | "/api/workflows/runs/{id}/resume"
+        | "/api/workflows/runs/{id}/requests/{request}/respond" => S(Scope::RunsWrite),
+        "/api/workflows/runs/{id}/checkpoints" | "/api/workflows/runs/{id}/requests" => S(Scope::RunsRead),
         "/api/runs"
         | "/api/runs/{id}"
         | "/api/runs/{id}/events"

@@ -1,28 +1,46 @@
-//! Agent definitions and their version history on Postgres: one row per version.
+//! Definitions (agents, workflows) and their version history on Postgres: one row per
+//! version, one table per kind.
+
+use std::marker::PhantomData;
 
 use crate::driver::Row;
 use chrono::{DateTime, Utc};
 use tracon_core::definition::AgentDefinition;
-use tracon_core::definitions::{DefinitionStore, StoredDefinition};
+use tracon_core::definitions::{Definition, DefinitionStore, StoredDefinition, name_taken};
 use tracon_core::error::StoreError;
-use tracon_core::names::{AgentName, TenantId};
+use tracon_core::names::TenantId;
+use tracon_core::workflows::WorkflowDefinition;
 
 use super::Db;
 use crate::codec::corrupt;
 use crate::params;
-use crate::sql;
+use crate::sql::{self, DefinitionSql};
 
-pub struct PgDefinitionStore {
-    db: Db,
+/// A kind of definition and the table that holds it.
+pub trait Table: Definition {
+    const SQL: &'static DefinitionSql;
 }
 
-impl PgDefinitionStore {
+impl Table for AgentDefinition {
+    const SQL: &'static DefinitionSql = &sql::AGENT_DEFINITIONS;
+}
+
+impl Table for WorkflowDefinition {
+    const SQL: &'static DefinitionSql = &sql::WORKFLOW_DEFINITIONS;
+}
+
+pub struct PgDefinitionStore<D = AgentDefinition> {
+    db: Db,
+    kind: PhantomData<fn() -> D>,
+}
+
+impl<D> PgDefinitionStore<D> {
     pub fn new(db: Db) -> Self {
-        Self { db }
+        Self { db, kind: PhantomData }
     }
 }
 
-fn stored(row: &Row) -> Result<StoredDefinition, StoreError> {
+fn stored<D: Definition>(row: &Row) -> Result<StoredDefinition<D>, StoreError> {
     let version: i32 = row.get("version")?;
     let definition: serde_json::Value = row.get("definition")?;
     Ok(StoredDefinition {
@@ -33,54 +51,51 @@ fn stored(row: &Row) -> Result<StoredDefinition, StoreError> {
     })
 }
 
-fn json(def: &AgentDefinition) -> Result<serde_json::Value, StoreError> {
+fn json(def: &impl serde::Serialize) -> Result<serde_json::Value, StoreError> {
     serde_json::to_value(def).map_err(|e| corrupt("definition", e))
 }
 
 #[async_trait::async_trait]
-impl DefinitionStore for PgDefinitionStore {
-    async fn get(&self, tenant: &TenantId, name: &AgentName) -> Result<Option<StoredDefinition>, StoreError> {
-        let row = self.db.query_opt(sql::DEF_GET, &params![tenant.as_str(), name.as_str()]).await?;
-        row.as_ref().map(stored).transpose()
+impl<D: Table> DefinitionStore<D> for PgDefinitionStore<D> {
+    async fn get(&self, tenant: &TenantId, name: &D::Name) -> Result<Option<StoredDefinition<D>>, StoreError> {
+        let row = self.db.query_opt(D::SQL.get, &params![tenant.as_str(), name.as_ref()]).await?;
+        row.as_ref().map(stored::<D>).transpose()
     }
 
-    async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<StoredDefinition>, StoreError> {
-        let rows = self.db.query(sql::DEF_LIST, &params![tenant.as_str(), skip as i64, take as i64]).await?;
-        rows.iter().map(stored).collect()
+    async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<StoredDefinition<D>>, StoreError> {
+        let rows = self.db.query(D::SQL.list, &params![tenant.as_str(), skip as i64, take as i64]).await?;
+        rows.iter().map(stored::<D>).collect()
     }
 
     async fn create(
         &self,
         tenant: &TenantId,
-        definition: AgentDefinition,
+        definition: D,
         now: DateTime<Utc>,
-    ) -> Result<StoredDefinition, StoreError> {
+    ) -> Result<StoredDefinition<D>, StoreError> {
         tracon_core::definitions::check_definition_text(&definition)?;
         let body = json(&definition)?;
-        self.db.execute(sql::DEF_CREATE, &params![tenant.as_str(), &definition.name, &body, now]).await.map_err(
-            |e| match e {
-                StoreError::Conflict(_) => {
-                    StoreError::Conflict(format!("An agent named '{}' already exists.", definition.name))
-                }
-                other => other,
-            },
-        )?;
+        let name = definition.name();
+        self.db.execute(D::SQL.create, &params![tenant.as_str(), name, &body, now]).await.map_err(|e| match e {
+            StoreError::Conflict(_) => name_taken(&definition),
+            other => other,
+        })?;
         Ok(StoredDefinition { definition, version: 1, created_at: now, updated_at: now })
     }
 
     async fn update(
         &self,
         tenant: &TenantId,
-        definition: AgentDefinition,
+        definition: D,
         now: DateTime<Utc>,
-    ) -> Result<StoredDefinition, StoreError> {
+    ) -> Result<StoredDefinition<D>, StoreError> {
         tracon_core::definitions::check_definition_text(&definition)?;
         let body = json(&definition)?;
         // Two concurrent saves can pick the same next version; the loser retries on top.
         let mut attempts = 0;
         loop {
             let result =
-                self.db.query_opt(sql::DEF_UPDATE, &params![tenant.as_str(), &definition.name, &body, now]).await;
+                self.db.query_opt(D::SQL.update, &params![tenant.as_str(), definition.name(), &body, now]).await;
             match result {
                 Ok(Some(row)) => {
                     let version: i32 = row.get("version")?;
@@ -98,29 +113,29 @@ impl DefinitionStore for PgDefinitionStore {
         }
     }
 
-    async fn delete(&self, tenant: &TenantId, name: &AgentName) -> Result<bool, StoreError> {
-        let done = self.db.execute(sql::DEF_DELETE, &params![tenant.as_str(), name.as_str()]).await?;
+    async fn delete(&self, tenant: &TenantId, name: &D::Name) -> Result<bool, StoreError> {
+        let done = self.db.execute(D::SQL.delete, &params![tenant.as_str(), name.as_ref()]).await?;
         Ok(done > 0)
     }
 
-    async fn versions(&self, tenant: &TenantId, name: &AgentName) -> Result<Vec<StoredDefinition>, StoreError> {
-        let rows = self.db.query(sql::DEF_VERSIONS, &params![tenant.as_str(), name.as_str()]).await?;
-        rows.iter().map(stored).collect()
+    async fn versions(&self, tenant: &TenantId, name: &D::Name) -> Result<Vec<StoredDefinition<D>>, StoreError> {
+        let rows = self.db.query(D::SQL.versions, &params![tenant.as_str(), name.as_ref()]).await?;
+        rows.iter().map(stored::<D>).collect()
     }
 
     async fn version(
         &self,
         tenant: &TenantId,
-        name: &AgentName,
+        name: &D::Name,
         version: u32,
-    ) -> Result<Option<StoredDefinition>, StoreError> {
+    ) -> Result<Option<StoredDefinition<D>>, StoreError> {
         let row = self
             .db
             .query_opt(
-                sql::DEF_VERSION,
-                &params![tenant.as_str(), name.as_str(), i32::try_from(version).unwrap_or(i32::MAX)],
+                D::SQL.version,
+                &params![tenant.as_str(), name.as_ref(), i32::try_from(version).unwrap_or(i32::MAX)],
             )
             .await?;
-        row.as_ref().map(stored).transpose()
+        row.as_ref().map(stored::<D>).transpose()
     }
 }

@@ -7,6 +7,7 @@
 
 mod approvals;
 mod audit;
+mod checkpoints;
 mod definitions;
 mod idempotency;
 mod jobs;
@@ -24,6 +25,7 @@ use tracon_core::stores::Stores;
 
 pub use approvals::PgApprovalStore;
 pub use audit::PgAuditStore;
+pub use checkpoints::PgCheckpointStore;
 pub use definitions::PgDefinitionStore;
 pub use idempotency::PgIdempotencyStore;
 pub use jobs::PgJobStore;
@@ -46,6 +48,8 @@ pub fn stores(db: Db, protection: Protection) -> Stores {
     let protection = Arc::new(protection);
     Stores {
         definitions: Arc::new(PgDefinitionStore::new(db.clone())),
+        workflows: Arc::new(PgDefinitionStore::<tracon_core::workflows::WorkflowDefinition>::new(db.clone())),
+        checkpoints: Arc::new(PgCheckpointStore::new(db.clone(), protection.clone())),
         runs: Arc::new(PgRunStore::new(db.clone(), protection.clone())),
         sessions: Arc::new(PgSessionStore::new(db.clone(), protection.clone())),
         keys: Arc::new(PgApiKeyStore::new(db.clone())),

@@ -1,0 +1,553 @@
+//! Workflows through the router: definitions and their rules, the five kinds run against a
+//! scripted model that tells agents apart by their instructions, the tree and the events a
+//! run records, function nodes and their retries, checkpoints, resuming, and human input.
+//! Every model call spends 10 input and 5 output tokens at a price of 1 (per million) each.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::{Method, StatusCode};
+use serde_json::{Value, json};
+use support::{TestClock, call, frames};
+use tracon_core::definition::AgentDefinition;
+use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
+use tracon_core::model::{Message, ModelProvider, ModelRequest, ProviderError, ProviderErrorKind};
+use tracon_core::ports::Platform;
+use tracon_core::pricing::{ModelPrice, Pricing};
+use tracon_core::runtime::{RuntimeBuilder, RuntimeSettings};
+use tracon_core::workflows::functions::{
+    FailureKind, FunctionCall, FunctionError, FunctionOutput, RetryPolicy, TextFunction, WorkflowFunction,
+};
+use tracon_handlers::{AppState, HttpSettings};
+
+/// The last user message an agent got.
+fn input(request: &ModelRequest) -> String {
+    request
+        .messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            Message::User { text } => Some(text.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+fn tool_answered(request: &ModelRequest) -> bool {
+    request.messages.iter().any(|m| matches!(m, Message::Tool { .. }))
+}
+
+/// The agents: `writer` drafts, `reviewer` reviews, `frontline` hands off to `billing`,
+/// `host` runs a group chat (writer, then reviewer, then done), `lead` plans and steers a
+/// Magentic team, `broken`'s provider fails.
+fn model(calls: Arc<AtomicU32>) -> ScriptedProvider {
+    ScriptedProvider::from_fn("script", move |request: &ModelRequest| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        let system = request.system.clone().unwrap_or_default();
+        let text = input(request);
+        let first_line = text.lines().next().unwrap_or_default().to_owned();
+        let turn = match system.as_str() {
+            "WRITER" => ScriptedTurn::text(&format!("draft of {first_line}")),
+            "REVIEWER" => ScriptedTurn::text(&format!("review of {}", text.lines().last().unwrap_or_default())),
+            "FRONT" if !tool_answered(request) => {
+                ScriptedTurn::tool_call("handoff_to_billing", json!({"reason": "money"}))
+            }
+            "FRONT" => ScriptedTurn::text("passing you to billing"),
+            "BILL" => ScriptedTurn::text("your refund is on its way"),
+            "HOST" if !text.contains("[writer]") => ScriptedTurn::text("writer"),
+            "HOST" if !text.contains("[reviewer]") => ScriptedTurn::text("Next: reviewer."),
+            "HOST" => ScriptedTurn::text("DONE"),
+            "LEAD" if text.contains("step-by-step plan") => ScriptedTurn::text("1. writer drafts"),
+            "LEAD" if !text.contains("[writer]") => {
+                ScriptedTurn::text(r#"Sure: {"done": false, "next": "writer", "instruction": "draft the intro"}"#)
+            }
+            "LEAD" => ScriptedTurn::text(r#"{"done": true, "answer": "final: the intro"}"#),
+            "BROKEN" => ScriptedTurn::failing(ProviderError::new(
+                ProviderErrorKind::ServerError,
+                "HttpError",
+                "upstream said 503 with secret detail",
+            )),
+            other => ScriptedTurn::text(&format!("unscripted {other}")),
+        };
+        turn.with_usage(10, 5)
+    })
+}
+
+/// Fails `failures` times with a transient error, then appends a word count.
+struct Flaky {
+    failures: u32,
+    calls: Arc<AtomicU32>,
+}
+
+#[async_trait::async_trait]
+impl WorkflowFunction for Flaky {
+    async fn call(&self, call: FunctionCall<'_>) -> Result<FunctionOutput, FunctionError> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        if n < self.failures {
+            return Err(FunctionError::new(FailureKind::Provider, "the counting service is down"));
+        }
+        let words = call.input().split_whitespace().count();
+        Ok(FunctionOutput::Messages(vec![format!("{} ({words} words)", call.input())]))
+    }
+}
+
+struct World {
+    app: Router,
+    model_calls: Arc<AtomicU32>,
+    function_calls: Arc<AtomicU32>,
+}
+
+fn world_with(settings: RuntimeSettings, failures: u32) -> World {
+    let clock = Arc::new(TestClock::shifted());
+    let calls = Arc::new(AtomicU32::new(0));
+    let function_calls = Arc::new(AtomicU32::new(0));
+    let platform = Platform { clock, spawner: tracon_core::ports::tokio_rt::platform().spawner };
+    let price = ModelPrice { input_per_million: 1.0, output_per_million: 1.0, cached_input_per_million: None };
+    let agent =
+        |name: &str, instructions: &str| AgentDefinition::new(name, "script", "m").with_instructions(instructions);
+    let retry = RetryPolicy { max_attempts: 3, initial_delay: Duration::from_millis(1), backoff_multiplier: 2.0 };
+    let runtime = RuntimeBuilder::new(platform)
+        .settings(settings)
+        .pricing(Pricing::new("USD").with_price("script", "m", price))
+        .add_provider(Arc::new(model(calls.clone())) as Arc<dyn ModelProvider>)
+        .add_agent(agent("writer", "WRITER"))
+        .add_agent(agent("reviewer", "REVIEWER"))
+        .add_agent(agent("frontline", "FRONT"))
+        .add_agent(agent("billing", "BILL"))
+        .add_agent(agent("host", "HOST"))
+        .add_agent(agent("lead", "LEAD"))
+        .add_agent(agent("broken", "BROKEN"))
+        .add_workflow_function(
+            "word-count",
+            "Appends a word count. Runs no model call.",
+            Arc::new(Flaky { failures, calls: function_calls.clone() }),
+            Some(retry),
+        )
+        .add_workflow_function(
+            "shout",
+            "Upper-cases its input.",
+            Arc::new(TextFunction(|s: &str| {
+                if s.contains("whisper") {
+                    Err(FunctionError::permanent("cannot shout a whisper"))
+                } else {
+                    Ok(s.to_uppercase())
+                }
+            })),
+            None,
+        )
+        .build()
+        .unwrap();
+    let runtime = Arc::new(runtime);
+    World {
+        app: tracon_handlers::router(AppState::new(runtime, HttpSettings::default())),
+        model_calls: calls,
+        function_calls,
+    }
+}
+
+fn world() -> World {
+    world_with(RuntimeSettings::default(), 0)
+}
+
+async fn save(app: &Router, definition: Value) {
+    let reply = call(Method::POST, "/api/workflows").json(Some(definition)).send(app).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
+}
+
+async fn get(app: &Router, path: &str) -> Value {
+    let reply = call(Method::GET, path).send(app).await;
+    assert_eq!(reply.status, StatusCode::OK, "{path}: {}", reply.text());
+    reply.json()
+}
+
+/// Runs `path` (a run, resume or respond) live; its run id and its last frame.
+async fn stream(app: &Router, path: &str, body: Value) -> (String, Value, Vec<(String, Value)>) {
+    let reply = call(Method::POST, path).json(Some(body)).send(app).await;
+    assert_eq!(reply.status, StatusCode::OK, "{path}: {}", reply.text());
+    let frames = frames(&reply.text());
+    let run_id = frames.iter().find(|(e, _)| e == "run").map(|(_, d)| d["runId"].as_str().unwrap().to_owned()).unwrap();
+    let end = frames.iter().rev().find(|(e, _)| e == "done" || e == "error").map(|(_, d)| d.clone()).unwrap();
+    (run_id, end, frames)
+}
+
+async fn run(app: &Router, workflow: &str, message: &str) -> (String, Value, Vec<(String, Value)>) {
+    stream(app, &format!("/api/workflows/{workflow}/run"), json!({"message": message})).await
+}
+
+/// The root's recorded log: `(frame name, data)`.
+async fn log(app: &Router, run: &str) -> Vec<(String, Value)> {
+    let reply = call(Method::GET, &format!("/api/runs/{run}/events")).send(app).await;
+    frames(&reply.text())
+}
+
+fn named<'a>(log: &'a [(String, Value)], name: &str) -> Vec<&'a Value> {
+    log.iter().filter(|(n, _)| n == name).map(|(_, d)| d).collect()
+}
+
+fn executors(log: &[(String, Value)], name: &str) -> Vec<String> {
+    named(log, name).iter().map(|d| d["executorId"].as_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test]
+async fn a_definition_that_could_not_run_is_refused_at_save_with_each_problem_named() {
+    let w = world();
+    let bad = [
+        (json!({"name": "x", "kind": "Sequential"}), "nodes"),
+        (json!({"name": "x", "kind": "Handoff", "agentNames": ["writer"]}), "agentNames"),
+        (json!({"name": "x", "kind": "Magentic", "agentNames": ["writer"]}), "managerAgentName"),
+        (json!({"name": "x", "kind": "Concurrent", "agentNames": ["nobody"]}), "agentNames[0]"),
+        (json!({"name": "x", "kind": "Concurrent", "agentNames": ["writer"], "maxIterations": 3}), "maxIterations"),
+        (
+            json!({"name": "x", "kind": "GroupChat", "agentNames": ["writer", "reviewer"], "maxIterations": 0}),
+            "maxIterations",
+        ),
+        (json!({"name": "x", "kind": "Concurrent", "nodes": [{"name": "writer", "kind": "Agent"}]}), "nodes"),
+        (json!({"name": "x", "kind": "Sequential", "nodes": [{"name": "nope", "kind": "Function"}]}), "nodes[0].name"),
+        (
+            json!({"name": "x", "kind": "Sequential", "agentNames": ["writer"], "maxDurationSeconds": 0}),
+            "maxDurationSeconds",
+        ),
+        (json!({"name": "runs", "kind": "Sequential", "agentNames": ["writer"]}), "name"),
+        (json!({"name": "Bad Name", "kind": "Sequential", "agentNames": ["writer"]}), "name"),
+    ];
+    for (definition, field) in bad {
+        let reply = call(Method::POST, "/api/workflows").json(Some(definition.clone())).send(&w.app).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{definition}: {}", reply.text());
+        let problem = reply.json();
+        assert_eq!(problem["errorType"], "validation_failed", "{problem}");
+        let fields: Vec<&str> =
+            problem["problems"].as_array().unwrap().iter().map(|p| p["field"].as_str().unwrap()).collect();
+        assert!(fields.contains(&field), "{definition}: {fields:?}");
+    }
+    // The same rules answer `POST /api/workflows/validate` without saving.
+    let reply = call(Method::POST, "/api/workflows/validate")
+        .json(Some(json!({"name": "x", "kind": "Handoff", "agentNames": ["writer"]})))
+        .send(&w.app)
+        .await;
+    assert_eq!((reply.status, reply.json()["valid"].as_bool()), (StatusCode::OK, Some(false)));
+    let unknown = call(Method::POST, "/api/workflows")
+        .json(Some(json!({"name": "x", "kind": "Sequential", "agentNames": ["writer"], "extra": 1})))
+        .send(&w.app)
+        .await;
+    assert_eq!(unknown.status, StatusCode::BAD_REQUEST, "{}", unknown.text());
+    assert!(get(&w.app, "/api/workflows").await.as_array().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn definitions_keep_every_version_and_show_their_graph_and_the_functions() {
+    let w = world();
+    save(&w.app, json!({"name": "pipeline", "kind": "Sequential", "agentNames": ["writer", "reviewer"]})).await;
+    let again = call(Method::POST, "/api/workflows")
+        .json(Some(json!({"name": "pipeline", "kind": "Sequential", "agentNames": ["writer"]})))
+        .send(&w.app)
+        .await;
+    assert_eq!((again.status, again.json()["errorType"].as_str()), (StatusCode::CONFLICT, Some("workflow_exists")));
+    let replaced = call(Method::PUT, "/api/workflows/pipeline")
+        .json(Some(json!({"name": "pipeline", "kind": "Sequential", "nodes": [
+            {"name": "writer", "kind": "Agent"}, {"name": "word-count", "kind": "Function"}, {"name": "writer", "kind": "Agent"}]})))
+        .send(&w.app)
+        .await;
+    assert_eq!(replaced.status, StatusCode::OK, "{}", replaced.text());
+    assert_eq!(replaced.json()["version"], 2);
+    let versions = get(&w.app, "/api/workflows/pipeline/versions").await;
+    assert_eq!(versions.as_array().unwrap().iter().map(|v| v["version"].as_u64().unwrap()).collect::<Vec<_>>(), [2, 1]);
+
+    let graph = get(&w.app, "/api/workflows/pipeline/graph").await;
+    let ids: Vec<&str> = graph["nodes"].as_array().unwrap().iter().map(|n| n["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["_start", "writer", "word-count", "writer#2", "_end"], "{graph}");
+    assert!(graph["mermaid"].as_str().unwrap().starts_with("flowchart LR"), "{graph}");
+
+    let functions = get(&w.app, "/api/workflows/functions").await;
+    let names: Vec<&str> = functions.as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["human-input", "shout", "word-count"]);
+    assert_eq!(functions[2]["maxAttempts"], 3);
+
+    let audit = get(&w.app, "/api/audit").await;
+    let actions: Vec<&str> = audit["items"].as_array().map_or_else(
+        || audit.as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect(),
+        |items| items.iter().map(|e| e["action"].as_str().unwrap()).collect(),
+    );
+    assert!(actions.contains(&"workflow.create") && actions.contains(&"workflow.update"), "{actions:?}");
+
+    let deleted = call(Method::DELETE, "/api/workflows/pipeline").send(&w.app).await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT);
+    let gone = call(Method::GET, "/api/workflows/pipeline").send(&w.app).await;
+    assert_eq!((gone.status, gone.json()["errorType"].as_str()), (StatusCode::NOT_FOUND, Some("workflow_not_found")));
+}
+
+#[tokio::test]
+async fn a_sequential_pipeline_passes_each_output_on_and_records_a_tree_with_its_costs() {
+    let w = world_with(RuntimeSettings::default(), 2);
+    save(&w.app, json!({"name": "pipeline", "kind": "Sequential", "nodes": [
+        {"name": "writer", "kind": "Agent"}, {"name": "word-count", "kind": "Function"}, {"name": "reviewer", "kind": "Agent"}]}))
+    .await;
+    let (root, end, live) = run(&w.app, "pipeline", "the intro").await;
+    assert_eq!(end["status"], "Completed", "{end}");
+    assert_eq!(end["text"], "review of draft of the intro (4 words)");
+    // Two transient failures and a success: one node call, one super-step.
+    assert_eq!(w.function_calls.load(Ordering::SeqCst), 3);
+    let updates: Vec<&str> =
+        live.iter().filter(|(e, _)| e == "update").map(|(_, d)| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(updates.iter().filter(|k| **k == "executorCompleted").count(), 3, "{updates:?}");
+
+    let log = log(&w.app, &root).await;
+    assert_eq!(executors(&log, "executor.invoked"), ["writer", "word-count", "reviewer"]);
+    assert_eq!(executors(&log, "executor.completed"), ["writer", "word-count", "reviewer"]);
+    let completed = named(&log, "executor.completed");
+    assert_eq!(completed[1]["attempts"], 3);
+    assert!(completed[1].get("runId").is_none(), "a function node opens no run");
+    assert_eq!(
+        completed.iter().map(|c| c["superStep"].as_u64().unwrap()).collect::<Vec<_>>(),
+        [1, 2, 3],
+        "{completed:?}"
+    );
+    assert_eq!(named(&log, "workflow.checkpointed").len(), 3);
+
+    let tree = get(&w.app, &format!("/api/runs/{root}/tree")).await;
+    let runs = tree["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "the root and one run per agent node: {tree}");
+    assert_eq!(runs[0]["agentName"], "pipeline");
+    assert!(runs[1..].iter().all(|r| r["parentRunId"] == root.as_str() && r["depth"] == 1), "{tree}");
+    assert_eq!(tree["totalUsage"]["totalTokens"], 30, "{tree}");
+    assert!((tree["totalCost"].as_f64().unwrap() - 2.0 * 0.000015).abs() < 1e-12, "{tree}");
+    assert_eq!(end["usage"]["totalTokens"], 30, "{end}");
+    assert_eq!(w.model_calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_concurrent_workflow_merges_every_answer_to_the_same_input() {
+    let w = world();
+    save(&w.app, json!({"name": "fan", "kind": "Concurrent", "agentNames": ["writer", "reviewer"]})).await;
+    let (root, end, _) = run(&w.app, "fan", "the intro").await;
+    assert_eq!(end["status"], "Completed", "{end}");
+    assert_eq!(end["text"], "[writer]\ndraft of the intro\n\n[reviewer]\nreview of the intro");
+    let log = log(&w.app, &root).await;
+    let invoked = named(&log, "executor.invoked");
+    assert!(invoked.iter().all(|e| e["superStep"] == 1), "one super-step: {invoked:?}");
+    // A checkpoint as each answer came in.
+    assert_eq!(named(&log, "workflow.checkpointed").len(), 2);
+    let tree = get(&w.app, &format!("/api/runs/{root}/tree")).await;
+    assert_eq!(tree["runs"].as_array().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn a_handoff_follows_the_model_s_choice_of_agent() {
+    let w = world();
+    save(&w.app, json!({"name": "triage", "kind": "Handoff", "agentNames": ["frontline", "billing", "writer"]})).await;
+    let (root, end, _) = run(&w.app, "triage", "my invoice is wrong").await;
+    assert_eq!(end["status"], "Completed", "{end}");
+    assert_eq!(end["text"], "your refund is on its way");
+    let log = log(&w.app, &root).await;
+    assert_eq!(executors(&log, "executor.completed"), ["frontline", "billing"]);
+    // The hand-off was the frontline agent's own tool call, recorded in its run.
+    let tree = get(&w.app, &format!("/api/runs/{root}/tree")).await;
+    let frontline = tree["runs"].as_array().unwrap().iter().find(|r| r["agentName"] == "frontline").unwrap();
+    let tools = get(&w.app, &format!("/api/runs/{}/tools", frontline["id"].as_str().unwrap())).await;
+    assert_eq!(tools[0]["toolName"], "handoff_to_billing", "{tools}");
+}
+
+#[tokio::test]
+async fn a_handoff_loop_stops_at_max_iterations_and_fails_saying_so() {
+    let w = world();
+    // The frontline agent hands off on its first turn; with one turn allowed, billing never
+    // gets one and there is no answer.
+    save(
+        &w.app,
+        json!({"name": "short", "kind": "Handoff", "agentNames": ["frontline", "billing"], "maxIterations": 1}),
+    )
+    .await;
+    let (_, end, _) = run(&w.app, "short", "my invoice").await;
+    assert_eq!(
+        (end["status"].as_str(), end["errorType"].as_str()),
+        (Some("Failed"), Some("max_iterations_reached")),
+        "{end}"
+    );
+}
+
+#[tokio::test]
+async fn a_group_chat_manager_picks_each_speaker_until_it_says_done() {
+    let w = world();
+    save(
+        &w.app,
+        json!({"name": "room", "kind": "GroupChat", "agentNames": ["writer", "reviewer"], "managerAgentName": "host"}),
+    )
+    .await;
+    let (root, end, _) = run(&w.app, "room", "the intro").await;
+    assert_eq!(end["status"], "Completed", "{end}");
+    assert!(end["text"].as_str().unwrap().starts_with("review of"), "{end}");
+    let recorded = log(&w.app, &root).await;
+    assert_eq!(executors(&recorded, "executor.completed"), ["host", "writer", "host", "reviewer", "host"]);
+    let kinds: Vec<&str> =
+        named(&recorded, "executor.invoked").iter().map(|e| e["executorKind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["Manager", "Agent", "Manager", "Agent", "Manager"]);
+
+    // Without a manager, participants speak in turn for maxIterations turns.
+    save(
+        &w.app,
+        json!({"name": "round", "kind": "GroupChat", "agentNames": ["writer", "reviewer"], "maxIterations": 3}),
+    )
+    .await;
+    let (root, end, _) = run(&w.app, "round", "the intro").await;
+    assert_eq!(end["status"], "Completed", "{end}");
+    assert_eq!(executors(&log(&w.app, &root).await, "executor.completed"), ["writer", "reviewer", "writer"]);
+}
+
+#[tokio::test]
+async fn a_magentic_manager_plans_steers_and_answers() {
+    let w = world();
+    save(
+        &w.app,
+        json!({"name": "team", "kind": "Magentic", "agentNames": ["writer", "reviewer"], "managerAgentName": "lead"}),
+    )
+    .await;
+    let (root, end, _) = run(&w.app, "team", "write the intro").await;
+    assert_eq!(end["status"], "Completed", "{end}");
+    assert_eq!(end["text"], "final: the intro");
+    let log = log(&w.app, &root).await;
+    assert_eq!(executors(&log, "executor.completed"), ["lead", "lead", "writer", "lead"]);
+}
+
+#[tokio::test]
+async fn a_failing_node_fails_the_run_with_a_redacted_error_and_a_function_keeps_its_own_message() {
+    let w = world();
+    save(&w.app, json!({"name": "doomed", "kind": "Sequential", "agentNames": ["writer", "broken"]})).await;
+    let (root, end, _) = run(&w.app, "doomed", "x").await;
+    assert_eq!(
+        (end["status"].as_str(), end["errorType"].as_str()),
+        (Some("Failed"), Some("provider_unavailable")),
+        "{end}"
+    );
+    let message = end["message"].as_str().unwrap();
+    assert!(message.contains("broken") && !message.contains("secret detail"), "{message}");
+    let log = log(&w.app, &root).await;
+    assert_eq!(executors(&log, "executor.failed"), ["broken"]);
+    let root_row = get(&w.app, &format!("/api/runs/{root}")).await;
+    assert_eq!(root_row["status"], "Failed");
+
+    // A function's own failure keeps its message.
+    save(&w.app, json!({"name": "loud", "kind": "Sequential", "nodes": [{"name": "shout", "kind": "Function"}]})).await;
+    let (_, end, _) = run(&w.app, "loud", "a whisper").await;
+    assert_eq!(
+        (end["status"].as_str(), end["errorType"].as_str()),
+        (Some("Failed"), Some("workflow_node_failed")),
+        "{end}"
+    );
+    assert_eq!(end["message"], "The function 'shout' failed: cannot shout a whisper");
+    let (_, end, _) = run(&w.app, "loud", "hello").await;
+    assert_eq!(end["text"], "HELLO");
+}
+
+#[tokio::test]
+async fn a_workflow_asks_a_person_stops_awaiting_input_and_the_answer_resumes_it_as_a_new_run() {
+    let w = world();
+    save(&w.app, json!({"name": "approve", "kind": "Sequential", "nodes": [
+        {"name": "writer", "kind": "Agent"}, {"name": "human-input", "kind": "Function"}, {"name": "reviewer", "kind": "Agent"}]}))
+    .await;
+    let (first, end, _) = run(&w.app, "approve", "the intro").await;
+    assert_eq!(end["status"], "AwaitingInput", "{end}");
+    let asked = end["requests"][0].clone();
+    assert_eq!(
+        (asked["executorId"].as_str(), asked["prompt"].as_str()),
+        (Some("human-input"), Some("draft of the intro"))
+    );
+    let requests = get(&w.app, &format!("/api/workflows/runs/{first}/requests")).await;
+    assert_eq!(requests[0]["requestId"], asked["requestId"]);
+    assert_eq!(get(&w.app, &format!("/api/runs/{first}")).await["status"], "AwaitingInput");
+    let checkpoints = get(&w.app, &format!("/api/workflows/runs/{first}/checkpoints")).await;
+    assert_eq!(checkpoints.as_array().unwrap().len(), 2, "{checkpoints}");
+    let calls_before = w.model_calls.load(Ordering::SeqCst);
+
+    let respond = format!("/api/workflows/runs/{first}/requests/{}/respond", asked["requestId"].as_str().unwrap());
+    let (second, end, _) = stream(&w.app, &respond, json!({"response": "looks good"})).await;
+    assert_ne!(second, first, "the answer opens a new run");
+    assert_eq!(end["status"], "Completed", "{end}");
+    assert_eq!(end["text"], "review of looks good");
+    // The writer did not run again: one more model call, the reviewer's.
+    assert_eq!(w.model_calls.load(Ordering::SeqCst), calls_before + 1);
+    let log = log(&w.app, &second).await;
+    assert_eq!(executors(&log, "executor.completed"), ["human-input", "reviewer"]);
+    assert_eq!(named(&log, "workflow.started")[0]["resumedFrom"]["runId"], first.as_str());
+    // The first run stays as it was; a second answer is refused.
+    assert_eq!(get(&w.app, &format!("/api/runs/{first}")).await["status"], "AwaitingInput");
+    let again = call(Method::POST, &respond).json(Some(json!({"response": "again"}))).send(&w.app).await;
+    assert_eq!(again.status, StatusCode::CONFLICT, "{}", again.text());
+    let unknown = call(Method::POST, &format!("/api/workflows/runs/{first}/requests/{}/respond", uuid::Uuid::nil()))
+        .json(Some(json!({"response": "x"})))
+        .send(&w.app)
+        .await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn with_checkpointing_off_a_workflow_that_asks_a_person_fails_instead_of_hanging() {
+    let w = world_with(RuntimeSettings { workflow_checkpointing: false, ..RuntimeSettings::default() }, 0);
+    save(
+        &w.app,
+        json!({"name": "approve", "kind": "Sequential", "nodes": [{"name": "human-input", "kind": "Function"}]}),
+    )
+    .await;
+    let (root, end, _) = run(&w.app, "approve", "may I?").await;
+    assert_eq!(
+        (end["status"].as_str(), end["errorType"].as_str()),
+        (Some("Failed"), Some("input_unavailable")),
+        "{end}"
+    );
+    let checkpoints = get(&w.app, &format!("/api/workflows/runs/{root}/checkpoints")).await;
+    assert!(checkpoints.as_array().unwrap().is_empty());
+    let resume = call(Method::POST, &format!("/api/workflows/runs/{root}/resume")).send(&w.app).await;
+    assert_eq!((resume.status, resume.json()["errorType"].as_str()), (StatusCode::CONFLICT, Some("no_checkpoint")));
+}
+
+#[tokio::test]
+async fn resuming_from_an_earlier_checkpoint_opens_a_new_run_that_repeats_only_what_followed() {
+    let w = world();
+    save(&w.app, json!({"name": "pipeline", "kind": "Sequential", "agentNames": ["writer", "reviewer"]})).await;
+    let (first, end, _) = run(&w.app, "pipeline", "the intro").await;
+    assert_eq!(end["status"], "Completed");
+    let checkpoints = get(&w.app, &format!("/api/workflows/runs/{first}/checkpoints")).await;
+    let after_writer = checkpoints[0]["id"].as_str().unwrap().to_owned();
+    let calls = w.model_calls.load(Ordering::SeqCst);
+    let (second, end, _) =
+        stream(&w.app, &format!("/api/workflows/runs/{first}/resume"), json!({"checkpointId": after_writer})).await;
+    assert_eq!(end["text"], "review of draft of the intro", "{end}");
+    assert_eq!(w.model_calls.load(Ordering::SeqCst), calls + 1, "only the reviewer ran again");
+    assert_eq!(get(&w.app, &format!("/api/runs/{second}")).await["continuedFromRunId"], first.as_str());
+    // From the latest checkpoint there is nothing left to run.
+    let (_, end, _) = stream(&w.app, &format!("/api/workflows/runs/{first}/resume"), json!({})).await;
+    assert_eq!(end["text"], "review of draft of the intro");
+    assert_eq!(w.model_calls.load(Ordering::SeqCst), calls + 1);
+    // A missing checkpoint, a run that is not a workflow's.
+    let missing = call(Method::POST, &format!("/api/workflows/runs/{first}/resume"))
+        .json(Some(json!({"checkpointId": uuid::Uuid::nil()})))
+        .send(&w.app)
+        .await;
+    assert_eq!(missing.status, StatusCode::CONFLICT);
+    let nobody =
+        call(Method::GET, &format!("/api/workflows/runs/{}/checkpoints", uuid::Uuid::nil())).send(&w.app).await;
+    assert_eq!(nobody.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_workflow_run_answers_as_one_json_document_when_asked() {
+    let w = world();
+    save(&w.app, json!({"name": "pipeline", "kind": "Sequential", "agentNames": ["writer"]})).await;
+    let reply = call(Method::POST, "/api/workflows/pipeline/run")
+        .header("accept", "application/json")
+        .json(Some(json!({"message": "the intro"})))
+        .send(&w.app)
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    let answer = reply.json();
+    assert_eq!((answer["status"].as_str(), answer["text"].as_str()), (Some("Completed"), Some("draft of the intro")));
+    let empty =
+        call(Method::POST, "/api/workflows/pipeline/run").json(Some(json!({"message": " "}))).send(&w.app).await;
+    assert_eq!(empty.status, StatusCode::BAD_REQUEST);
+    let missing = call(Method::POST, "/api/workflows/nope/run").json(Some(json!({"message": "x"}))).send(&w.app).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+}
