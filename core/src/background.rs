@@ -15,6 +15,7 @@ pub fn job_handlers(runtime: &Arc<Runtime>) -> Vec<Arc<dyn JobHandler>> {
     let mut handlers: Vec<Arc<dyn JobHandler>> = vec![
         Arc::new(crate::runs::queued::QueuedRuns { runtime: runtime.clone() }),
         Arc::new(crate::webhooks::WebhookDeliveries::new(runtime.clone())),
+        Arc::new(crate::workflows::queued::QueuedWorkflows { runtime: runtime.clone() }),
     ];
     handlers.extend(runtime.custom_job_handlers.iter().cloned());
     handlers

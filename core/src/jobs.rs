@@ -73,8 +73,10 @@ pub struct JobError {
 pub const RUN_JOB: &str = "run.execute";
 /// The handler key of a webhook delivery's job ([`crate::webhooks::WebhookDeliveries`]).
 pub const DELIVER_JOB: &str = "webhook.deliver";
+/// The handler key of a queued workflow run's job ([`crate::workflows::queued::QueuedWorkflows`]).
+pub const WORKFLOW_JOB: &str = "workflow.run";
 /// The handler keys Tracon serves itself.
-pub const BUILT_IN_JOB_KEYS: [&str; 2] = [RUN_JOB, DELIVER_JOB];
+pub const BUILT_IN_JOB_KEYS: [&str; 3] = [RUN_JOB, DELIVER_JOB, WORKFLOW_JOB];
 
 /// The code of a job whose handler key no consumer serves.
 pub const UNKNOWN_HANDLER: &str = "tracon.job.unknown-handler-key";

@@ -73,7 +73,7 @@ impl fmt::Display for TriggerName {
 pub enum TargetKind {
     /// A queued agent run.
     Agent,
-    /// A workflow run (not executable in this product yet: the API refuses it).
+    /// A queued workflow run.
     Workflow,
 }
 

@@ -704,7 +704,8 @@ async fn bad_definitions_are_400_naming_the_field_and_never_echo_a_secret() {
     let mut no_path = slack("path", None);
     no_path.as_object_mut().unwrap().remove("payloadPath");
     let cases = vec![
-        (with("targetKind", json!("workflow")), "unsupported_target_kind", Some("targetKind")),
+        // A workflow target must name a workflow that exists (here, none does).
+        (with("targetKind", json!("workflow")), "validation_failed", Some("targetName")),
         (with("targetKind", json!("robot")), "validation_failed", Some("targetKind")),
         (with("targetName", json!("Not An Agent")), "validation_failed", Some("targetName")),
         (with("targetName", json!("nobody")), "validation_failed", Some("targetName")),

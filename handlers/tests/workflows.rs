@@ -16,11 +16,12 @@ use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 use support::{TestClock, call, frames};
 use tracon_core::definition::AgentDefinition;
+use tracon_core::jobs::{JobRunner, JobSettings};
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{Message, ModelProvider, ModelRequest, ProviderError, ProviderErrorKind};
 use tracon_core::ports::Platform;
 use tracon_core::pricing::{ModelPrice, Pricing};
-use tracon_core::runtime::{RuntimeBuilder, RuntimeSettings};
+use tracon_core::runtime::{RunQueue, RuntimeBuilder, RuntimeSettings};
 use tracon_core::workflows::functions::{
     FailureKind, FunctionCall, FunctionError, FunctionOutput, RetryPolicy, TextFunction, WorkflowFunction,
 };
@@ -99,6 +100,9 @@ impl WorkflowFunction for Flaky {
 
 struct World {
     app: Router,
+    /// A job consumer, drained by hand.
+    runner: JobRunner,
+    runtime: Arc<tracon_core::runtime::Runtime>,
     model_calls: Arc<AtomicU32>,
     function_calls: Arc<AtomicU32>,
 }
@@ -144,8 +148,14 @@ fn world_with(settings: RuntimeSettings, failures: u32) -> World {
         .build()
         .unwrap();
     let runtime = Arc::new(runtime);
+    runtime.set_queue(RunQueue { transport: Arc::new(support::Manual), max_attempts: 3 });
+    let jobs = JobSettings { retry_base: Duration::ZERO, ..JobSettings::default() };
+    let handlers = tracon_core::background::job_handlers(&runtime);
+    let runner = JobRunner::new(runtime.stores.jobs.clone(), handlers, runtime.platform.clock.clone(), jobs, "test");
     World {
-        app: tracon_handlers::router(AppState::new(runtime, HttpSettings::default())),
+        app: tracon_handlers::router(AppState::new(runtime.clone(), HttpSettings::default())),
+        runner,
+        runtime,
         model_calls: calls,
         function_calls,
     }
@@ -550,4 +560,133 @@ async fn a_workflow_run_answers_as_one_json_document_when_asked() {
     assert_eq!(empty.status, StatusCode::BAD_REQUEST);
     let missing = call(Method::POST, "/api/workflows/nope/run").json(Some(json!({"message": "x"}))).send(&w.app).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_queued_workflow_runs_one_super_step_per_attempt_when_each_attempt_s_deadline_is_spent() {
+    // A soft deadline of zero: every attempt hands the run over after one super-step.
+    let settings = RuntimeSettings { soft_deadline: Some(Duration::ZERO), ..RuntimeSettings::default() };
+    let w = world_with(settings, 0);
+    save(&w.app, json!({"name": "pipeline", "kind": "Sequential", "nodes": [
+        {"name": "writer", "kind": "Agent"}, {"name": "word-count", "kind": "Function"}, {"name": "reviewer", "kind": "Agent"}]}))
+    .await;
+    let reply = call(Method::POST, "/api/workflows/pipeline/run")
+        .header("prefer", "respond-async")
+        .json(Some(json!({"message": "the intro"})))
+        .send(&w.app)
+        .await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.text());
+    assert_eq!(reply.header("preference-applied"), Some("respond-async"));
+    let accepted = reply.json();
+    let root = accepted["runId"].as_str().unwrap().to_owned();
+    assert_eq!(get(&w.app, &format!("/api/runs/{root}")).await["status"], "Queued");
+    let mut attempts = 0;
+    while w.runner.drain(10).await.unwrap() > 0 {
+        attempts += 1;
+        assert!(attempts < 10, "the run never ended");
+    }
+    // One attempt per super-step, and the last one finds nothing left and closes the run.
+    assert_eq!(attempts, 4);
+    let row = get(&w.app, &format!("/api/runs/{root}")).await;
+    assert_eq!(row["status"], "Completed", "the same run, gone on in place: {row}");
+    let recorded = log(&w.app, &root).await;
+    assert_eq!(executors(&recorded, "executor.completed"), ["writer", "word-count", "reviewer"]);
+    assert_eq!(named(&recorded, "run.started").len(), 1);
+    let end = named(&recorded, "run.completed");
+    assert_eq!(end[0]["text"], "review of draft of the intro (4 words)");
+    // The log is gapless across the three attempts.
+    let events = w
+        .runtime
+        .stores
+        .runs
+        .read_events(&tracon_core::names::TenantId::default_tenant(), parse(&root), 0, 1000)
+        .await
+        .unwrap();
+    assert!(events.iter().enumerate().all(|(i, e)| e.sequence == i as u64 + 1), "{events:?}");
+    let job = get(&w.app, &format!("/api/jobs/{}", accepted["jobId"].as_str().unwrap())).await;
+    assert_eq!(job["status"], "Succeeded", "{job}");
+    assert_eq!(w.model_calls.load(Ordering::SeqCst), 2);
+}
+
+fn parse(id: &str) -> tracon_core::names::RunId {
+    tracon_core::names::RunId(uuid::Uuid::parse_str(id).unwrap())
+}
+
+#[tokio::test]
+async fn an_interrupted_queued_workflow_is_continued_once_from_its_latest_checkpoint_as_a_new_run() {
+    let w = world();
+    save(&w.app, json!({"name": "pipeline", "kind": "Sequential", "agentNames": ["writer", "reviewer"]})).await;
+    let tenant = tracon_core::names::TenantId::default_tenant();
+    let stored = w
+        .runtime
+        .stores
+        .workflows
+        .get(&tenant, &tracon_core::names::WorkflowName::parse("pipeline").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    // An attempt that got as far as the writer's checkpoint and died: its run is `Running`,
+    // long unheard from, and its job's lease lapsed.
+    let accepted = tracon_core::workflows::queued::enqueue(
+        &w.runtime,
+        &tenant,
+        tracon_core::identity::Caller::internal(),
+        Default::default(),
+        &stored,
+        "the intro".into(),
+        3,
+    )
+    .await
+    .unwrap();
+    let long_ago = chrono::Utc::now() - chrono::Duration::hours(1);
+    let runs = &w.runtime.stores.runs;
+    assert_eq!(runs.start_queued(&tenant, accepted.run_id, long_ago).await.unwrap(), Some(false));
+    let checkpoint = tracon_core::workflows::Checkpoint {
+        id: uuid::Uuid::now_v7(),
+        run_id: accepted.run_id,
+        sequence: 1,
+        envelope: tracon_core::workflows::checkpoints::ENVELOPE,
+        created_at: long_ago,
+        position: tracon_core::workflows::checkpoints::Position { super_step: 1, next_node: 1, ..Default::default() },
+        messages: vec![
+            tracon_core::workflows::functions::WorkflowMessage::user("the intro"),
+            tracon_core::workflows::functions::WorkflowMessage {
+                role: tracon_core::workflows::functions::Role::Assistant,
+                executor_id: Some("writer".into()),
+                run_id: None,
+                text: "draft of the intro".into(),
+            },
+        ],
+        base: None,
+    };
+    w.runtime.stores.checkpoints.save(&tenant, &checkpoint).await.unwrap();
+    assert_eq!(w.runner.drain(10).await.unwrap(), 1);
+    let old = get(&w.app, &format!("/api/runs/{}", accepted.run_id)).await;
+    assert_eq!(
+        (old["status"].as_str(), old["error"]["errorType"].as_str()),
+        (Some("Failed"), Some("orphaned")),
+        "{old}"
+    );
+    let next = old["continuedByRunId"].as_str().unwrap().to_owned();
+    let continued = get(&w.app, &format!("/api/runs/{next}")).await;
+    assert_eq!(continued["status"], "Completed", "{continued}");
+    let recorded = log(&w.app, &next).await;
+    assert_eq!(executors(&recorded, "executor.completed"), ["reviewer"], "the writer did not run again");
+    assert_eq!(w.model_calls.load(Ordering::SeqCst), 1);
+    let job = get(&w.app, &format!("/api/jobs/{}", accepted.job_id)).await;
+    assert_eq!(job["status"], "Succeeded", "{job}");
+}
+
+#[tokio::test]
+async fn a_trigger_starts_a_queued_workflow_run() {
+    let w = world();
+    save(&w.app, json!({"name": "pipeline", "kind": "Sequential", "agentNames": ["writer"]})).await;
+    let trigger = json!({"targetKind": "workflow", "targetName": "pipeline",
+        "signingSecretConfigurationName": "Tracon:TriggerSecrets:Flow"});
+    let reply = call(Method::PUT, "/api/triggers/flow").json(Some(trigger)).send(&w.app).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
+    let missing = json!({"targetKind": "workflow", "targetName": "nope",
+        "signingSecretConfigurationName": "Tracon:TriggerSecrets:Flow"});
+    let reply = call(Method::PUT, "/api/triggers/other").json(Some(missing)).send(&w.app).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.text());
 }

@@ -198,7 +198,7 @@ impl crate::jobs::JobHandler for QueuedRuns {
 }
 
 /// Where this attempt hands its run over, when a soft deadline is configured.
-fn soft_deadline(runtime: &Runtime) -> Option<chrono::DateTime<chrono::Utc>> {
+pub(crate) fn soft_deadline(runtime: &Runtime) -> Option<chrono::DateTime<chrono::Utc>> {
     let after = chrono::Duration::from_std(runtime.settings.soft_deadline?).ok()?;
     Some(runtime.platform.clock.now() + after)
 }
@@ -250,7 +250,11 @@ fn cannot_start(e: &StartError) -> String {
 
 /// The newest run of the continuation chain `run_id` starts (`run_id` itself when nobody
 /// continued it); `None` when `run_id` does not exist.
-async fn latest_of_chain(runtime: &Runtime, tenant: &TenantId, run_id: RunId) -> Result<Option<RunRecord>, StoreError> {
+pub(crate) async fn latest_of_chain(
+    runtime: &Runtime,
+    tenant: &TenantId,
+    run_id: RunId,
+) -> Result<Option<RunRecord>, StoreError> {
     let store = &runtime.stores.runs;
     let Some(mut run) = store.get_run(tenant, run_id).await? else { return Ok(None) };
     for _ in 0..MAX_CHAIN {
@@ -438,7 +442,7 @@ impl QueuedRuns {
 /// a failed one, `Canceled` for a cancelled one. A run that has not ended — an earlier attempt
 /// started it and its process went away — is a transient failure: the job is tried again
 /// later, by when reconciliation has closed the run.
-fn job_result(
+pub(crate) fn job_result(
     run_id: RunId,
     status: RunStatus,
     failure: Option<&RunFailure>,

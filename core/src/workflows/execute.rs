@@ -50,6 +50,9 @@ pub struct WorkflowStart {
     /// The stored version run (none for a definition not from the store).
     pub version: Option<u32>,
     pub input: Input,
+    /// A queued attempt's soft deadline: past it, the run hands itself over to a later
+    /// attempt at its next super-step boundary.
+    pub deadline: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// What the run starts from.
@@ -58,6 +61,11 @@ pub enum Input {
     Message(String),
     /// A new run going on from a checkpoint of an earlier one.
     Resume(Resume),
+    /// A queued run's first attempt: its row exists under `run_id` (the job started it).
+    Queued { run_id: RunId, message: String },
+    /// A queued run an earlier attempt handed over at its soft deadline: it goes on in place,
+    /// from its own latest checkpoint (from `message` when it has none).
+    GoOn { run_id: RunId, message: String },
 }
 
 /// Going on from `from`'s checkpoint `checkpoint` (its latest when `None`), answering its
@@ -66,8 +74,12 @@ pub struct Resume {
     pub from: RunId,
     pub checkpoint: Option<Uuid>,
     pub answer: Option<Answer>,
-    /// Open the new run as `from`'s one continuation (a person's answer: answered once).
+    /// Open the new run as `from`'s one continuation (a person's answer: answered once; a
+    /// crashed run: continued once).
     pub once: bool,
+    /// Where a run with no checkpoint starts over from (a crash before the first one);
+    /// without it, no checkpoint is a [`WorkflowError::NoCheckpoint`].
+    pub fallback: Option<String>,
 }
 
 /// A person's answer to a workflow's request.
@@ -103,6 +115,8 @@ struct Prepared {
     /// Where the conversation before this run is ([`Checkpoint::base`] of its first checkpoint).
     base: Option<CheckpointRef>,
     answer: Option<Answer>,
+    /// A run going on in place: its last event's sequence and the checkpoints it has.
+    in_place: Option<(u64, u32)>,
 }
 
 /// Starts a workflow run: live (events as they happen) or buffered (to its end).
@@ -176,49 +190,103 @@ async fn load(
 
 async fn prepare(runtime: &Arc<Runtime>, mut start: WorkflowStart) -> Result<Prepared, WorkflowError> {
     let clock = &runtime.platform.clock;
-    let run_id = RunId(new_id(clock.as_ref()));
     let started_at = clock.now();
-    let (conversation, position, base, answer, continued_from, once) =
-        match std::mem::replace(&mut start.input, Input::Message(String::new())) {
-            Input::Message(text) => (vec![WorkflowMessage::user(text)], Position::default(), None, None, None, false),
-            Input::Resume(resume) => {
-                let (messages, position, at) = load(runtime, &start.tenant, resume.from, resume.checkpoint).await?;
-                if let Some(answer) = &resume.answer {
-                    let pending = position.request.as_ref().map(|r| r.request_id);
-                    if pending != Some(answer.request_id) {
-                        return Err(WorkflowError::Conflict(format!(
-                            "Run {} is not waiting for an answer to request {}.",
-                            resume.from, answer.request_id
-                        )));
+    let runs = &runtime.stores.runs;
+    let fresh = |text: String| (vec![WorkflowMessage::user(text)], Position::default());
+    let mut base = None;
+    let mut answer = None;
+    let mut continued_from = None;
+    let mut once = false;
+    let (conversation, position) = match std::mem::replace(&mut start.input, Input::Message(String::new())) {
+        Input::Message(text) => fresh(text),
+        Input::Queued { run_id: id, message } => {
+            let prepared = fresh(message);
+            return Ok(Prepared {
+                run_id: id,
+                started_at,
+                start,
+                conversation: prepared.0,
+                position: prepared.1,
+                base: None,
+                answer: None,
+                in_place: None,
+            });
+        }
+        Input::GoOn { run_id: id, message } => {
+            let row = runs
+                .get_run(&start.tenant, id)
+                .await?
+                .ok_or_else(|| WorkflowError::NoCheckpoint(format!("Run {id} does not exist.")))?;
+            let last = runs.last_sequence(&start.tenant, id).await?;
+            let written = runtime.stores.checkpoints.list(&start.tenant, id).await?.len() as u32;
+            let (conversation, position) = match load(runtime, &start.tenant, id, None).await {
+                Ok((messages, position, _)) => (messages, position),
+                Err(WorkflowError::NoCheckpoint(_)) => fresh(message),
+                Err(e) => return Err(e),
+            };
+            return Ok(Prepared {
+                run_id: id,
+                started_at: row.started_at,
+                start,
+                conversation,
+                position,
+                base: None,
+                answer: None,
+                in_place: Some((last, written)),
+            });
+        }
+        Input::Resume(resume) => {
+            continued_from = Some(resume.from);
+            once = resume.once;
+            match load(runtime, &start.tenant, resume.from, resume.checkpoint).await {
+                Ok((messages, position, at)) => {
+                    if let Some(given) = &resume.answer {
+                        let pending = position.request.as_ref().map(|r| r.request_id);
+                        if pending != Some(given.request_id) {
+                            return Err(WorkflowError::Conflict(format!(
+                                "Run {} is not waiting for an answer to request {}.",
+                                resume.from, given.request_id
+                            )));
+                        }
                     }
+                    base = Some(at);
+                    answer = resume.answer;
+                    (messages, position)
                 }
-                (messages, position, Some(at), resume.answer, Some(resume.from), resume.once)
+                Err(WorkflowError::NoCheckpoint(_)) if resume.fallback.is_some() => {
+                    fresh(resume.fallback.unwrap_or_default())
+                }
+                Err(e) => return Err(e),
             }
-        };
+        }
+    };
+    let run_id = RunId(new_id(clock.as_ref()));
     let row = RunRecord {
         user_id: start.attribution.user_id.clone(),
         labels: start.attribution.labels.clone(),
         continued_from_run_id: continued_from,
         ..RunRecord::opened(run_id, &start.definition.name, start.version, RunStatus::Running, started_at)
     };
-    let runs = &runtime.stores.runs;
     match continued_from {
-        // An answer goes on once: the first respond opens the run, a second finds it taken.
+        // An answer (or a crashed run) goes on once: the first opens the run, a second finds
+        // it taken.
         Some(from) if once => {
             if !runs.open_continuation(&start.tenant, from, &row).await? {
                 return Err(WorkflowError::Conflict(format!(
-                    "Run {from}'s request was answered already, or the run is not waiting."
+                    "Run {from} was answered or continued already, or it has not ended."
                 )));
             }
         }
         _ => runs.create_run(&start.tenant, &row, None).await?,
     }
-    Ok(Prepared { run_id, started_at, start, conversation, position, base, answer })
+    Ok(Prepared { run_id, started_at, start, conversation, position, base, answer, in_place: None })
 }
 
 /// How a super-step left the run.
 enum Step {
     Continue,
+    /// Past the attempt's soft deadline at a super-step boundary: handed over.
+    Yield,
     Finished(String),
     Ask(InputRequest),
     Failed(RunFailure),
@@ -246,6 +314,7 @@ struct Walk {
     saved: usize,
     /// Checkpoints this run wrote.
     written: u32,
+    deadline: Option<chrono::DateTime<chrono::Utc>>,
     base: Option<CheckpointRef>,
     answer: Option<Answer>,
     emitter: Emitter,
@@ -263,17 +332,22 @@ fn run(
     tx: Option<mpsc::Sender<RunEvent>>,
 ) -> BoxFuture<'static, RunOutcome> {
     Box::pin(async move {
-        let Prepared { run_id, started_at, start, conversation, position, base, answer } = prepared;
+        let Prepared { run_id, started_at, start, conversation, position, base, answer, in_place } = prepared;
         let clock = runtime.platform.clock.clone();
         let store = runtime.stores.runs.clone();
-        let recorder = Arc::new(Recorder::new(
+        let recorder = Recorder::new(
             start.tenant.clone(),
             run_id,
             store.clone(),
             clock.clone(),
             runtime.settings.recording.clone(),
             runtime.event_sinks.clone(),
-        ));
+        );
+        // A run going on in place appends to its own log.
+        let recorder = Arc::new(match in_place {
+            Some((last, _)) => recorder.continue_after(last),
+            None => recorder,
+        });
         let watch = CancelWatch::new(
             store,
             clock.clone(),
@@ -283,24 +357,26 @@ fn run(
         );
         let mut emitter = Emitter::new(tx, cancel.clone(), recorder.clone(), watch);
         let def = start.definition;
-        emitter
-            .emit(RunEvent::RunStarted {
-                run_id,
-                agent_name: def.name.clone(),
-                agent_version: start.version,
-                started_at,
-            })
-            .await;
-        emitter
-            .emit(RunEvent::WorkflowStarted {
-                workflow_name: def.name.clone(),
-                workflow_version: start.version,
-                kind: def.kind,
-                resumed_from: base,
-            })
-            .await;
+        if in_place.is_none() {
+            emitter
+                .emit(RunEvent::RunStarted {
+                    run_id,
+                    agent_name: def.name.clone(),
+                    agent_version: start.version,
+                    started_at,
+                })
+                .await;
+            emitter
+                .emit(RunEvent::WorkflowStarted {
+                    workflow_name: def.name.clone(),
+                    workflow_version: start.version,
+                    kind: def.kind,
+                    resumed_from: base,
+                })
+                .await;
+        }
         let place = TreePlace::root(run_id, runtime.settings.agent_graph.clone(), started_at, Spent::default());
-        let saved = if base.is_some() { conversation.len() } else { 0 };
+        let saved = if base.is_some() || in_place.is_some() { conversation.len() } else { 0 };
         let max_duration = def.max_duration_seconds.map(|s| Duration::from_secs(u64::from(s)));
         let mut walk = Walk {
             runtime: runtime.clone(),
@@ -313,7 +389,8 @@ fn run(
             conversation,
             position,
             saved,
-            written: 0,
+            written: in_place.map_or(0, |(_, written)| written),
+            deadline: start.deadline,
             base,
             answer,
             emitter,
@@ -397,7 +474,14 @@ impl Walk {
                 WorkflowKind::Magentic => self.magentic().await,
             };
             match step {
-                Step::Continue => self.checkpoint().await,
+                Step::Continue => {
+                    self.checkpoint().await;
+                    // Handed over only where a later attempt can go on: from a checkpoint.
+                    let past = self.deadline.is_some_and(|d| self.runtime.platform.clock.now() >= d);
+                    if past && self.runtime.settings.workflow_checkpointing && self.saved == self.conversation.len() {
+                        return Step::Yield;
+                    }
+                }
                 Step::Ask(request) => {
                     if !self.runtime.settings.workflow_checkpointing {
                         return Step::Failed(RunFailure::new(
@@ -929,6 +1013,22 @@ impl Walk {
         }
     }
 
+    /// Hands the run over to a later attempt (its soft deadline passed at a super-step
+    /// boundary, after a checkpoint): it stays `Running`, marked yielded.
+    async fn hand_over(self, mut outcome: RunOutcome, recorder: Arc<Recorder>) -> RunOutcome {
+        let runtime = &self.runtime;
+        let now = runtime.platform.clock.now();
+        let pending = recorder.take_pending().await;
+        match runtime.stores.runs.yield_run(&self.tenant, self.run_id, &pending, None, now).await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(run_id = %self.run_id, "the workflow run was not running when it handed over"),
+            Err(e) => tracing::warn!(run_id = %self.run_id, error = ?e, "could not hand the workflow run over"),
+        }
+        outcome.status = RunStatus::Running;
+        outcome.event_writes = recorder.store_writes();
+        outcome
+    }
+
     /// Closes the root run: its row, its terminal event, its webhook.
     async fn settle(self, end: Step, started_at: chrono::DateTime<chrono::Utc>, recorder: Arc<Recorder>) -> RunOutcome {
         let runtime = &self.runtime;
@@ -949,6 +1049,9 @@ impl Walk {
             session_id: None,
         };
         let mut requests = Vec::new();
+        if matches!(end, Step::Yield) {
+            return self.hand_over(outcome, recorder).await;
+        }
         // (`steps` never ends on `Continue`; were it to, the answer so far is the answer.)
         let end = match end {
             Step::Continue => Step::Finished(self.last_text()),
@@ -965,7 +1068,7 @@ impl Walk {
                     client_tool_calls: Vec::new(),
                 }
             }
-            Step::Continue => RunEvent::RunCompleted {
+            Step::Continue | Step::Yield => RunEvent::RunCompleted {
                 text: String::new(),
                 usage: self.usage,
                 cost: self.cost.clone(),

@@ -5,6 +5,8 @@
 //! - [`functions`]: function nodes registered in code, with their retry policy.
 //! - [`checkpoints`]: the checkpoint port and its memory store.
 //! - [`execute`]: a run — root run, one run per agent node, checkpoints, human input.
+//! - [`queued`]: queued runs (`Prefer: respond-async`, triggers), a super-step per
+//!   invocation where the host's soft deadline says so, and crash continuation.
 //! - [`validate`]: a definition checked against the catalog and the registered functions.
 //!
 //! Definitions are stored by the [`crate::definitions::DefinitionStore`] port, like agents.
@@ -13,6 +15,7 @@ pub mod checkpoints;
 pub mod definition;
 pub mod execute;
 pub mod functions;
+pub mod queued;
 pub mod validate;
 
 pub use checkpoints::{Checkpoint, CheckpointRef, CheckpointStore, InputRequest};

@@ -168,7 +168,7 @@ impl Started {
 
 /// A JSON answer, with `Location` and `Preference-Applied` when it names a queued run, and
 /// `Idempotent-Replayed: true` when it is a stored one.
-fn json_answer(status: u16, body: &serde_json::Value, replayed: bool) -> Response {
+pub(crate) fn json_answer(status: u16, body: &serde_json::Value, replayed: bool) -> Response {
     use axum::response::IntoResponse;
     let status = axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::OK);
     let mut response = (status, axum::Json(body)).into_response();
@@ -316,7 +316,7 @@ async fn start(
 
 /// Whether the request asks to be answered before the run ends (RFC 7240
 /// `Prefer: respond-async`, among other preferences).
-fn prefers_async(headers: &HeaderMap) -> bool {
+pub(crate) fn prefers_async(headers: &HeaderMap) -> bool {
     headers.get_all("prefer").iter().filter_map(|v| v.to_str().ok()).any(|v| {
         v.split(',')
             .any(|p| p.split(';').next().is_some_and(|token| token.trim().eq_ignore_ascii_case("respond-async")))
@@ -360,7 +360,7 @@ pub struct QueuedRunAccepted {
     pub events_location: String,
 }
 
-fn accepted_body(accepted: runs::outcome::Accepted) -> serde_json::Value {
+pub(crate) fn accepted_body(accepted: runs::outcome::Accepted) -> serde_json::Value {
     let location = format!("/api/runs/{}", accepted.run_id);
     let body = QueuedRunAccepted {
         run_id: accepted.run_id,

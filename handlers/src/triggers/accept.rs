@@ -14,7 +14,7 @@ use tracon_core::attribution::Attribution;
 use tracon_core::catalog::CatalogError;
 use tracon_core::idempotency::{self, KeyRef, Reservation};
 use tracon_core::identity::Caller;
-use tracon_core::names::{AgentName, TenantId};
+use tracon_core::names::{AgentName, TenantId, WorkflowName};
 use tracon_core::runs::admission::{Admission, Attributed, admit};
 use tracon_core::runs::launch::{Delivery, Launched, Start, launch};
 use tracon_core::runs::request::{RunRequest, StartError};
@@ -120,13 +120,6 @@ pub async fn accept(
     let bucket = format!("verified:{tenant}/{}", trigger.name);
     if let Err(wait) = state.trigger_limiter.check(&bucket, settings.max_requests_per_minute, now) {
         return Err(rate_limited("Too many requests for this trigger", wait));
-    }
-    if trigger.target_kind != TargetKind::Agent {
-        return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "unsupported_target_kind",
-            "This trigger's target kind cannot run in this product.",
-        ));
     }
     let Some(queue) = state.runtime.queue() else {
         return Err(ApiError::new(
@@ -258,8 +251,9 @@ async fn start(
         })?;
     let unavailable =
         |detail: &str| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "trigger_target_unavailable", detail.to_owned());
-    let agent = AgentName::parse(&trigger.target_name)
-        .map_err(|_| unavailable("The trigger's target agent name is not valid."))?;
+    // A workflow's name follows an agent name's rules: the run policy and quotas see it so.
+    let agent =
+        AgentName::parse(&trigger.target_name).map_err(|_| unavailable("The trigger's target name is not valid."))?;
     let caller = Caller { tenant: tenant.clone(), ..Caller::internal() };
     let labels = BTreeMap::from([("trigger".to_owned(), trigger.name.as_str().to_owned())]);
     let attribution = Attribution { user_id: None, labels };
@@ -271,6 +265,16 @@ async fn start(
         attribution: Attributed::Given(attribution),
     };
     let attribution = admit(&state.runtime, admission).await?;
+    if trigger.target_kind == TargetKind::Workflow {
+        let stored = match WorkflowName::parse(&trigger.target_name) {
+            Ok(name) => state.runtime.stores.workflows.get(tenant, &name).await?,
+            Err(_) => None,
+        };
+        let stored = stored.ok_or_else(|| unavailable("The trigger's target workflow does not exist."))?;
+        let accepted =
+            crate::workflows::run::enqueue(state, queue, tenant, caller, attribution, &stored, message).await?;
+        return Ok(accepted_body(accepted));
+    }
     let request = RunRequest {
         tenant: tenant.clone(),
         agent,
@@ -299,11 +303,15 @@ async fn start(
             return Err(unavailable(&m));
         }
     };
+    Ok(accepted_body(accepted))
+}
+
+fn accepted_body(accepted: tracon_core::runs::outcome::Accepted) -> TriggerAccepted {
     let location = format!("/api/runs/{}", accepted.run_id);
-    Ok(TriggerAccepted {
+    TriggerAccepted {
         run_id: accepted.run_id,
         job_id: accepted.job_id,
         events_location: format!("{location}/events"),
         location,
-    })
+    }
 }

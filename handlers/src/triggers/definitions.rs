@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use tracon_core::catalog::CatalogError;
 use tracon_core::identity::Caller;
-use tracon_core::names::{AgentName, TenantId};
+use tracon_core::names::{AgentName, TenantId, WorkflowName};
 use tracon_core::secret_names::colon_spelling;
 use tracon_core::triggers::{self as core_triggers, PayloadMode, TargetKind, TriggerName, TriggerRecord};
 use utoipa::ToSchema;
@@ -25,9 +25,9 @@ use crate::state::AppState;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TriggerBody {
-    /// `agent` (a queued agent run). `workflow` is refused: workflows do not exist here yet.
+    /// `agent` (a queued agent run) or `workflow` (a queued workflow run).
     pub target_kind: TargetKind,
-    /// The agent the trigger starts.
+    /// The agent or workflow the trigger starts.
     #[schema(pattern = "^[a-z0-9][a-z0-9._-]{0,63}$")]
     pub target_name: String,
     /// The NAME of the configuration key holding the signing secret, in the tenant's own
@@ -88,14 +88,6 @@ async fn record_of(
     before: Option<&TriggerRecord>,
     now: DateTime<Utc>,
 ) -> ApiResult<TriggerRecord> {
-    if body.target_kind == TargetKind::Workflow {
-        return Err(ApiError::bad_request(
-            "unsupported_target_kind",
-            "Workflow targets cannot run in this product yet; use targetKind 'agent'.",
-        )
-        .with("field", "targetKind"));
-    }
-    let agent = AgentName::parse(&body.target_name).map_err(|e| invalid("targetName", e.0))?;
     let key_name = colon_spelling(body.signing_secret_configuration_name.trim());
     let unchanged = before.is_some_and(|b| b.signing_secret_configuration_name.eq_ignore_ascii_case(&key_name));
     if !unchanged && let Err(refused) = state.http.triggers.secret_names.check_write(tenant, &key_name) {
@@ -119,19 +111,32 @@ async fn record_of(
             ));
         }
     };
-    // The agent must exist and start without parameters (a trigger gives none) now; if it
-    // changes later, the accept endpoint answers 422.
-    match state.runtime.catalog.compile(tenant, &agent, None, &BTreeMap::new()).await {
-        Ok(_) => {}
-        Err(CatalogError::NotFound) => {
-            return Err(invalid("targetName", format!("The agent '{agent}' does not exist.")));
+    // The target must exist (an agent: and start without parameters, a trigger gives none)
+    // now; if it changes later, the accept endpoint answers 422.
+    match body.target_kind {
+        TargetKind::Workflow => {
+            let workflow = WorkflowName::parse(&body.target_name).map_err(|e| invalid("targetName", e.0))?;
+            if state.runtime.stores.workflows.get(tenant, &workflow).await?.is_none() {
+                return Err(invalid("targetName", format!("The workflow '{workflow}' does not exist.")));
+            }
         }
-        Err(CatalogError::Store(e)) => return Err(e.into()),
-        Err(_) => {
-            return Err(invalid(
-                "targetName",
-                format!("The agent '{agent}' does not compile without parameters, so a trigger cannot start it."),
-            ));
+        TargetKind::Agent => {
+            let agent = AgentName::parse(&body.target_name).map_err(|e| invalid("targetName", e.0))?;
+            match state.runtime.catalog.compile(tenant, &agent, None, &BTreeMap::new()).await {
+                Ok(_) => {}
+                Err(CatalogError::NotFound) => {
+                    return Err(invalid("targetName", format!("The agent '{agent}' does not exist.")));
+                }
+                Err(CatalogError::Store(e)) => return Err(e.into()),
+                Err(_) => {
+                    return Err(invalid(
+                        "targetName",
+                        format!(
+                            "The agent '{agent}' does not compile without parameters, so a trigger cannot start it."
+                        ),
+                    ));
+                }
+            }
         }
     }
     Ok(TriggerRecord {

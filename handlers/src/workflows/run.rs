@@ -21,6 +21,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::definitions::load;
+use crate::agents::run::{QueuedRunAccepted, accepted_body, json_answer, prefers_async};
 use crate::error::{ApiError, ApiResult, problem};
 use crate::extract::{ApiJson, Ctx, OptionalJson, header_pairs};
 use crate::sse;
@@ -77,11 +78,13 @@ pub struct WorkflowAnswer {
 /// (`GET /api/runs/{id}/tree`).
 #[utoipa::path(post, path = "/api/workflows/{name}/run", tag = "workflows", request_body = WorkflowRunBody,
     params(("name" = String, Path, description = "Workflow name"),
-        ("Accept" = Option<String>, Header, description = "`application/json` for one JSON answer at the end instead of the live stream")),
+        ("Accept" = Option<String>, Header, description = "`application/json` for one JSON answer at the end instead of the live stream"),
+        ("Prefer" = Option<String>, Header, description = "`respond-async` queues the run on hosts that run a job consumer (`202`)")),
     responses(
         (status = 200, description = "The live run as server-sent events, or with `Accept: application/json` its end", content(
             (String = "text/event-stream"),
             (WorkflowAnswer = "application/json"))),
+        (status = 202, description = "Queued (`Prefer: respond-async`): the root run's id and where to follow it", body = QueuedRunAccepted),
         problem::BadRequest, problem::NotFound, problem::Forbidden, problem::TooMany, problem::Unavailable))]
 #[tracing::instrument(name = "workflows.run", skip_all, fields(workflow = %name))]
 pub async fn run(
@@ -95,6 +98,23 @@ pub async fn run(
     }
     check_size("message", &body.message)?;
     let stored = load(&state, &tenant, &name).await?;
+    // Queued when asked and this host runs a consumer: a super-step per invocation where the
+    // host's soft deadline says so.
+    if let Some(queue) = state.runtime.queue().filter(|_| prefers_async(&headers)) {
+        let target = target(&stored.definition)?;
+        let pairs = header_pairs(&headers);
+        let admission = Admission {
+            tenant: &tenant,
+            caller: &caller,
+            agent: &target,
+            session: None,
+            attribution: Attributed::Port(&pairs),
+        };
+        let attribution = admit(&state.runtime, admission).await?;
+        let accepted = enqueue(&state, queue, &tenant, caller, attribution, &stored, body.message).await?;
+        let body = accepted_body(accepted);
+        return Ok(json_answer(StatusCode::ACCEPTED.as_u16(), &body, false));
+    }
     let input = Input::Message(body.message);
     launch(&state, tenant, caller, &headers, stored.definition, Some(stored.version), input).await
 }
@@ -118,7 +138,13 @@ pub async fn resume(
     OptionalJson(body): OptionalJson<ResumeBody>,
 ) -> ApiResult<Response> {
     let (run_id, workflow) = workflow_run(&state, &tenant, &id).await?;
-    let input = Input::Resume(Resume { from: run_id, checkpoint: body.checkpoint_id, answer: None, once: false });
+    let input = Input::Resume(Resume {
+        from: run_id,
+        checkpoint: body.checkpoint_id,
+        answer: None,
+        once: false,
+        fallback: None,
+    });
     let stored = load(&state, &tenant, &workflow).await?;
     launch(&state, tenant, caller, &headers, stored.definition, Some(stored.version), input).await
 }
@@ -153,7 +179,8 @@ pub async fn respond(
         ));
     };
     let answer = Answer { request_id: asked.request_id, text: body.response };
-    let input = Input::Resume(Resume { from: run_id, checkpoint: None, answer: Some(answer), once: true });
+    let input =
+        Input::Resume(Resume { from: run_id, checkpoint: None, answer: Some(answer), once: true, fallback: None });
     let stored = load(&state, &tenant, &workflow).await?;
     launch(&state, tenant, caller, &headers, stored.definition, Some(stored.version), input).await
 }
@@ -261,6 +288,40 @@ async fn pending_requests(state: &AppState, tenant: &TenantId, run: RunId) -> Ap
         .unwrap_or_default())
 }
 
+/// A workflow's name as the run policy and quotas see a run's target (it follows an agent
+/// name's rules).
+fn target(definition: &tracon_core::workflows::WorkflowDefinition) -> ApiResult<AgentName> {
+    AgentName::parse(&definition.name).map_err(|e| ApiError::bad_request("invalid_workflow_name", e.0))
+}
+
+/// Queues an admitted workflow run (its root run row and job) and wakes the host's consumer.
+pub(crate) async fn enqueue(
+    state: &AppState,
+    queue: &tracon_core::runtime::RunQueue,
+    tenant: &TenantId,
+    caller: tracon_core::identity::Caller,
+    attribution: tracon_core::attribution::Attribution,
+    stored: &tracon_core::definitions::StoredDefinition<tracon_core::workflows::WorkflowDefinition>,
+    message: String,
+) -> ApiResult<tracon_core::runs::outcome::Accepted> {
+    let runtime = &state.runtime;
+    let accepted = tracon_core::workflows::queued::enqueue(
+        runtime,
+        tenant,
+        caller,
+        attribution,
+        stored,
+        message,
+        queue.max_attempts,
+    )
+    .await?;
+    if let Err(e) = queue.transport.wake(accepted.job_id).await {
+        // The row is the truth: the consumer's poll (or the next tick) finds the job.
+        tracing::warn!(job = %accepted.job_id, error = %e, "could not wake the job consumer");
+    }
+    Ok(accepted)
+}
+
 /// Whether the caller asked for one JSON answer instead of the stream.
 fn wants_json(headers: &HeaderMap) -> bool {
     headers
@@ -281,9 +342,7 @@ async fn launch(
     input: Input,
 ) -> ApiResult<Response> {
     let runtime = state.runtime.clone();
-    // A workflow name follows an agent name's rules: the run policy and quotas see it as the
-    // run's target.
-    let target = AgentName::parse(&definition.name).map_err(|e| ApiError::bad_request("invalid_workflow_name", e.0))?;
+    let target = target(&definition)?;
     let pairs = header_pairs(headers);
     let admission = Admission {
         tenant: &tenant,
@@ -294,7 +353,8 @@ async fn launch(
     };
     let attribution = admit(&runtime, admission).await?;
     let json = wants_json(headers);
-    let workflow = WorkflowStart { tenant: tenant.clone(), caller, attribution, definition, version, input };
+    let workflow =
+        WorkflowStart { tenant: tenant.clone(), caller, attribution, definition, version, input, deadline: None };
     let launched = start(&runtime, workflow, !json).await?;
     tracing::Span::current().record("run_id", tracing::field::display(launched.run_id()));
     match launched {
