@@ -755,7 +755,7 @@ pub const RESUMED_EVENT: &str = "tracon.approval.resumed";
 
 /// Drives `work` while moving the run's heartbeat every `HeartbeatSeconds`, so reconciliation
 /// can tell a long model call from a dead process. A failed heartbeat is logged; the run goes on.
-async fn with_heartbeat<T>(
+pub(crate) async fn with_heartbeat<T>(
     work: impl std::future::Future<Output = T>,
     runtime: &Runtime,
     tenant: &TenantId,

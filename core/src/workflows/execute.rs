@@ -400,8 +400,11 @@ fn run(
             cost: None,
         };
         let elapsed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let tenant = walk.tenant.clone();
         let end = {
-            let steps = walk.steps();
+            // The root's heartbeat moves while its nodes run, so reconciliation can tell a
+            // long node from a dead process.
+            let steps = crate::runs::execute::with_heartbeat(walk.steps(), &runtime, &tenant, run_id);
             futures::pin_mut!(steps);
             match max_duration {
                 None => steps.await,
@@ -862,16 +865,15 @@ impl Walk {
         self.cost = add_cost(self.cost.take(), outcome.cost.as_ref());
         match outcome.status {
             RunStatus::Completed => {
-                self.emitter
-                    .emit(RunEvent::ExecutorCompleted {
-                        executor_id: executor_id.to_owned(),
-                        super_step: step,
-                        run_id: Some(outcome.run_id),
-                        text: outcome.text.clone(),
-                        usage: outcome.usage,
-                        attempts: None,
-                    })
-                    .await;
+                self.completed(RunEvent::ExecutorCompleted {
+                    executor_id: executor_id.to_owned(),
+                    super_step: step,
+                    run_id: Some(outcome.run_id),
+                    text: outcome.text.clone(),
+                    usage: outcome.usage,
+                    attempts: None,
+                })
+                .await;
                 Ok(Answered { text: outcome.text, run_id: outcome.run_id })
             }
             RunStatus::Canceled if !past_deadline => {
@@ -894,6 +896,14 @@ impl Walk {
                 )))
             }
         }
+    }
+
+    /// A node's completion: to the live stream now, to the log with the checkpoint that holds
+    /// it (written right after, and flushed by its `WorkflowCheckpointed`), so the log never
+    /// says a node completed that a crash would make run again.
+    async fn completed(&mut self, event: RunEvent) {
+        self.emitter.recorder().record_held(&event).await;
+        self.emitter.send_live(event).await;
     }
 
     async fn executor_failed(&mut self, executor_id: &str, step: u32, run_id: Option<RunId>, error: &RunFailure) {
@@ -955,16 +965,15 @@ impl Walk {
             Ok(output) => {
                 if let FunctionOutput::Messages(texts) = &output {
                     self.answer = None;
-                    self.emitter
-                        .emit(RunEvent::ExecutorCompleted {
-                            executor_id: node.id.clone(),
-                            super_step: step,
-                            run_id: None,
-                            text: texts.last().cloned().unwrap_or_default(),
-                            usage: None,
-                            attempts: Some(attempt),
-                        })
-                        .await;
+                    self.completed(RunEvent::ExecutorCompleted {
+                        executor_id: node.id.clone(),
+                        super_step: step,
+                        run_id: None,
+                        text: texts.last().cloned().unwrap_or_default(),
+                        usage: None,
+                        attempts: Some(attempt),
+                    })
+                    .await;
                 }
                 Ok(output)
             }

@@ -11,6 +11,10 @@
 //! | `probe_external` | External | no |
 //! | `probe_safe` | External | yes |
 //!
+//! It also registers the workflow function `probe-count`: it waits 200 ms, records one
+//! `probe_effects` row keyed `{rootRunId}:{executorId}` (tool `probe-count`), and appends a
+//! word count to its input.
+//!
 //! The arguments and environment are the `tracon` binary's (`DATABASE_URL`,
 //! `Tracon__PostgreSql__SchemaName`); without a database the tools fail.
 
@@ -22,6 +26,7 @@ use tokio::sync::OnceCell;
 use tracon_core::runtime::RuntimeBuilder;
 use tracon_core::tools::effect::ToolEffect;
 use tracon_core::tools::{ToolContext, ToolError, ToolOutput, ToolRegistration, tool_fn};
+use tracon_core::workflows::functions::{FunctionCall, FunctionError, FunctionOutput, WorkflowFunction};
 
 fn main() -> ExitCode {
     tracon::cli::main(probe_tools)
@@ -33,6 +38,26 @@ fn probe_tools(builder: RuntimeBuilder) -> RuntimeBuilder {
         .add_tool(probe("probe_write", ToolEffect::Write, false))
         .add_tool(probe("probe_external", ToolEffect::External, false))
         .add_tool(probe("probe_safe", ToolEffect::External, true))
+        .add_workflow_function(
+            "probe-count",
+            "Waits 200 ms, records that it ran, and appends a word count.",
+            std::sync::Arc::new(Count),
+            None,
+        )
+}
+
+/// The `probe-count` workflow function.
+struct Count;
+
+#[async_trait::async_trait]
+impl WorkflowFunction for Count {
+    async fn call(&self, call: FunctionCall<'_>) -> Result<FunctionOutput, FunctionError> {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let key = format!("{}:{}", call.run_id, call.executor_id);
+        record_effect(&key, "probe-count", call.run_id.0).await.map_err(FunctionError::permanent)?;
+        let words = call.input().split_whitespace().count();
+        Ok(FunctionOutput::Messages(vec![format!("{} ({words} words)", call.input())]))
+    }
 }
 
 fn probe(
@@ -79,11 +104,15 @@ async fn pool() -> Result<&'static (sqlx::PgPool, String), String> {
 }
 
 async fn record(tool: &str, ctx: &ToolContext) -> Result<(), String> {
+    record_effect(&ctx.idempotency_key, tool, ctx.run_id.0).await
+}
+
+async fn record_effect(key: &str, tool: &str, run: uuid::Uuid) -> Result<(), String> {
     let (pool, schema) = pool().await?;
     sqlx::query(&format!("INSERT INTO {schema}.probe_effects (idempotency_key, tool, run_id) VALUES ($1, $2, $3)"))
-        .bind(&ctx.idempotency_key)
+        .bind(key)
         .bind(tool)
-        .bind(ctx.run_id.0)
+        .bind(run)
         .execute(pool)
         .await
         .map(|_| ())
