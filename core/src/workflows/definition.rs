@@ -83,12 +83,10 @@ pub struct WorkflowDefinition {
     pub manager_agent_name: Option<String>,
     /// `Handoff`, `GroupChat` and `Magentic`: the most agent turns (default 10, at most 1,000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1, maximum = 1000)]
     pub max_iterations: Option<u32>,
     /// The longest a run may take; past it the run ends `Canceled` (1 to 86,400 seconds; none
     /// by default, the call tree's own limits still apply).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1, maximum = 86400)]
     pub max_duration_seconds: Option<u32>,
 }
 
