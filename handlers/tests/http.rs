@@ -31,20 +31,10 @@ fn runtime_builder() -> RuntimeBuilder {
             |args: Value, _| async move { Ok(ToolOutput::from(format!("found {}", args["q"].as_str().unwrap_or("")))) },
         ),
     );
-    let refund = ToolRegistration::new(
-        "refund",
-        "Refunds.",
-        json!({"type": "object"}),
-        tool_fn(|_, _| async { Ok(ToolOutput::from("done")) }),
-    )
-    .map(|r| r.requires_approval(true));
+    let refund = support::approval_tool("refund", "Refunds.", json!({"type": "object"}), "done");
     let script = ScriptedProvider::from_fn("script", |req| {
-        let last_user = req.messages.iter().rev().find_map(|m| match m {
-            tracon_core::model::Message::User { text } => Some(text.clone()),
-            _ => None,
-        });
         let answered = req.messages.iter().any(|m| matches!(m, tracon_core::model::Message::Tool { .. }));
-        match last_user.as_deref() {
+        match req.last_user_text() {
             Some("fail") => {
                 ScriptedTurn::failing(tracon_core::model::ProviderError::from_status(500, "internal db=secret"))
             }

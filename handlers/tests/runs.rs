@@ -84,12 +84,8 @@ fn gated(chunks: usize) -> (Arc<Gated>, Arc<Semaphore>) {
 
 fn scripted() -> ScriptedProvider {
     ScriptedProvider::from_fn("script", |req| {
-        let last = req.messages.iter().rev().find_map(|m| match m {
-            Message::User { text } => Some(text.clone()),
-            _ => None,
-        });
         let answered = req.messages.last().is_some_and(|m| matches!(m, Message::Tool { .. }));
-        match last.as_deref() {
+        match req.last_user_text() {
             Some("fail") => ScriptedTurn::failing(ProviderError::from_status(
                 500,
                 "upstream says: api_key=sk-live-SECRET host=10.9.8.7",

@@ -21,7 +21,7 @@ use hmac::{Hmac, Mac};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use serde_json::{Value, json};
 use sha2::Sha256;
-use support::{Manual, TestClock};
+use support::{Manual, TestClock, approval_tool};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tracon_core::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
@@ -36,7 +36,6 @@ use tracon_core::ports::{Clock, Platform, tokio_rt};
 use tracon_core::runtime::RunQueue;
 use tracon_core::runtime::{Runtime, RuntimeBuilder};
 use tracon_core::stores::Stores;
-use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
 use tracon_core::webhooks::{WebhookSettings, WebhookSubscription};
 use tracon_handlers::{AppState, HttpSettings};
 
@@ -171,29 +170,17 @@ fn local(extra: &[(&str, &str)]) -> WebhookSettings {
 fn harness_with(settings: WebhookSettings, stores: Stores) -> Harness {
     let clock = Arc::new(TestClock::frozen(Utc::now()));
     let platform = Platform { clock: clock.clone(), spawner: tokio_rt::platform().spawner };
-    let refund = ToolRegistration::new(
-        "refund",
-        "Refunds an order.",
-        json!({"type": "object"}),
-        tool_fn(|_, _| async { Ok(ToolOutput::from("refunded")) }),
-    )
-    .map(|r| r.requires_approval(true));
-    let script = ScriptedProvider::from_fn("script", |req| {
-        let asked = req.messages.iter().rev().find_map(|m| match m {
-            tracon_core::model::Message::User { text } => Some(text.clone()),
-            _ => None,
-        });
-        match asked.as_deref() {
-            Some("refund") if !matches!(req.messages.last(), Some(tracon_core::model::Message::Tool { .. })) => {
-                ScriptedTurn::tool_call("refund", json!({"order": 7}))
-            }
-            Some("fail") => ScriptedTurn::failing(tracon_core::model::ProviderError::new(
-                tracon_core::model::ProviderErrorKind::ServerError,
-                "HttpRequestException",
-                "upstream said no",
-            )),
-            _ => ScriptedTurn::text("Done.").with_usage(5, 3),
+    let refund = approval_tool("refund", "Refunds an order.", json!({"type": "object"}), "refunded");
+    let script = ScriptedProvider::from_fn("script", |req| match req.last_user_text() {
+        Some("refund") if !matches!(req.messages.last(), Some(tracon_core::model::Message::Tool { .. })) => {
+            ScriptedTurn::tool_call("refund", json!({"order": 7}))
         }
+        Some("fail") => ScriptedTurn::failing(tracon_core::model::ProviderError::new(
+            tracon_core::model::ProviderErrorKind::ServerError,
+            "HttpRequestException",
+            "upstream said no",
+        )),
+        _ => ScriptedTurn::text("Done.").with_usage(5, 3),
     });
     let runtime = Arc::new(
         RuntimeBuilder::new(platform)
