@@ -1,7 +1,8 @@
 //! What the HTTP tests share: a request builder sent through the router ([`call`],
 //! [`send`]), the answer ([`Reply`]), SSE frames, a clock the test moves ([`TestClock`]), a
 //! tool that waits for approval ([`approval_tool`]), an audit trail that cannot be written
-//! ([`Unwritable`]) and a job transport that wakes nobody ([`Manual`]).
+//! ([`Unwritable`]), a host identity layer ([`TestUsers`]) and a job transport that wakes
+//! nobody ([`Manual`]).
 //!
 //! Each test binary includes this module (`mod support;`) and uses what it needs.
 
@@ -269,6 +270,19 @@ impl AuditStore for Unwritable {
     }
     async fn chain(&self, _: &TenantId) -> Result<Vec<AuditEntry>, StoreError> {
         Err(StoreError::Unavailable { detail: "audit database down".into() })
+    }
+}
+
+/// The host's identity layer, as the tests see it: the user is the `x-test-user` header.
+pub struct TestUsers;
+
+impl tracon_core::attribution::RunAttribution for TestUsers {
+    fn attribute(
+        &self,
+        request: &tracon_core::attribution::AttributionRequest<'_>,
+    ) -> Result<tracon_core::attribution::Attribution, String> {
+        let user = request.headers.iter().find(|(k, _)| k == "x-test-user").map(|(_, v)| v.clone());
+        Ok(tracon_core::attribution::Attribution { user_id: user, ..Default::default() })
     }
 }
 
