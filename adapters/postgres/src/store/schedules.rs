@@ -12,7 +12,7 @@ use tracon_core::schedules::{ScheduleRecord, ScheduleStore};
 use uuid::Uuid;
 
 use super::Db;
-use crate::codec::{ScheduleColumns, duplicate_schedule};
+use crate::codec::{ScheduleColumns, bigint, duplicate_schedule};
 use crate::params;
 use crate::protect::Protection;
 use crate::sql;
@@ -71,17 +71,7 @@ impl ScheduleStore for PgScheduleStore {
     }
 
     async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<ScheduleRecord>, StoreError> {
-        let rows = self
-            .db
-            .query(
-                sql::SCHEDULE_LIST,
-                &params![
-                    tenant.as_str(),
-                    i64::try_from(skip).unwrap_or(i64::MAX),
-                    i64::try_from(take).unwrap_or(i64::MAX)
-                ],
-            )
-            .await?;
+        let rows = self.db.query(sql::SCHEDULE_LIST, &params![tenant.as_str(), bigint(skip), bigint(take)]).await?;
         rows.iter().map(|r| self.record(r)).collect()
     }
 
@@ -117,7 +107,7 @@ impl ScheduleStore for PgScheduleStore {
     }
 
     async fn due(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<ScheduleRecord>, StoreError> {
-        let rows = self.db.query(sql::SCHEDULE_DUE, &params![now, i64::try_from(limit).unwrap_or(i64::MAX)]).await?;
+        let rows = self.db.query(sql::SCHEDULE_DUE, &params![now, bigint(limit)]).await?;
         rows.iter().map(|r| self.record(r)).collect()
     }
 
