@@ -810,16 +810,7 @@ async fn killed_mid_queue_every_job_ends_once_and_the_orphaned_runs_are_reconcil
 
     let mut runs = Vec::new();
     for i in 0..RUNS {
-        let accepted = client
-            .post(first.url("/api/agents/crasher/run"))
-            .header("Prefer", "respond-async")
-            .json(&json!({"message": format!("job-{i}")}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(accepted.status(), 202);
-        let body: Value = accepted.json().await.unwrap();
-        runs.push((i, body["runId"].as_str().unwrap().to_owned()));
+        runs.push((i, support::queue_run(&client, &first, "crasher", &format!("job-{i}")).await));
     }
     // Wait until every slot of the first process is inside a model call.
     let deadline = Instant::now() + Duration::from_secs(60);
