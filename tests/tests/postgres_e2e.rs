@@ -3,12 +3,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+// The filters the in-memory handler tests check for U+0000.
+#[path = "../../handlers/tests/fixtures/nul_filters.rs"]
+mod nul_filters;
 mod support;
 
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use nul_filters::NUL_FILTERS;
 use serde_json::{Value, json};
 use support::{Tracon, of_kind, run, text_of, tracon_bin};
 use tracon_tests::chaos::ChaosProxy;
@@ -234,19 +238,7 @@ async fn a_database_that_refuses_connections_is_503_store_unavailable_with_retry
 async fn a_nul_character_is_the_same_400_on_postgres_as_in_memory() {
     let server = start_on_pg(&fresh_schema(), &database_url(), &[]).await;
     let client = reqwest::Client::new();
-    for (path, field) in [
-        ("/api/audit?actor=%00", "actor"),
-        ("/api/audit?entityType=%00", "entityType"),
-        ("/api/audit?entityId=%00", "entityId"),
-        ("/api/audit?action=%00", "action"),
-        ("/api/runs?agent=%00", "agent"),
-        ("/api/runs?userId=%00", "userId"),
-        ("/api/runs?label=k:%00", "label"),
-        ("/api/runs?sessionId=%00", "sessionId"),
-        ("/api/jobs?handlerKey=%00", "handlerKey"),
-        ("/api/approvals/rules?toolName=%00", "toolName"),
-        ("/api/stats?agent=%00", "agent"),
-    ] {
+    for (path, field) in NUL_FILTERS {
         let res = client.get(server.url(path)).send().await.unwrap();
         let status = res.status().as_u16();
         let doc: Value = res.json().await.unwrap();
