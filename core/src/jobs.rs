@@ -280,6 +280,17 @@ pub enum JobFailure {
     HandedOver,
 }
 
+impl JobFailure {
+    /// The store could not be reached: worth another attempt (the cause is logged only).
+    pub fn store_unavailable(e: StoreError) -> Self {
+        JobFailure::Transient {
+            code: "tracon.store.unavailable".into(),
+            message: "The store could not be reached.".into(),
+            detail: format!("{e:?}"),
+        }
+    }
+}
+
 /// Queue settings (`Tracon:Jobs:*`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobSettings {

@@ -33,22 +33,12 @@ impl AgentName {
     pub fn parse(value: &str) -> Result<Self, InvalidName> {
         check_name("An agent", "agent", value).map(|()| Self(value.to_owned()))
     }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
 impl<'de> Deserialize<'de> for AgentName {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = String::deserialize(d)?;
         AgentName::parse(&s).map_err(serde::de::Error::custom)
-    }
-}
-
-impl fmt::Display for AgentName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
     }
 }
 
@@ -135,16 +125,6 @@ impl ToolName {
         }
         Ok(Self(value.to_owned()))
     }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for ToolName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
 }
 
 /// The tenant a request acts for. Every store method takes one first, so no store call
@@ -183,16 +163,6 @@ impl TenantId {
         } else {
             Err(InvalidName("A tenant id is 1 to 64 ASCII letters, digits, '-', '_' or '.'.".into()))
         }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for TenantId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
     }
 }
 
@@ -233,17 +203,28 @@ impl SessionId {
             Err(InvalidName("A session id is 1 to 128 ASCII letters, digits, '.', '_', '-' or ':'.".into()))
         }
     }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
-impl fmt::Display for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+/// `as_str` and `Display` for text newtypes (`struct Name(String)`), which show as the text
+/// they hold.
+macro_rules! text_newtype {
+    ($($name:ident),+ $(,)?) => {$(
+        impl $name {
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    )+};
 }
+pub(crate) use text_newtype;
+
+text_newtype!(AgentName, ToolName, TenantId, SessionId);
 
 /// Keeps user-supplied text in our own messages short (and on a char boundary).
 pub(crate) fn truncate_for_message(value: &str) -> String {

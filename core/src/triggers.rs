@@ -14,7 +14,6 @@
 //! name at request time and decide the status codes.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
@@ -55,17 +54,9 @@ impl TriggerName {
         }
         Ok(Self(value.to_owned()))
     }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
-impl fmt::Display for TriggerName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+crate::names::text_newtype!(TriggerName);
 
 /// What a trigger starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]

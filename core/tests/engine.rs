@@ -2,7 +2,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -81,20 +80,8 @@ impl Harness {
 }
 
 fn request(name: &str, message: &str) -> RunRequest {
-    RunRequest {
-        tenant: TenantId::default_tenant(),
-        agent: AgentName::parse(name).unwrap(),
-        message: message.to_owned(),
-        culture: None,
-        parameters: BTreeMap::new(),
-        documents: Vec::new(),
-        session_id: None,
-        caller: Caller::anonymous(),
-        attribution: Default::default(),
-        resume: None,
-        queued: None,
-        tool_results: Vec::new(),
-    }
+    let agent = AgentName::parse(name).unwrap();
+    RunRequest::new(TenantId::default_tenant(), agent, message.to_owned(), Caller::anonymous(), Default::default())
 }
 
 fn agent(tools: &[&str]) -> AgentDefinition {

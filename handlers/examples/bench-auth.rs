@@ -19,6 +19,9 @@
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../tests/fixtures/jwt/keys.rs"]
+mod jwt_keys;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,6 +32,7 @@ use axum::http::{Request, StatusCode, header};
 use chrono::Utc;
 use http_body_util::BodyExt;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use jwt_keys::{EC_PRIVATE, EC_PUBLIC, RSA_PRIVATE, RSA_PUBLIC};
 use tower::ServiceExt;
 use tracon_core::config::Config;
 use tracon_core::keys::{self, ApiKeyRecord, Scope};
@@ -41,10 +45,6 @@ const TOKEN: &str = "a-long-enough-benchmark-token";
 const ISSUER: &str = "https://issuer.example";
 const AUDIENCE: &str = "tracon-api";
 const HS_SECRET: &str = "an-hs256-benchmark-secret-of-more-than-32-bytes";
-const RSA_PRIVATE: &str = include_str!("../tests/fixtures/jwt/rsa-private.pem");
-const RSA_PUBLIC: &str = include_str!("../tests/fixtures/jwt/rsa-public.pem");
-const EC_PRIVATE: &str = include_str!("../tests/fixtures/jwt/ec-p256-private.pem");
-const EC_PUBLIC: &str = include_str!("../tests/fixtures/jwt/ec-p256-public.pem");
 
 /// Settings that verify JWTs of `algorithm` against `key` (a secret or a public key PEM).
 fn jwt_settings(algorithm: &str, key: &str) -> HttpSettings {

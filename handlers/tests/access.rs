@@ -991,19 +991,6 @@ async fn a_key_outranks_the_tenant_header_which_is_read_only_when_switched_on() 
     assert!(TenancySettings::from_config(&header_without_tenancy).is_err());
 }
 
-/// The host's identity layer, as the test sees it: the user is the `x-test-user` header.
-struct TestUsers;
-
-impl tracon_core::attribution::RunAttribution for TestUsers {
-    fn attribute(
-        &self,
-        request: &tracon_core::attribution::AttributionRequest<'_>,
-    ) -> Result<tracon_core::attribution::Attribution, String> {
-        let user = request.headers.iter().find(|(k, _)| k == "x-test-user").map(|(_, v)| v.clone());
-        Ok(tracon_core::attribution::Attribution { user_id: user, ..Default::default() })
-    }
-}
-
 async fn as_user(
     app: &Router,
     method: Method,
@@ -1033,7 +1020,7 @@ async fn with_session_ownership_a_user_reaches_only_their_own_sessions() {
     let runtime = RuntimeBuilder::new(tokio_rt::platform())
         .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
         .add_agent(AgentDefinition::new("chat", "script", "m").with_instructions("Hi."))
-        .attribution(Arc::new(TestUsers))
+        .attribution(Arc::new(support::TestUsers))
         .settings(RuntimeSettings { session_ownership: ownership, ..RuntimeSettings::default() })
         .build()
         .unwrap();
@@ -1118,7 +1105,7 @@ async fn refusing_unowned_sessions_leaves_the_manager_reading_and_new_sessions_o
             RuntimeBuilder::new(tokio_rt::platform())
                 .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
                 .add_agent(AgentDefinition::new("chat", "script", "m").with_instructions("Hi."))
-                .attribution(Arc::new(TestUsers))
+                .attribution(Arc::new(support::TestUsers))
                 .stores(stores.clone())
                 .settings(RuntimeSettings { session_ownership, ..RuntimeSettings::default() })
                 .build()

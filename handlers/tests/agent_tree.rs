@@ -16,7 +16,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
-use support::{TestClock, call, frames};
+use support::{TestClock, approval_tool, call, frames};
 use tracon_core::definition::{AgentDefinition, SubAgentSettings};
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{Message, ModelProvider, ModelRequest, ProviderError, ProviderErrorKind};
@@ -24,7 +24,6 @@ use tracon_core::ports::Platform;
 use tracon_core::pricing::{ModelPrice, Pricing};
 use tracon_core::runs::tree::AgentGraphSettings;
 use tracon_core::runtime::{Runtime, RuntimeBuilder, RuntimeSettings};
-use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
 use tracon_handlers::{AppState, HttpSettings};
 
 /// What the leaf does when asked.
@@ -80,13 +79,7 @@ fn tree(leaf: Leaf, graph: AgentGraphSettings, sub_agents: Option<SubAgentSettin
     let calls = Arc::new(AtomicU32::new(0));
     let platform = Platform { clock: clock.clone(), spawner: tracon_core::ports::tokio_rt::platform().spawner };
     let price = ModelPrice { input_per_million: 1.0, output_per_million: 1.0, cached_input_per_million: None };
-    let wire = ToolRegistration::new(
-        "wire_money",
-        "Moves money.",
-        json!({"type": "object"}),
-        tool_fn(|_, _| async { Ok(ToolOutput::from("wired")) }),
-    )
-    .map(|r| r.requires_approval(true));
+    let wire = approval_tool("wire_money", "Moves money.", json!({"type": "object"}), "wired");
     let router = AgentDefinition::new("router", "script", "m").with_instructions("ROOT");
     let runtime = RuntimeBuilder::new(platform)
         .settings(RuntimeSettings { agent_graph: Arc::new(graph), ..RuntimeSettings::default() })

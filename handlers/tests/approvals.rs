@@ -89,15 +89,12 @@ fn harness() -> Harness {
         if let Some(Message::Tool { content, .. }) = req.messages.last() {
             return ScriptedTurn::text(&format!("Result: {content}"));
         }
-        let asked = req.messages.iter().rev().find_map(|m| match m {
-            Message::User { text } => Some(text.clone()),
-            _ => None,
-        });
-        if asked.as_deref() == Some("pair") {
+        let asked = req.last_user_text();
+        if asked == Some("pair") {
             return ScriptedTurn::tool_call("refund", json!({"amount": 50}))
                 .and_tool_call("refund", json!({"amount": 60}));
         }
-        match asked.as_deref().and_then(|t| t.strip_prefix("refund ")) {
+        match asked.and_then(|t| t.strip_prefix("refund ")) {
             Some("text") => ScriptedTurn::tool_call("refund", json!({"amount": "50"})),
             Some(n) => ScriptedTurn::tool_call("refund", json!({"amount": n.parse::<f64>().unwrap()})),
             None => ScriptedTurn::text("Nothing to do."),

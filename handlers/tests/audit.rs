@@ -12,9 +12,9 @@ use std::sync::Arc;
 use axum::Router;
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
+use support::Unwritable;
 use tracon_core::audit::MemoryAuditStore;
-use tracon_core::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
-use tracon_core::error::StoreError;
+use tracon_core::audit::{AuditEntry, AuditStore, NewAuditEntry};
 use tracon_core::model::ModelProvider;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::names::TenantId;
@@ -127,22 +127,6 @@ fn content(e: &AuditEntry) -> NewAuditEntry {
         entity_id: e.entity_id.clone(),
         before: e.before.clone(),
         after: e.after.clone(),
-    }
-}
-
-/// A trail that cannot be written.
-struct Unwritable;
-
-#[async_trait::async_trait]
-impl AuditStore for Unwritable {
-    async fn append(&self, _: &TenantId, _: NewAuditEntry) -> Result<AuditEntry, StoreError> {
-        Err(StoreError::Unavailable { detail: "audit database down".into() })
-    }
-    async fn list(&self, _: &TenantId, _: &AuditFilter, _: usize, _: usize) -> Result<Vec<AuditEntry>, StoreError> {
-        Err(StoreError::Unavailable { detail: "audit database down".into() })
-    }
-    async fn chain(&self, _: &TenantId) -> Result<Vec<AuditEntry>, StoreError> {
-        Err(StoreError::Unavailable { detail: "audit database down".into() })
     }
 }
 

@@ -89,17 +89,14 @@ fn harness_with(settings: RuntimeSettings) -> Harness {
     let seen = counts.clone();
     let script = ScriptedProvider::from_fn("script", move |req| {
         *seen.model_calls.lock().unwrap() += 1;
-        let asked = req.messages.iter().rev().find_map(|m| match m {
-            Message::User { text } => Some(text.clone()),
-            _ => None,
-        });
+        let asked = req.last_user_text();
         // The looping agent: "draft n" on its n-th iteration, done from the third.
         if req.system.as_deref() == Some("LOOP") {
             let n = req.messages.iter().filter(|m| matches!(m, Message::User { .. })).count();
             let done = if n >= 3 { "ALL DONE" } else { "working" };
             return ScriptedTurn::text(&format!("draft {n}: {done}")).with_usage(2, 1);
         }
-        if let Some(steps) = asked.as_deref().and_then(|a| a.strip_prefix("steps ")) {
+        if let Some(steps) = asked.and_then(|a| a.strip_prefix("steps ")) {
             let done = req.messages.iter().filter(|m| matches!(m, Message::Assistant { .. })).count();
             return if done < steps.parse::<usize>().unwrap() {
                 ScriptedTurn::tool_call("lookup", json!({})).with_usage(2, 1)
@@ -118,10 +115,7 @@ fn harness_with(settings: RuntimeSettings) -> Harness {
                 .collect();
             return ScriptedTurn::text(&format!("answered with {}", results.join(", ")));
         }
-        let asked = req.messages.iter().rev().find_map(|m| match m {
-            Message::User { text } => Some(text.clone()),
-            _ => None,
-        });
+        let asked = req.last_user_text();
         let mut turn = ScriptedTurn::default();
         for tool in asked.unwrap_or_default().split_whitespace() {
             turn = turn.and_tool_call(tool, json!({}));

@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
 
+#[path = "fixtures/nul_filters.rs"]
+mod nul_filters;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -11,6 +13,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
+use nul_filters::NUL_FILTERS;
 use serde_json::{Value, json};
 use tracon_core::definition::AgentDefinition;
 use tracon_core::model::ModelProvider;
@@ -31,20 +34,10 @@ fn runtime_builder() -> RuntimeBuilder {
             |args: Value, _| async move { Ok(ToolOutput::from(format!("found {}", args["q"].as_str().unwrap_or("")))) },
         ),
     );
-    let refund = ToolRegistration::new(
-        "refund",
-        "Refunds.",
-        json!({"type": "object"}),
-        tool_fn(|_, _| async { Ok(ToolOutput::from("done")) }),
-    )
-    .map(|r| r.requires_approval(true));
+    let refund = support::approval_tool("refund", "Refunds.", json!({"type": "object"}), "done");
     let script = ScriptedProvider::from_fn("script", |req| {
-        let last_user = req.messages.iter().rev().find_map(|m| match m {
-            tracon_core::model::Message::User { text } => Some(text.clone()),
-            _ => None,
-        });
         let answered = req.messages.iter().any(|m| matches!(m, tracon_core::model::Message::Tool { .. }));
-        match last_user.as_deref() {
+        match req.last_user_text() {
             Some("fail") => {
                 ScriptedTurn::failing(tracon_core::model::ProviderError::from_status(500, "internal db=secret"))
             }
@@ -477,21 +470,6 @@ async fn bad_input_answers_with_a_clear_problem_and_the_right_status() {
     )
     .await;
 }
-
-/// Every text filter of every list, with U+0000 in it.
-const NUL_FILTERS: [(&str, &str); 11] = [
-    ("/api/audit?actor=%00", "actor"),
-    ("/api/audit?entityType=a%00b", "entityType"),
-    ("/api/audit?entityId=%00", "entityId"),
-    ("/api/audit?action=%00", "action"),
-    ("/api/runs?agent=%00", "agent"),
-    ("/api/runs?userId=%00", "userId"),
-    ("/api/runs?label=k:%00", "label"),
-    ("/api/runs?sessionId=%00", "sessionId"),
-    ("/api/jobs?handlerKey=%00", "handlerKey"),
-    ("/api/approvals/rules?toolName=%00", "toolName"),
-    ("/api/stats?agent=%00", "agent"),
-];
 
 #[tokio::test]
 async fn a_nul_character_is_400_naming_the_field_in_every_filter_and_definition_field() {

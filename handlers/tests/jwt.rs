@@ -8,6 +8,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
 
+#[path = "fixtures/jwt/keys.rs"]
+mod jwt_keys;
 mod support;
 
 use std::net::SocketAddr;
@@ -21,6 +23,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chrono::Utc;
 use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
+use jwt_keys::{EC_PRIVATE, EC_PUBLIC, OTHER_RSA_PRIVATE, RSA_PRIVATE, RSA_PUBLIC};
 use serde_json::{Value, json};
 use support::TestClock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -36,11 +39,6 @@ use tracon_handlers::{AppState, HttpSettings, PeerAddr};
 const TOKEN: &str = "a-long-enough-test-token";
 const ISSUER: &str = "https://issuer.example";
 const AUDIENCE: &str = "tracon-api";
-const RSA_PRIVATE: &str = include_str!("fixtures/jwt/rsa-private.pem");
-const RSA_PUBLIC: &str = include_str!("fixtures/jwt/rsa-public.pem");
-const OTHER_RSA_PRIVATE: &str = include_str!("fixtures/jwt/other-rsa-private.pem");
-const EC_PRIVATE: &str = include_str!("fixtures/jwt/ec-p256-private.pem");
-const EC_PUBLIC: &str = include_str!("fixtures/jwt/ec-p256-public.pem");
 const SECRET: &str = "an-hs256-test-secret-of-more-than-32-bytes";
 const INVALID: &str = "The bearer token is not valid.";
 

@@ -54,7 +54,7 @@ fn app_owned(http: HttpSettings, session_ownership: SessionOwnership) -> App {
         RuntimeBuilder::new(tokio_rt::platform())
             .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
             .add_agent(AgentDefinition::new("support", "script", "m").with_instructions("You are the support agent."))
-            .attribution(Arc::new(TestUsers))
+            .attribution(Arc::new(support::TestUsers))
             .settings(RuntimeSettings { session_ownership, ..RuntimeSettings::default() })
             .build()
             .unwrap(),
@@ -65,19 +65,6 @@ fn app_owned(http: HttpSettings, session_ownership: SessionOwnership) -> App {
 
 fn app() -> App {
     app_with(HttpSettings::default())
-}
-
-/// The user is the `x-test-user` header.
-struct TestUsers;
-
-impl tracon_core::attribution::RunAttribution for TestUsers {
-    fn attribute(
-        &self,
-        request: &tracon_core::attribution::AttributionRequest<'_>,
-    ) -> Result<tracon_core::attribution::Attribution, String> {
-        let user = request.headers.iter().find(|(k, _)| k == "x-test-user").map(|(_, v)| v.clone());
-        Ok(tracon_core::attribution::Attribution { user_id: user, ..Default::default() })
-    }
 }
 
 struct Call<'a> {

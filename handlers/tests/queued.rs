@@ -11,7 +11,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::{Method, StatusCode, header};
 use serde_json::{Value, json};
-use support::Manual;
+use support::{Manual, approval_tool};
 use tracon_core::definition::AgentDefinition;
 use tracon_core::jobs::{JobHandler, JobRunner, JobSettings};
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
@@ -20,7 +20,6 @@ use tracon_core::ports::tokio_rt;
 use tracon_core::runs::queued::QueuedRuns;
 use tracon_core::runtime::RunQueue;
 use tracon_core::runtime::{Runtime, RuntimeBuilder, RuntimeSettings};
-use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
 use tracon_handlers::{AppState, HttpSettings};
 
 struct Harness {
@@ -34,29 +33,17 @@ fn harness(with_consumer: bool) -> Harness {
 }
 
 fn harness_with(with_consumer: bool, settings: RuntimeSettings) -> Harness {
-    let refund = ToolRegistration::new(
-        "refund",
-        "Refunds.",
-        json!({"type": "object"}),
-        tool_fn(|_, _| async { Ok(ToolOutput::from("refunded")) }),
-    )
-    .map(|r| r.requires_approval(true));
-    let script = ScriptedProvider::from_fn("script", |req| {
-        let asked = req.messages.iter().rev().find_map(|m| match m {
-            Message::User { text } => Some(text.clone()),
-            _ => None,
-        });
-        match asked.as_deref() {
-            Some("refund") if !matches!(req.messages.last(), Some(Message::Tool { .. })) => {
-                ScriptedTurn::tool_call("refund", json!({}))
-            }
-            Some("fail") => ScriptedTurn::failing(ProviderError::new(
-                ProviderErrorKind::ServerError,
-                "HttpRequestException",
-                "upstream said no",
-            )),
-            _ => ScriptedTurn::text("Done in the background.").with_usage(5, 3),
+    let refund = approval_tool("refund", "Refunds.", json!({"type": "object"}), "refunded");
+    let script = ScriptedProvider::from_fn("script", |req| match req.last_user_text() {
+        Some("refund") if !matches!(req.messages.last(), Some(Message::Tool { .. })) => {
+            ScriptedTurn::tool_call("refund", json!({}))
         }
+        Some("fail") => ScriptedTurn::failing(ProviderError::new(
+            ProviderErrorKind::ServerError,
+            "HttpRequestException",
+            "upstream said no",
+        )),
+        _ => ScriptedTurn::text("Done in the background.").with_usage(5, 3),
     });
     let runtime = Arc::new(
         RuntimeBuilder::new(tokio_rt::platform())

@@ -54,20 +54,15 @@ fn app() -> Router {
             }
         }),
     );
-    let refund = ToolRegistration::new(
+    let refund = support::approval_tool(
         "refund",
         "Refunds an order.",
         json!({"type": "object", "properties": {"order": {"type": "string"}}}),
-        tool_fn(|_, _| async { Ok(ToolOutput::from("refunded")) }),
-    )
-    .map(|r| r.requires_approval(true));
+        "refunded",
+    );
     let script = ScriptedProvider::from_fn("script", |req| {
-        let user = req.messages.iter().rev().find_map(|m| match m {
-            Message::User { text } => Some(text.clone()),
-            _ => None,
-        });
         let answered = matches!(req.messages.last(), Some(Message::Tool { .. }));
-        match user.as_deref() {
+        match req.last_user_text() {
             Some(u) if u.starts_with("Look up") && !answered => {
                 ScriptedTurn::tool_call("lookup", json!({"q": "4182"})).and_tool_call("lookup", json!({"q": "missing"}))
             }

@@ -84,12 +84,8 @@ fn gated(chunks: usize) -> (Arc<Gated>, Arc<Semaphore>) {
 
 fn scripted() -> ScriptedProvider {
     ScriptedProvider::from_fn("script", |req| {
-        let last = req.messages.iter().rev().find_map(|m| match m {
-            Message::User { text } => Some(text.clone()),
-            _ => None,
-        });
         let answered = req.messages.last().is_some_and(|m| matches!(m, Message::Tool { .. }));
-        match last.as_deref() {
+        match req.last_user_text() {
             Some("fail") => ScriptedTurn::failing(ProviderError::from_status(
                 500,
                 "upstream says: api_key=sk-live-SECRET host=10.9.8.7",
@@ -687,20 +683,30 @@ async fn foreign_error_text_never_reaches_a_response_or_a_stored_field() {
 
 // ---- recording never breaks a run ------------------------------------------------------------------
 
-/// Stores whose every write fails (reads find nothing).
-struct Broken;
+/// Stores whose every write fails (reads find nothing): the disk is full, or the store cannot
+/// be reached at all.
+#[derive(Clone, Copy)]
+enum Broken {
+    DiskFull,
+    Unreachable,
+}
 
-fn down<T>() -> Result<T, StoreError> {
-    Err(StoreError::Internal { detail: "disk full".into() })
+impl Broken {
+    fn down<T>(self) -> Result<T, StoreError> {
+        Err(match self {
+            Broken::DiskFull => StoreError::Internal { detail: "disk full".into() },
+            Broken::Unreachable => StoreError::Unavailable { detail: "connection refused".into() },
+        })
+    }
 }
 
 #[async_trait::async_trait]
 impl RunStore for Broken {
     async fn create_run(&self, _: &TenantId, _: &RunRecord, _: Option<&RunInputRecord>) -> Result<(), StoreError> {
-        down()
+        self.down()
     }
     async fn finish_run(&self, _: &TenantId, _: RunId, _: &RunEnd, _: &[RecordedEvent]) -> Result<(), StoreError> {
-        down()
+        self.down()
     }
     async fn get_run(&self, _: &TenantId, _: RunId) -> Result<Option<RunRecord>, StoreError> {
         Ok(None)
@@ -721,13 +727,13 @@ impl RunStore for Broken {
         _: &[RecordedEvent],
         _: chrono::DateTime<chrono::Utc>,
     ) -> Result<(), StoreError> {
-        down()
+        self.down()
     }
     async fn read_events(&self, _: &TenantId, _: RunId, _: u64, _: usize) -> Result<Vec<RecordedEvent>, StoreError> {
         Ok(Vec::new())
     }
     async fn record_tool_call(&self, _: &TenantId, _: &ToolCallRecord) -> Result<(), StoreError> {
-        down()
+        self.down()
     }
     async fn last_sequence(&self, _: &TenantId, _: RunId) -> Result<u64, StoreError> {
         Ok(0)
@@ -739,7 +745,7 @@ impl RunStore for Broken {
         _: Option<&ModelStep>,
         _: &[ToolCallRecord],
     ) -> Result<bool, StoreError> {
-        down()
+        self.down()
     }
     async fn list_steps(&self, _: &TenantId, _: RunId) -> Result<Vec<ModelStep>, StoreError> {
         Ok(Vec::new())
@@ -752,7 +758,7 @@ impl RunStore for Broken {
         _: Option<&tracon_core::model::Usage>,
         _: chrono::DateTime<chrono::Utc>,
     ) -> Result<bool, StoreError> {
-        down()
+        self.down()
     }
     async fn resume_yielded(
         &self,
@@ -760,19 +766,19 @@ impl RunStore for Broken {
         _: RunId,
         _: chrono::DateTime<chrono::Utc>,
     ) -> Result<bool, StoreError> {
-        down()
+        self.down()
     }
     async fn open_continuation(&self, _: &TenantId, _: RunId, _: &RunRecord) -> Result<bool, StoreError> {
-        down()
+        self.down()
     }
     async fn complete_tool_call_late(&self, _: &TenantId, _: &LateCompletion) -> Result<(), StoreError> {
-        down()
+        self.down()
     }
     async fn list_tool_calls(&self, _: &TenantId, _: RunId) -> Result<Vec<ToolCallRecord>, StoreError> {
         Ok(Vec::new())
     }
     async fn record_input(&self, _: &TenantId, _: RunId, _: &RunInputRecord) -> Result<(), StoreError> {
-        down()
+        self.down()
     }
     async fn get_input(&self, _: &TenantId, _: RunId) -> Result<Option<RunInputRecord>, StoreError> {
         Ok(None)
@@ -783,19 +789,19 @@ impl RunStore for Broken {
         _: RunId,
         _: chrono::DateTime<chrono::Utc>,
     ) -> Result<Option<bool>, StoreError> {
-        down()
+        self.down()
     }
     async fn request_cancel(&self, _: &TenantId, _: RunId) -> Result<CancelOutcome, StoreError> {
-        down()
+        self.down()
     }
     async fn is_cancel_requested(&self, _: &TenantId, _: RunId) -> Result<bool, StoreError> {
-        down()
+        self.down()
     }
     async fn heartbeat(&self, _: &TenantId, _: RunId, _: DateTime<Utc>) -> Result<(), StoreError> {
-        down()
+        self.down()
     }
     async fn stale_runs(&self, _: DateTime<Utc>, _: usize) -> Result<Vec<StaleRun>, StoreError> {
-        down()
+        self.down()
     }
     async fn close_stale(
         &self,
@@ -805,7 +811,7 @@ impl RunStore for Broken {
         _: &RunEnd,
         _: &[RecordedEvent],
     ) -> Result<bool, StoreError> {
-        down()
+        self.down()
     }
 }
 
@@ -823,7 +829,7 @@ impl DefinitionStore for Broken {
         _: AgentDefinition,
         _: chrono::DateTime<chrono::Utc>,
     ) -> Result<StoredDefinition, StoreError> {
-        down()
+        self.down()
     }
     async fn update(
         &self,
@@ -831,10 +837,10 @@ impl DefinitionStore for Broken {
         _: AgentDefinition,
         _: chrono::DateTime<chrono::Utc>,
     ) -> Result<StoredDefinition, StoreError> {
-        down()
+        self.down()
     }
     async fn delete(&self, _: &TenantId, _: &AgentName) -> Result<bool, StoreError> {
-        down()
+        self.down()
     }
     async fn versions(&self, _: &TenantId, _: &AgentName) -> Result<Vec<StoredDefinition>, StoreError> {
         Ok(Vec::new())
@@ -856,13 +862,13 @@ impl SessionStore for Broken {
         Ok(Vec::new())
     }
     async fn try_create(&self, _: &TenantId, _: &str, _: &SessionWrite) -> Result<SessionRecord, StoreError> {
-        down()
+        self.down()
     }
     async fn try_append(&self, _: &TenantId, _: &str, _: u64, _: &SessionWrite) -> Result<SessionRecord, StoreError> {
-        down()
+        self.down()
     }
     async fn delete(&self, _: &TenantId, _: &str) -> Result<bool, StoreError> {
-        down()
+        self.down()
     }
     async fn branch(
         &self,
@@ -873,132 +879,14 @@ impl SessionStore for Broken {
         _: Option<String>,
         _: chrono::DateTime<chrono::Utc>,
     ) -> Result<SessionRecord, StoreError> {
-        down()
-    }
-}
-
-/// A store that cannot be reached at all.
-struct Unreachable;
-
-#[async_trait::async_trait]
-impl RunStore for Unreachable {
-    async fn create_run(&self, _: &TenantId, _: &RunRecord, _: Option<&RunInputRecord>) -> Result<(), StoreError> {
-        Err(StoreError::Unavailable { detail: "connection refused".into() })
-    }
-    async fn finish_run(&self, t: &TenantId, r: RunId, e: &RunEnd, ev: &[RecordedEvent]) -> Result<(), StoreError> {
-        Broken.finish_run(t, r, e, ev).await
-    }
-    async fn get_run(&self, t: &TenantId, r: RunId) -> Result<Option<RunRecord>, StoreError> {
-        RunStore::get_run(&Broken, t, r).await
-    }
-    async fn list_tree(&self, t: &TenantId, r: RunId) -> Result<Vec<RunRecord>, StoreError> {
-        RunStore::list_tree(&Broken, t, r).await
-    }
-    async fn list_runs(&self, t: &TenantId, f: &RunFilter, a: usize, b: usize) -> Result<Vec<RunRecord>, StoreError> {
-        Broken.list_runs(t, f, a, b).await
-    }
-    async fn stats(&self, t: &TenantId, f: &RunFilter) -> Result<RunStats, StoreError> {
-        Broken.stats(t, f).await
-    }
-    async fn append_events(
-        &self,
-        t: &TenantId,
-        r: RunId,
-        e: &[RecordedEvent],
-        n: chrono::DateTime<chrono::Utc>,
-    ) -> Result<(), StoreError> {
-        Broken.append_events(t, r, e, n).await
-    }
-    async fn read_events(&self, t: &TenantId, r: RunId, a: u64, l: usize) -> Result<Vec<RecordedEvent>, StoreError> {
-        Broken.read_events(t, r, a, l).await
-    }
-    async fn record_tool_call(&self, t: &TenantId, c: &ToolCallRecord) -> Result<(), StoreError> {
-        Broken.record_tool_call(t, c).await
-    }
-    async fn last_sequence(&self, t: &TenantId, r: RunId) -> Result<u64, StoreError> {
-        Broken.last_sequence(t, r).await
-    }
-    async fn begin_step(
-        &self,
-        _: &TenantId,
-        _: RunId,
-        _: Option<&ModelStep>,
-        _: &[ToolCallRecord],
-    ) -> Result<bool, StoreError> {
-        Err(StoreError::Unavailable { detail: "connection refused".into() })
-    }
-    async fn list_steps(&self, t: &TenantId, r: RunId) -> Result<Vec<ModelStep>, StoreError> {
-        Broken.list_steps(t, r).await
-    }
-    async fn yield_run(
-        &self,
-        t: &TenantId,
-        r: RunId,
-        e: &[RecordedEvent],
-        u: Option<&tracon_core::model::Usage>,
-        n: chrono::DateTime<chrono::Utc>,
-    ) -> Result<bool, StoreError> {
-        Broken.yield_run(t, r, e, u, n).await
-    }
-    async fn resume_yielded(
-        &self,
-        t: &TenantId,
-        r: RunId,
-        n: chrono::DateTime<chrono::Utc>,
-    ) -> Result<bool, StoreError> {
-        Broken.resume_yielded(t, r, n).await
-    }
-    async fn open_continuation(&self, t: &TenantId, f: RunId, n: &RunRecord) -> Result<bool, StoreError> {
-        Broken.open_continuation(t, f, n).await
-    }
-    async fn complete_tool_call_late(&self, t: &TenantId, l: &LateCompletion) -> Result<(), StoreError> {
-        Broken.complete_tool_call_late(t, l).await
-    }
-    async fn list_tool_calls(&self, t: &TenantId, r: RunId) -> Result<Vec<ToolCallRecord>, StoreError> {
-        Broken.list_tool_calls(t, r).await
-    }
-    async fn record_input(&self, t: &TenantId, r: RunId, i: &RunInputRecord) -> Result<(), StoreError> {
-        Broken.record_input(t, r, i).await
-    }
-    async fn get_input(&self, t: &TenantId, r: RunId) -> Result<Option<RunInputRecord>, StoreError> {
-        Broken.get_input(t, r).await
-    }
-    async fn start_queued(
-        &self,
-        t: &TenantId,
-        r: RunId,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Option<bool>, StoreError> {
-        Broken.start_queued(t, r, now).await
-    }
-    async fn request_cancel(&self, t: &TenantId, r: RunId) -> Result<CancelOutcome, StoreError> {
-        Broken.request_cancel(t, r).await
-    }
-    async fn is_cancel_requested(&self, t: &TenantId, r: RunId) -> Result<bool, StoreError> {
-        Broken.is_cancel_requested(t, r).await
-    }
-    async fn heartbeat(&self, t: &TenantId, r: RunId, now: DateTime<Utc>) -> Result<(), StoreError> {
-        Broken.heartbeat(t, r, now).await
-    }
-    async fn stale_runs(&self, before: DateTime<Utc>, n: usize) -> Result<Vec<StaleRun>, StoreError> {
-        Broken.stale_runs(before, n).await
-    }
-    async fn close_stale(
-        &self,
-        t: &TenantId,
-        r: RunId,
-        before: DateTime<Utc>,
-        e: &RunEnd,
-        ev: &[RecordedEvent],
-    ) -> Result<bool, StoreError> {
-        Broken.close_stale(t, r, before, e, ev).await
+        self.down()
     }
 }
 
 #[tokio::test]
 async fn an_unreachable_store_refuses_a_run_with_503_before_anything_streams() {
     let mut stores = Stores::in_memory();
-    stores.runs = Arc::new(Unreachable);
+    stores.runs = Arc::new(Broken::Unreachable);
     let app = app(&Options { stores, ..Options::default() });
     let (status, doc) = json_of(&app, req(Method::POST, "/api/agents/chat/run", Some(json!({"message": "hi"})))).await;
     assert_eq!((status, doc["errorType"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("store_unavailable")));
@@ -1007,7 +895,7 @@ async fn an_unreachable_store_refuses_a_run_with_503_before_anything_streams() {
 
 #[tokio::test]
 async fn a_store_that_fails_every_write_still_lets_the_run_complete() {
-    let broken = Arc::new(Broken);
+    let broken = Arc::new(Broken::DiskFull);
     let stores = Stores {
         definitions: broken.clone(),
         runs: broken.clone(),

@@ -16,15 +16,13 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use futures::StreamExt;
 use serde_json::{Value, json};
-use support::Manual;
+use support::{Manual, Unwritable};
 use tower::ServiceExt;
-use tracon_core::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
 use tracon_core::config::Config;
 use tracon_core::definition::AgentDefinition;
-use tracon_core::error::StoreError;
 use tracon_core::jobs::{JobHandler, JobRunner, JobSettings};
+use tracon_core::model::ModelProvider;
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
-use tracon_core::model::{Message, ModelProvider};
 use tracon_core::names::TenantId;
 use tracon_core::ports::tokio_rt;
 use tracon_core::runs::queued::QueuedRuns;
@@ -58,11 +56,7 @@ impl Default for Options {
 fn harness(options: Options) -> Harness {
     // The model echoes what the run was asked, so a test sees which message arrived.
     let script = ScriptedProvider::from_fn("script", |req| {
-        let asked = req.messages.iter().rev().find_map(|m| match m {
-            Message::User { text } => Some(text.clone()),
-            _ => None,
-        });
-        ScriptedTurn::text(&format!("Handled: {}", asked.unwrap_or_default())).with_usage(5, 3)
+        ScriptedTurn::text(&format!("Handled: {}", req.last_user_text().unwrap_or_default())).with_usage(5, 3)
     });
     let mut builder = RuntimeBuilder::new(tokio_rt::platform())
         .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
@@ -746,22 +740,6 @@ async fn bad_definitions_are_400_naming_the_field_and_never_echo_a_secret() {
     assert_eq!(list, json!([]), "nothing was written");
     let (_, _, trail) = call(&h.app, Method::GET, "/api/audit?entityType=trigger", None).await;
     assert_eq!(trail, json!([]), "refused writes are not audited");
-}
-
-/// A trail that cannot be written.
-struct Unwritable;
-
-#[async_trait::async_trait]
-impl AuditStore for Unwritable {
-    async fn append(&self, _: &TenantId, _: NewAuditEntry) -> Result<AuditEntry, StoreError> {
-        Err(StoreError::Unavailable { detail: "audit database down".into() })
-    }
-    async fn list(&self, _: &TenantId, _: &AuditFilter, _: usize, _: usize) -> Result<Vec<AuditEntry>, StoreError> {
-        Err(StoreError::Unavailable { detail: "audit database down".into() })
-    }
-    async fn chain(&self, _: &TenantId) -> Result<Vec<AuditEntry>, StoreError> {
-        Err(StoreError::Unavailable { detail: "audit database down".into() })
-    }
 }
 
 #[tokio::test]

@@ -21,7 +21,7 @@ use hmac::{Hmac, Mac};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use serde_json::{Value, json};
 use sha2::Sha256;
-use support::{Manual, TestClock};
+use support::{Manual, TestClock, approval_tool};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tracon_core::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
@@ -36,7 +36,6 @@ use tracon_core::ports::{Clock, Platform, tokio_rt};
 use tracon_core::runtime::RunQueue;
 use tracon_core::runtime::{Runtime, RuntimeBuilder};
 use tracon_core::stores::Stores;
-use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
 use tracon_core::webhooks::{WebhookSettings, WebhookSubscription};
 use tracon_handlers::{AppState, HttpSettings};
 
@@ -171,29 +170,17 @@ fn local(extra: &[(&str, &str)]) -> WebhookSettings {
 fn harness_with(settings: WebhookSettings, stores: Stores) -> Harness {
     let clock = Arc::new(TestClock::frozen(Utc::now()));
     let platform = Platform { clock: clock.clone(), spawner: tokio_rt::platform().spawner };
-    let refund = ToolRegistration::new(
-        "refund",
-        "Refunds an order.",
-        json!({"type": "object"}),
-        tool_fn(|_, _| async { Ok(ToolOutput::from("refunded")) }),
-    )
-    .map(|r| r.requires_approval(true));
-    let script = ScriptedProvider::from_fn("script", |req| {
-        let asked = req.messages.iter().rev().find_map(|m| match m {
-            tracon_core::model::Message::User { text } => Some(text.clone()),
-            _ => None,
-        });
-        match asked.as_deref() {
-            Some("refund") if !matches!(req.messages.last(), Some(tracon_core::model::Message::Tool { .. })) => {
-                ScriptedTurn::tool_call("refund", json!({"order": 7}))
-            }
-            Some("fail") => ScriptedTurn::failing(tracon_core::model::ProviderError::new(
-                tracon_core::model::ProviderErrorKind::ServerError,
-                "HttpRequestException",
-                "upstream said no",
-            )),
-            _ => ScriptedTurn::text("Done.").with_usage(5, 3),
+    let refund = approval_tool("refund", "Refunds an order.", json!({"type": "object"}), "refunded");
+    let script = ScriptedProvider::from_fn("script", |req| match req.last_user_text() {
+        Some("refund") if !matches!(req.messages.last(), Some(tracon_core::model::Message::Tool { .. })) => {
+            ScriptedTurn::tool_call("refund", json!({"order": 7}))
         }
+        Some("fail") => ScriptedTurn::failing(tracon_core::model::ProviderError::new(
+            tracon_core::model::ProviderErrorKind::ServerError,
+            "HttpRequestException",
+            "upstream said no",
+        )),
+        _ => ScriptedTurn::text("Done.").with_usage(5, 3),
     });
     let runtime = Arc::new(
         RuntimeBuilder::new(platform)
@@ -315,39 +302,38 @@ async fn a_finished_run_is_delivered_signed_and_the_receiver_verifies_it() {
     assert_eq!(h.runner.drain(10).await.unwrap(), 0);
 }
 
-#[tokio::test]
-async fn a_failed_run_publishes_run_failed_with_a_safe_message() {
+/// Runs `bot` on `message` with one subscription to `events` and delivers what that queued:
+/// exactly one event, in one delivery entry. The harness and that event's body.
+async fn the_one_event_of_a_run(message: &str, events: &[&str]) -> (Harness, Value) {
     let receiver = Receiver::start(&[]).await;
     let h = harness(local(&[]));
-    let id = subscribe(&h, &receiver.url(), &["run.failed", "run.completed"]).await;
-    call(&h.app, Method::POST, "/api/agents/bot/run", Some(json!({"message": "fail"}))).await;
+    let id = subscribe(&h, &receiver.url(), events).await;
+    call(&h.app, Method::POST, "/api/agents/bot/run", Some(json!({"message": message}))).await;
     h.runner.drain(10).await.unwrap();
     let got = receiver.requests();
     assert_eq!(got.len(), 1);
-    let body: Value = serde_json::from_slice(&got[0].body).unwrap();
+    assert_eq!(deliveries(&h, &id).await.len(), 1);
+    let body = serde_json::from_slice(&got[0].body).unwrap();
+    (h, body)
+}
+
+#[tokio::test]
+async fn a_failed_run_publishes_run_failed_with_a_safe_message() {
+    let (_, body) = the_one_event_of_a_run("fail", &["run.failed", "run.completed"]).await;
     assert_eq!(body["type"], "run.failed");
     assert_eq!(body["data"]["status"], "Failed");
     assert!(!body.to_string().contains("upstream said no"), "foreign text stays in the log: {body}");
-    assert_eq!(deliveries(&h, &id).await.len(), 1);
 }
 
 #[tokio::test]
 async fn a_run_stopping_for_approval_publishes_approval_pending_without_the_arguments() {
-    let receiver = Receiver::start(&[]).await;
-    let h = harness(local(&[]));
-    let id = subscribe(&h, &receiver.url(), &["approval.pending", "run.completed"]).await;
-    call(&h.app, Method::POST, "/api/agents/bot/run", Some(json!({"message": "refund"}))).await;
-    h.runner.drain(10).await.unwrap();
-    let got = receiver.requests();
-    assert_eq!(got.len(), 1);
-    let body: Value = serde_json::from_slice(&got[0].body).unwrap();
+    let (h, body) = the_one_event_of_a_run("refund", &["approval.pending", "run.completed"]).await;
     assert_eq!(body["type"], "approval.pending");
     assert_eq!(body["data"]["requests"][0]["toolName"], "refund");
     assert!(body["data"]["requests"][0]["requestId"].is_string());
     assert!(!body.to_string().contains("order"), "no arguments: {body}");
     let (_, pending) = call(&h.app, Method::GET, "/api/approvals/pending", None).await;
     assert_eq!(pending[0]["id"], body["data"]["requests"][0]["requestId"]);
-    assert_eq!(deliveries(&h, &id).await.len(), 1);
 }
 
 #[tokio::test]

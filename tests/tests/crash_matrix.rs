@@ -127,16 +127,7 @@ async fn fifty_runs_killed_three_times_end_completed_or_blocked_and_nothing_comp
     let mut runs = Vec::new();
     for i in 0..RUNS {
         let model = models[i % models.len()];
-        let accepted = client
-            .post(server.url(&format!("/api/agents/{model}/run")))
-            .header("Prefer", "respond-async")
-            .json(&json!({"message": format!("job-{i}")}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(accepted.status(), 202);
-        let body: Value = accepted.json().await.unwrap();
-        runs.push((model, body["runId"].as_str().unwrap().to_owned()));
+        runs.push((model, support::queue_run(&client, &server, model, &format!("job-{i}")).await));
     }
 
     // Three kills at pseudo-random moments while the work runs, each followed by a restart.

@@ -3,12 +3,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+// The filters the in-memory handler tests check for U+0000.
+#[path = "../../handlers/tests/fixtures/nul_filters.rs"]
+mod nul_filters;
 mod support;
 
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use nul_filters::NUL_FILTERS;
 use serde_json::{Value, json};
 use support::{Tracon, of_kind, run, text_of, tracon_bin};
 use tracon_tests::chaos::ChaosProxy;
@@ -234,19 +238,7 @@ async fn a_database_that_refuses_connections_is_503_store_unavailable_with_retry
 async fn a_nul_character_is_the_same_400_on_postgres_as_in_memory() {
     let server = start_on_pg(&fresh_schema(), &database_url(), &[]).await;
     let client = reqwest::Client::new();
-    for (path, field) in [
-        ("/api/audit?actor=%00", "actor"),
-        ("/api/audit?entityType=%00", "entityType"),
-        ("/api/audit?entityId=%00", "entityId"),
-        ("/api/audit?action=%00", "action"),
-        ("/api/runs?agent=%00", "agent"),
-        ("/api/runs?userId=%00", "userId"),
-        ("/api/runs?label=k:%00", "label"),
-        ("/api/runs?sessionId=%00", "sessionId"),
-        ("/api/jobs?handlerKey=%00", "handlerKey"),
-        ("/api/approvals/rules?toolName=%00", "toolName"),
-        ("/api/stats?agent=%00", "agent"),
-    ] {
+    for (path, field) in NUL_FILTERS {
         let res = client.get(server.url(path)).send().await.unwrap();
         let status = res.status().as_u16();
         let doc: Value = res.json().await.unwrap();
@@ -810,16 +802,7 @@ async fn killed_mid_queue_every_job_ends_once_and_the_orphaned_runs_are_reconcil
 
     let mut runs = Vec::new();
     for i in 0..RUNS {
-        let accepted = client
-            .post(first.url("/api/agents/crasher/run"))
-            .header("Prefer", "respond-async")
-            .json(&json!({"message": format!("job-{i}")}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(accepted.status(), 202);
-        let body: Value = accepted.json().await.unwrap();
-        runs.push((i, body["runId"].as_str().unwrap().to_owned()));
+        runs.push((i, support::queue_run(&client, &first, "crasher", &format!("job-{i}")).await));
     }
     // Wait until every slot of the first process is inside a model call.
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -16,6 +16,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+// The test-only keys of handlers/tests/fixtures/jwt.
+#[path = "../../handlers/tests/fixtures/jwt/keys.rs"]
+mod jwt_keys;
 mod support;
 
 use std::net::TcpListener;
@@ -28,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use jsonwebtoken::{Algorithm, EncodingKey};
+use jwt_keys::{EC_PRIVATE, OTHER_RSA_PRIVATE, RSA_PRIVATE, RSA_PUBLIC};
 use serde_json::{Value, json};
 use support::{Frame, Tracon, parse_frames, text_of, tracon_bin};
 use tracon_tests::mock::{MockConfig, MockServer, MockTurn};
@@ -598,11 +602,6 @@ async fn a_run_on_the_worker_is_cancelled_through_lambda_and_the_worker_sees_it_
 
 const ISSUER: &str = "https://issuer.example";
 const AUDIENCE: &str = "tracon-worker";
-// The test-only keys of handlers/tests/fixtures/jwt (its README says how they were made).
-const RSA_PRIVATE: &str = include_str!("../../handlers/tests/fixtures/jwt/rsa-private.pem");
-const RSA_PUBLIC: &str = include_str!("../../handlers/tests/fixtures/jwt/rsa-public.pem");
-const OTHER_RSA_PRIVATE: &str = include_str!("../../handlers/tests/fixtures/jwt/other-rsa-private.pem");
-const EC_PRIVATE: &str = include_str!("../../handlers/tests/fixtures/jwt/ec-p256-private.pem");
 const HS_SECRET: &str = "a-worker-hs256-test-secret-of-more-than-32-bytes";
 const OTHER_HS_SECRET: &str = "another-hs256-test-secret-of-more-than-32-bytes";
 const NOT_VALID: &str = "The bearer token is not valid.";

@@ -105,6 +105,12 @@ pub fn status_parse(s: &str) -> Result<RunStatus, StoreError> {
     RunStatus::parse(s).ok_or_else(|| corrupt("run status", s))
 }
 
+/// A count, size or duration as a `bigint` parameter (an `OFFSET`, a `LIMIT`, milliseconds),
+/// saturating at `i64::MAX`.
+pub fn bigint(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
+}
+
 pub fn to_i64(v: u64, what: &str) -> Result<i64, StoreError> {
     i64::try_from(v).map_err(|_| corrupt(what, v))
 }
@@ -823,11 +829,6 @@ pub fn job_lease_of(job: JobRecord) -> Result<Option<Lease>, StoreError> {
 fn job_lease(job: JobRecord) -> Result<Lease, StoreError> {
     let token = job.lease_token.ok_or_else(|| corrupt("job lease", "a leased job without a token"))?;
     Ok(Lease { job, token })
-}
-
-/// How many rows a lease statement may take, as its `LIMIT` parameter.
-pub fn job_limit(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 // ---- idempotency keys ----------------------------------------------------------------------

@@ -76,6 +76,20 @@ fn run_row(agent: &str, started: DateTime<Utc>) -> RunRecord {
     RunRecord::opened(RunId(uuid::Uuid::now_v7()), agent, Some(1), RunStatus::Running, started)
 }
 
+/// A run's end at `t0()`, 1 ms in, with nothing to account for.
+fn ended(status: RunStatus) -> RunEnd {
+    RunEnd {
+        status,
+        ended_at: t0(),
+        duration_ms: 1,
+        usage: None,
+        cost: None,
+        model_provider: None,
+        model: None,
+        error: None,
+    }
+}
+
 fn event(sequence: u64, text: &str) -> RecordedEvent {
     RecordedEvent {
         sequence,
@@ -235,16 +249,7 @@ pub async fn runs_list_with_filters_newest_first(s: Stores) {
         r.create_run(&a(), &row, None).await.unwrap();
         rows.push(row);
     }
-    let done = RunEnd {
-        status: RunStatus::Completed,
-        ended_at: t0(),
-        duration_ms: 1,
-        usage: None,
-        cost: None,
-        model_provider: None,
-        model: None,
-        error: None,
-    };
+    let done = ended(RunStatus::Completed);
     r.finish_run(&a(), rows[4].id, &done, &[]).await.unwrap();
     let ids = |v: Vec<RunRecord>| v.into_iter().map(|x| x.id).collect::<Vec<_>>();
     let all = ids(r.list_runs(&a(), &RunFilter::default(), 0, 50).await.unwrap());
@@ -451,16 +456,7 @@ pub async fn cancel_is_a_flag_on_a_running_run(s: Stores) {
     assert!(!r.is_cancel_requested(&a(), row.id).await.unwrap());
     assert_eq!(r.request_cancel(&a(), row.id).await.unwrap(), CancelOutcome::Requested);
     assert!(r.is_cancel_requested(&a(), row.id).await.unwrap());
-    let done = RunEnd {
-        status: RunStatus::Canceled,
-        ended_at: t0(),
-        duration_ms: 1,
-        usage: None,
-        cost: None,
-        model_provider: None,
-        model: None,
-        error: None,
-    };
+    let done = ended(RunStatus::Canceled);
     r.finish_run(&a(), row.id, &done, &[]).await.unwrap();
     assert_eq!(r.request_cancel(&a(), row.id).await.unwrap(), CancelOutcome::AlreadyEnded(RunStatus::Canceled));
     assert!(not_found(r.request_cancel(&a(), RunId(uuid::Uuid::now_v7())).await));
@@ -508,16 +504,7 @@ pub async fn stale_runs_are_found_across_tenants_and_closed_once(s: Stores) {
     assert_eq!(r.stale_runs(stale_before, 1).await.unwrap().len(), 1);
 
     let failure = RunFailure::new(ErrorClass::Orphaned, "closed");
-    let end = RunEnd {
-        status: RunStatus::Failed,
-        ended_at: t0(),
-        duration_ms: 5,
-        usage: None,
-        cost: None,
-        model_provider: None,
-        model: None,
-        error: Some(failure.clone()),
-    };
+    let end = RunEnd::failed(t0(), 5, failure.clone());
     let closing = RecordedEvent { sequence: 3, timestamp: t0(), event: RunEvent::RunFailed { error: failure.clone() } };
     assert!(
         !r.close_stale(&b(), quiet.id, stale_before, &end, std::slice::from_ref(&closing)).await.unwrap(),
@@ -655,16 +642,7 @@ pub async fn runs_are_isolated_between_tenants(s: Stores) {
         assert!(not_found(r.append_events(&other, row.id, &[event(2, "x")], t0()).await));
         assert!(not_found(r.record_tool_call(&other, &call(row.id, "c9")).await));
         assert!(not_found(r.record_input(&other, row.id, &input).await));
-        let end = RunEnd {
-            status: RunStatus::Completed,
-            ended_at: t0(),
-            duration_ms: 1,
-            usage: None,
-            cost: None,
-            model_provider: None,
-            model: None,
-            error: None,
-        };
+        let end = ended(RunStatus::Completed);
         assert!(not_found(r.finish_run(&other, row.id, &end, &[]).await));
         let late = LateCompletion {
             tenant: other.clone(),

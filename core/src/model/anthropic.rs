@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 
-use futures::{StreamExt, stream};
 use serde_json::{Value, json};
 
 use super::sse;
@@ -122,33 +121,11 @@ impl AnthropicProvider {
             .json(&body);
         let response = sse::send(builder).await?;
         let events = sse::events(response);
-        let out = stream::unfold(
-            (events, MessagesStreamParser::default(), false),
-            |(mut events, mut parser, done)| async move {
-                if done {
-                    return None;
-                }
-                loop {
-                    match events.next().await {
-                        Some(Ok(ev)) => match parser.push(&ev.event, &ev.data) {
-                            Ok(items) if items.is_empty() => continue,
-                            Ok(items) => return Some((Ok(items), (events, parser, false))),
-                            Err(e) => return Some((Err(e), (events, parser, true))),
-                        },
-                        Some(Err(e)) => return Some((Err(e), (events, parser, true))),
-                        None => {
-                            let tail = parser.finish();
-                            return Some((tail, (events, MessagesStreamParser::default(), true)));
-                        }
-                    }
-                }
-            },
-        )
-        .flat_map(|batch: Result<Vec<ModelEvent>, ProviderError>| match batch {
-            Ok(items) => stream::iter(items.into_iter().map(Ok).collect::<Vec<_>>()),
-            Err(e) => stream::iter(vec![Err(e)]),
-        });
-        Ok(out.boxed())
+        Ok(sse::model_events(
+            events,
+            |p: &mut MessagesStreamParser, ev| p.push(&ev.event, &ev.data),
+            MessagesStreamParser::finish,
+        ))
     }
 }
 

@@ -129,6 +129,14 @@ impl ModelRequest {
     pub fn setting(&self, key: &str) -> Option<&serde_json::Value> {
         self.provider_settings.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v)
     }
+
+    /// The text of the latest user message, what a scripted model answers to.
+    pub fn last_user_text(&self) -> Option<&str> {
+        self.messages.iter().rev().find_map(|m| match m {
+            Message::User { text } => Some(text.as_str()),
+            _ => None,
+        })
+    }
 }
 
 /// Token usage as the provider measured it.

@@ -17,7 +17,6 @@ use super::{
     FinishReason, Message, ModelEvent, ModelProvider, ModelRequest, ModelStream, ProviderError, ToolCall, Usage,
 };
 use crate::definition::{ModelBinding, ResponseFormat};
-use crate::platform::send_future;
 
 pub const OPENAI: &str = "openai";
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
@@ -135,31 +134,7 @@ impl OpenAiProvider {
             return Ok(stream::iter(events.into_iter().map(Ok)).boxed());
         }
         let events = sse::events(response);
-        let parser = ChatStreamParser::default();
-        let out = stream::unfold((events, parser, false), |(mut events, mut parser, done)| async move {
-            if done {
-                return None;
-            }
-            loop {
-                match send_future(events.next()).await {
-                    Some(Ok(ev)) => match parser.push(&ev.data) {
-                        Ok(items) if items.is_empty() => continue,
-                        Ok(items) => return Some((Ok(items), (events, parser, false))),
-                        Err(e) => return Some((Err(e), (events, parser, true))),
-                    },
-                    Some(Err(e)) => return Some((Err(e), (events, parser, true))),
-                    None => {
-                        let tail = parser.finish();
-                        return Some((tail, (events, ChatStreamParser::default(), true)));
-                    }
-                }
-            }
-        })
-        .flat_map(|batch: Result<Vec<ModelEvent>, ProviderError>| match batch {
-            Ok(items) => stream::iter(items.into_iter().map(Ok).collect::<Vec<_>>()),
-            Err(e) => stream::iter(vec![Err(e)]),
-        });
-        Ok(out.boxed())
+        Ok(sse::model_events(events, |p: &mut ChatStreamParser, ev| p.push(&ev.data), ChatStreamParser::finish))
     }
 }
 

@@ -150,15 +150,7 @@ impl ModelProvider for ScriptedProvider {
 }
 
 fn demo_turn(request: &ModelRequest) -> ScriptedTurn {
-    let user_text = request
-        .messages
-        .iter()
-        .rev()
-        .find_map(|m| match m {
-            Message::User { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .unwrap_or_default();
+    let user_text = request.last_user_text().unwrap_or_default();
     // Tool results since the last user message.
     let results: Vec<(&str, &str)> = request
         .messages

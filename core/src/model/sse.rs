@@ -4,11 +4,12 @@
 //! request reqwest built goes out through [`super::fetch`], whose body can be dropped safely.
 
 use eventsource_stream::{Event, Eventsource};
-use futures::{StreamExt, stream::BoxStream};
+use futures::StreamExt;
+use futures::stream::{self, BoxStream};
 
-use super::ProviderError;
 #[cfg(target_arch = "wasm32")]
 use super::fetch::{Reply, send as transmit};
+use super::{ModelEvent, ModelStream, ProviderError};
 use crate::platform::{send_future, send_stream};
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -73,6 +74,37 @@ pub(crate) fn events(response: Reply) -> BoxStream<'static, Result<Event, Provid
             })
         })
         .boxed()
+}
+
+/// The model events of a provider's event stream: `push` turns each server-sent event into
+/// any number of model events, `finish` gives what the end of the stream completes. An error
+/// (the transport's or a parse error) is the last item.
+pub(crate) fn model_events<P: Default + Send + 'static>(
+    events: BoxStream<'static, Result<Event, ProviderError>>,
+    push: fn(&mut P, &Event) -> Result<Vec<ModelEvent>, ProviderError>,
+    finish: fn(P) -> Result<Vec<ModelEvent>, ProviderError>,
+) -> ModelStream {
+    stream::unfold((events, P::default(), false), move |(mut events, mut parser, done)| async move {
+        if done {
+            return None;
+        }
+        loop {
+            match events.next().await {
+                Some(Ok(ev)) => match push(&mut parser, &ev) {
+                    Ok(items) if items.is_empty() => continue,
+                    Ok(items) => return Some((Ok(items), (events, parser, false))),
+                    Err(e) => return Some((Err(e), (events, parser, true))),
+                },
+                Some(Err(e)) => return Some((Err(e), (events, parser, true))),
+                None => return Some((finish(parser), (events, P::default(), true))),
+            }
+        }
+    })
+    .flat_map(|batch: Result<Vec<ModelEvent>, ProviderError>| match batch {
+        Ok(items) => stream::iter(items.into_iter().map(Ok).collect::<Vec<_>>()),
+        Err(e) => stream::iter(vec![Err(e)]),
+    })
+    .boxed()
 }
 
 /// Reads a whole JSON body.

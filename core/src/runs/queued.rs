@@ -140,18 +140,14 @@ impl crate::jobs::JobHandler for QueuedRuns {
         let tenant = job.tenant.clone();
         let run_id = queued.run_id;
         let now = runtime.platform.clock.now();
-        let transient = |e: StoreError| JobFailure::Transient {
-            code: "tracon.store.unavailable".into(),
-            message: "The store could not be reached.".into(),
-            detail: format!("{e:?}"),
-        };
-        let Some(cancel_asked) = runtime.stores.runs.start_queued(&tenant, run_id, now).await.map_err(transient)?
+        let Some(cancel_asked) =
+            runtime.stores.runs.start_queued(&tenant, run_id, now).await.map_err(JobFailure::store_unavailable)?
         else {
             // An earlier attempt started it. With continuation on, a run whose executor went
             // away is continued here; otherwise the job settles as the run did, and a run still
             // `Running` (its process went away before it ended) is waited for — reconciliation
             // closes it — rather than reported as done.
-            let latest = latest_of_chain(runtime, &tenant, run_id).await.map_err(transient)?;
+            let latest = latest_of_chain(runtime, &tenant, run_id).await.map_err(JobFailure::store_unavailable)?;
             let Some(latest) = latest else {
                 return Err(JobFailure::Permanent {
                     code: "tracon.run.gone".into(),
@@ -282,13 +278,7 @@ impl QueuedRuns {
     ) -> Option<Result<Option<serde_json::Value>, crate::jobs::JobFailure>> {
         use crate::jobs::JobFailure;
         let runtime = &self.runtime;
-        let transient = |e: StoreError| {
-            Some(Err(JobFailure::Transient {
-                code: "tracon.store.unavailable".into(),
-                message: "The store could not be reached.".into(),
-                detail: format!("{e:?}"),
-            }))
-        };
+        let transient = |e| Some(Err(JobFailure::store_unavailable(e)));
         if latest.status == RunStatus::Running && latest.yielded_at.is_some() {
             return self.go_on(tenant, queued, latest, cancel).await;
         }
@@ -379,13 +369,7 @@ impl QueuedRuns {
     ) -> Option<Result<Option<serde_json::Value>, crate::jobs::JobFailure>> {
         use crate::jobs::JobFailure;
         let runtime = &self.runtime;
-        let transient = |e: StoreError| {
-            Some(Err(JobFailure::Transient {
-                code: "tracon.store.unavailable".into(),
-                message: "The store could not be reached.".into(),
-                detail: format!("{e:?}"),
-            }))
-        };
+        let transient = |e| Some(Err(JobFailure::store_unavailable(e)));
         let now = runtime.platform.clock.now();
         match runtime.stores.runs.resume_yielded(tenant, run.id, now).await {
             Ok(true) => {}

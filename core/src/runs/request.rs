@@ -32,6 +32,27 @@ pub struct RunRequest {
     pub tool_results: Vec<ClientToolResult>,
 }
 
+impl RunRequest {
+    /// A fresh run of `agent` on `message`: no culture, parameters, documents or session,
+    /// and neither a resumption, a queued run nor an answer to client-side calls.
+    pub fn new(tenant: TenantId, agent: AgentName, message: String, caller: Caller, attribution: Attribution) -> Self {
+        RunRequest {
+            tenant,
+            agent,
+            message,
+            culture: None,
+            parameters: BTreeMap::new(),
+            documents: Vec::new(),
+            session_id: None,
+            caller,
+            attribution,
+            resume: None,
+            queued: None,
+            tool_results: Vec::new(),
+        }
+    }
+}
+
 /// The caller's answer to a client-side tool call: a result, or an error message.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -31,22 +31,17 @@ pub async fn enqueue_due(
         if !store.advance(&schedule.tenant, schedule.id, expected, next, now).await? {
             continue;
         }
+        let attribution =
+            Attribution { user_id: None, labels: BTreeMap::from([("schedule".to_owned(), schedule.name.clone())]) };
         let request = RunRequest {
-            tenant: schedule.tenant.clone(),
-            agent: schedule.agent.clone(),
-            message: schedule.message.clone(),
-            culture: None,
             parameters: schedule.parameters.clone(),
-            documents: Vec::new(),
-            session_id: None,
-            caller: Caller::internal(),
-            attribution: Attribution {
-                user_id: None,
-                labels: BTreeMap::from([("schedule".to_owned(), schedule.name.clone())]),
-            },
-            resume: None,
-            queued: None,
-            tool_results: Vec::new(),
+            ..RunRequest::new(
+                schedule.tenant.clone(),
+                schedule.agent.clone(),
+                schedule.message.clone(),
+                Caller::internal(),
+                attribution,
+            )
         };
         let delivery = Delivery::Queued { transport, max_attempts: SCHEDULED_RUN_ATTEMPTS };
         let (run, error) = match launch(runtime, Start::new(request, delivery)).await {

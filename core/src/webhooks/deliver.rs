@@ -19,7 +19,6 @@ use super::{
     DELIVER_JOB, DELIVERY_HEADER, DeliveryAttempt, DeliveryError, DeliveryJob, DeliveryStatus, EVENT_HEADER,
     SIGNATURE_HEADER, TIMESTAMP_HEADER, WebhookDelivery, WebhookSubscription, sign,
 };
-use crate::error::StoreError;
 use crate::failure::new_ref;
 use crate::jobs::{JobFailure, JobHandler, JobRecord};
 use crate::runtime::Runtime;
@@ -64,14 +63,6 @@ impl WebhookDeliveries {
             client: std::sync::OnceLock::new(),
             #[cfg(target_arch = "wasm32")]
             client: reqwest::Client::new(),
-        }
-    }
-
-    fn transient(e: StoreError) -> JobFailure {
-        JobFailure::Transient {
-            code: "tracon.store.unavailable".into(),
-            message: "The store could not be reached.".into(),
-            detail: format!("{e:?}"),
         }
     }
 
@@ -191,14 +182,18 @@ impl WebhookDeliveries {
     async fn attempt(&self, job: &JobRecord, payload: DeliveryJob) -> Result<Option<Value>, JobFailure> {
         let store = &self.runtime.stores.webhooks;
         let tenant = &job.tenant;
-        let Some(delivery) = store.get_delivery(tenant, payload.delivery_id).await.map_err(Self::transient)? else {
+        let Some(delivery) =
+            store.get_delivery(tenant, payload.delivery_id).await.map_err(JobFailure::store_unavailable)?
+        else {
             // Deleted with its subscription.
             return Ok(Some(json!({ "skipped": "deliveryGone" })));
         };
         if delivery.status.is_terminal() {
             return Ok(Some(json!({ "skipped": "alreadyDelivered", "status": delivery.status })));
         }
-        let Some(subscription) = store.get(tenant, delivery.subscription_id).await.map_err(Self::transient)? else {
+        let Some(subscription) =
+            store.get(tenant, delivery.subscription_id).await.map_err(JobFailure::store_unavailable)?
+        else {
             return Ok(Some(json!({ "skipped": "subscriptionGone" })));
         };
         let now = self.runtime.platform.clock.now();
@@ -214,7 +209,7 @@ impl WebhookDeliveries {
                 error: Some(error.clone()),
                 at: now,
             };
-            store.record_attempt(tenant, delivery.id, &attempt).await.map_err(Self::transient)?;
+            store.record_attempt(tenant, delivery.id, &attempt).await.map_err(JobFailure::store_unavailable)?;
             return Err(JobFailure::Permanent { code: error.code, message: error.message });
         }
         let sent = self.send(&subscription, delivery.id, &payload.event_type, &payload.body).await;
@@ -237,7 +232,7 @@ impl WebhookDeliveries {
         let Some(failure) = sent.error else {
             let attempt =
                 DeliveryAttempt { status: DeliveryStatus::Succeeded, attempts, status_code, error: None, at: now };
-            store.record_attempt(tenant, delivery.id, &attempt).await.map_err(Self::transient)?;
+            store.record_attempt(tenant, delivery.id, &attempt).await.map_err(JobFailure::store_unavailable)?;
             if let Err(e) = store.settle(tenant, subscription.id, true, 0, now).await {
                 tracing::warn!(subscription = %subscription.id, error = ?e, "could not reset the subscription's failure count");
             }
@@ -254,7 +249,7 @@ impl WebhookDeliveries {
             error: Some(error),
             at: now,
         };
-        store.record_attempt(tenant, delivery.id, &attempt).await.map_err(Self::transient)?;
+        store.record_attempt(tenant, delivery.id, &attempt).await.map_err(JobFailure::store_unavailable)?;
         if !last {
             return Err(JobFailure::Transient {
                 code: failure.code.to_owned(),

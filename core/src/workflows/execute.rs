@@ -813,20 +813,8 @@ impl Walk {
             .await
             .map_err(|e| refused(format!("the agent '{agent}' {}", describe(&e))))?;
         let compiled = if tools.is_empty() { compiled } else { Arc::new(compiled.with_tools(tools)) };
-        let request = RunRequest {
-            tenant: self.tenant.clone(),
-            agent: name,
-            message,
-            culture: None,
-            parameters: Default::default(),
-            documents: Vec::new(),
-            session_id: None,
-            caller: self.caller.clone(),
-            attribution: self.attribution.clone(),
-            resume: None,
-            queued: None,
-            tool_results: Vec::new(),
-        };
+        let request =
+            RunRequest::new(self.tenant.clone(), name, message, self.caller.clone(), self.attribution.clone());
         let place = self.subtree.place.child_of(self.run_id);
         let options = Options { place: Some(&place), agent: Some(compiled), replay_of: None };
         let mut prepared = prepare_in(runtime, request, None, options)

@@ -81,11 +81,7 @@ pub struct QueuedWorkflows {
 }
 
 fn transient(e: StoreError) -> JobFailure {
-    JobFailure::Transient {
-        code: "tracon.store.unavailable".into(),
-        message: "The store could not be reached.".into(),
-        detail: format!("{e:?}"),
-    }
+    JobFailure::store_unavailable(e)
 }
 
 fn permanent(message: &str) -> JobFailure {

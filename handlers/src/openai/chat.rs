@@ -261,20 +261,7 @@ pub async fn chat_completions(
         attribution: Attributed::Port(&pairs),
     };
     let attribution = admit(&runtime, admission).await?;
-    let request = RunRequest {
-        tenant,
-        agent: ask.agent.clone(),
-        message: ask.message,
-        culture: None,
-        parameters: Default::default(),
-        documents: Vec::new(),
-        session_id: None,
-        caller,
-        attribution,
-        resume: None,
-        queued: None,
-        tool_results: Vec::new(),
-    };
+    let request = RunRequest::new(tenant, ask.agent.clone(), ask.message, caller, attribution);
     let start = Start {
         history: History::Supplied(ask.history),
         extra_instructions: ask.caller_instructions,

@@ -882,18 +882,8 @@ pub async fn create_response(
     }
 
     let request = RunRequest {
-        tenant,
-        agent: ask.agent.clone(),
-        message: ask.message.clone(),
-        culture: None,
-        parameters: Default::default(),
-        documents: Vec::new(),
         session_id: conversation.clone(),
-        caller,
-        attribution,
-        resume: None,
-        queued: None,
-        tool_results: Vec::new(),
+        ..RunRequest::new(tenant, ask.agent.clone(), ask.message.clone(), caller, attribution)
     };
     let runtime = state.runtime.clone();
     let run_id = new_run_id(&runtime);

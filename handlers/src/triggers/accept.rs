@@ -275,20 +275,7 @@ async fn start(
             crate::workflows::run::enqueue(state, queue, tenant, caller, attribution, &stored, message).await?;
         return Ok(accepted_body(accepted));
     }
-    let request = RunRequest {
-        tenant: tenant.clone(),
-        agent,
-        message,
-        culture: None,
-        parameters: BTreeMap::new(),
-        documents: Vec::new(),
-        session_id: None,
-        caller,
-        attribution,
-        resume: None,
-        queued: None,
-        tool_results: Vec::new(),
-    };
+    let request = RunRequest::new(tenant.clone(), agent, message, caller, attribution);
     let accepted = match launch(&state.runtime, Start::new(request, Delivery::from(queue))).await {
         Ok(Launched::Queued(accepted)) => accepted,
         Ok(other) => return Err(ApiError::internal("RunDelivery", &format!("run {} was not queued", other.run_id()))),

@@ -1,6 +1,8 @@
 //! What the HTTP tests share: a request builder sent through the router ([`call`],
-//! [`send`]), the answer ([`Reply`]), SSE frames, a clock the test moves ([`TestClock`]) and a
-//! job transport that wakes nobody ([`Manual`]).
+//! [`send`]), the answer ([`Reply`]), SSE frames, a clock the test moves ([`TestClock`]), a
+//! tool that waits for approval ([`approval_tool`]), an audit trail that cannot be written
+//! ([`Unwritable`]), a host identity layer ([`TestUsers`]) and a job transport that wakes
+//! nobody ([`Manual`]).
 //!
 //! Each test binary includes this module (`mod support;`) and uses what it needs.
 
@@ -17,8 +19,12 @@ use futures::future::BoxFuture;
 use http_body_util::BodyExt;
 use serde_json::Value;
 use tower::ServiceExt;
+use tracon_core::audit::{AuditEntry, AuditFilter, AuditStore, NewAuditEntry};
+use tracon_core::error::StoreError;
 use tracon_core::jobs::JobTransport;
+use tracon_core::names::TenantId;
 use tracon_core::ports::Clock;
+use tracon_core::tools::{RegistrationError, ToolOutput, ToolRegistration, tool_fn};
 use tracon_handlers::PeerAddr;
 
 /// A loopback caller (trusted without a token when remote access is off).
@@ -237,6 +243,47 @@ pub async fn api_key(
     };
     runtime.stores.keys.create(&record).await.unwrap();
     secret.key
+}
+
+/// A tool taking arguments of `schema` that runs only once approved, and then answers
+/// `output`.
+pub fn approval_tool(
+    name: &str,
+    description: &str,
+    schema: Value,
+    output: &'static str,
+) -> Result<ToolRegistration, RegistrationError> {
+    ToolRegistration::new(name, description, schema, tool_fn(move |_, _| async move { Ok(ToolOutput::from(output)) }))
+        .map(|r| r.requires_approval(true))
+}
+
+/// A trail that cannot be written.
+pub struct Unwritable;
+
+#[async_trait::async_trait]
+impl AuditStore for Unwritable {
+    async fn append(&self, _: &TenantId, _: NewAuditEntry) -> Result<AuditEntry, StoreError> {
+        Err(StoreError::Unavailable { detail: "audit database down".into() })
+    }
+    async fn list(&self, _: &TenantId, _: &AuditFilter, _: usize, _: usize) -> Result<Vec<AuditEntry>, StoreError> {
+        Err(StoreError::Unavailable { detail: "audit database down".into() })
+    }
+    async fn chain(&self, _: &TenantId) -> Result<Vec<AuditEntry>, StoreError> {
+        Err(StoreError::Unavailable { detail: "audit database down".into() })
+    }
+}
+
+/// The host's identity layer, as the tests see it: the user is the `x-test-user` header.
+pub struct TestUsers;
+
+impl tracon_core::attribution::RunAttribution for TestUsers {
+    fn attribute(
+        &self,
+        request: &tracon_core::attribution::AttributionRequest<'_>,
+    ) -> Result<tracon_core::attribution::Attribution, String> {
+        let user = request.headers.iter().find(|(k, _)| k == "x-test-user").map(|(_, v)| v.clone());
+        Ok(tracon_core::attribution::Attribution { user_id: user, ..Default::default() })
+    }
 }
 
 /// Wakes nobody: the test drains the queue itself, so it decides when a worker runs.

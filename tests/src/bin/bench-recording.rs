@@ -21,7 +21,6 @@
 // A report tool: its output is the point.
 #![allow(clippy::print_stdout)]
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -198,6 +197,12 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The benches' run: `agent` asked to "go" by the platform itself.
+fn go(agent: &str) -> Result<RunRequest, BoxError> {
+    let caller = tracon_core::identity::Caller::internal();
+    Ok(RunRequest::new(TenantId::default_tenant(), AgentName::parse(agent)?, "go".into(), caller, Default::default()))
+}
+
 async fn writes_per_run(deltas: usize) -> Result<(u64, u64, f64), BoxError> {
     let counting = Arc::new(Counting::new(Some(MemoryRunStore::default())));
     let mut stores = Stores::in_memory();
@@ -211,21 +216,7 @@ async fn writes_per_run(deltas: usize) -> Result<(u64, u64, f64), BoxError> {
         .add_agent(AgentDefinition::new("a", "script", "m"))
         .build()?;
     let runtime = Arc::new(runtime);
-    let request = RunRequest {
-        tenant: TenantId::default_tenant(),
-        agent: AgentName::parse("a")?,
-        message: "go".into(),
-        culture: None,
-        parameters: BTreeMap::new(),
-        documents: Vec::new(),
-        session_id: None,
-        caller: tracon_core::identity::Caller::internal(),
-        attribution: Default::default(),
-        resume: None,
-        queued: None,
-        tool_results: Vec::new(),
-    };
-    let prepared = runs::prepare::prepare(&runtime, request, None).await.map_err(|e| format!("{e:?}"))?;
+    let prepared = runs::prepare::prepare(&runtime, go("a")?, None).await.map_err(|e| format!("{e:?}"))?;
     let started = Instant::now();
     let outcome = runs::execute::execute(&runtime, prepared, CancellationToken::new(), None).await;
     let seconds = started.elapsed().as_secs_f64();
@@ -295,21 +286,8 @@ async fn shapes(rounds: usize, runs: usize) -> Result<Vec<(&'static str, f64, f6
             let before = counting.calls.load(Ordering::Relaxed);
             let started = Instant::now();
             for _ in 0..runs {
-                let request = RunRequest {
-                    tenant: TenantId::default_tenant(),
-                    agent: AgentName::parse(agent)?,
-                    message: "go".into(),
-                    culture: None,
-                    parameters: BTreeMap::new(),
-                    documents: Vec::new(),
-                    session_id: None,
-                    caller: tracon_core::identity::Caller::internal(),
-                    attribution: Default::default(),
-                    resume: None,
-                    queued: None,
-                    tool_results: Vec::new(),
-                };
-                let prepared = runs::prepare::prepare(&runtime, request, None).await.map_err(|e| format!("{e:?}"))?;
+                let prepared =
+                    runs::prepare::prepare(&runtime, go(agent)?, None).await.map_err(|e| format!("{e:?}"))?;
                 let outcome = runs::execute::execute(&runtime, prepared, CancellationToken::new(), None).await;
                 if outcome.text != "done" {
                     return Err(format!("{agent}: the run answered {:?} ({:?})", outcome.text, outcome.failure).into());

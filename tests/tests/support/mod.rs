@@ -192,6 +192,21 @@ pub async fn until_all_ended(
     }
 }
 
+/// Queues a run of `agent` on `message` (`Prefer: respond-async`), checks the `202`: the
+/// run's id.
+pub async fn queue_run(client: &reqwest::Client, server: &Tracon, agent: &str, message: &str) -> String {
+    let accepted = client
+        .post(server.url(&format!("/api/agents/{agent}/run")))
+        .header("Prefer", "respond-async")
+        .json(&serde_json::json!({"message": message}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(accepted.status(), 202);
+    let body: Value = accepted.json().await.unwrap();
+    body["runId"].as_str().unwrap().to_owned()
+}
+
 /// Checks an answer is `202` with `Location` (also in the body): the location, the body, and
 /// the run there once it is no longer queued or running (polled; the bound only stops a test
 /// that would hang).

@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::Db;
 use crate::codec::{
-    APPROVAL_NOT_DECIDABLE, ApprovalColumns, RuleColumns, approval_arrays, conditions_json, decision_status,
+    APPROVAL_NOT_DECIDABLE, ApprovalColumns, RuleColumns, approval_arrays, bigint, conditions_json, decision_status,
     duplicate_approval, duplicate_rule,
 };
 use crate::params;
@@ -46,10 +46,6 @@ fn rule(row: &Row) -> Result<ApprovalRule, StoreError> {
     crate::columns!(row, RuleColumns [tenant_id id tool_name agent_name arguments_hash conditions description
         created_at created_by])
     .rule()
-}
-
-fn limit(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 #[async_trait::async_trait]
@@ -98,7 +94,7 @@ impl ApprovalStore for PgApprovalStore {
         now: DateTime<Utc>,
         take: usize,
     ) -> Result<Vec<ApprovalRecord>, StoreError> {
-        let rows = self.db.query(sql::APPROVAL_PENDING, &params![tenant.as_str(), now, limit(take)]).await?;
+        let rows = self.db.query(sql::APPROVAL_PENDING, &params![tenant.as_str(), now, bigint(take)]).await?;
         rows.iter().map(|r| self.record(r)).collect()
     }
 

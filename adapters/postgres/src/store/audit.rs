@@ -11,7 +11,7 @@ use tracon_core::error::StoreError;
 use tracon_core::names::TenantId;
 
 use super::Db;
-use crate::codec::{AuditColumns, duplicate_audit_sequence, next_audit_link, to_i64};
+use crate::codec::{AuditColumns, bigint, duplicate_audit_sequence, next_audit_link, to_i64};
 use crate::params;
 use crate::sql;
 
@@ -87,8 +87,8 @@ impl AuditStore for PgAuditStore {
                     filter.actor.as_deref(),
                     filter.from,
                     filter.to,
-                    i64::try_from(skip).unwrap_or(i64::MAX),
-                    i64::try_from(take).unwrap_or(i64::MAX)
+                    bigint(skip),
+                    bigint(take)
                 ],
             )
             .await?;

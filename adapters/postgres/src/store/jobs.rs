@@ -15,7 +15,7 @@ use tracon_core::names::TenantId;
 use uuid::Uuid;
 
 use super::Db;
-use crate::codec::{JOB_ENDED, JobColumns, duplicate_job, job_lease_of, job_leases, job_limit, job_values};
+use crate::codec::{JOB_ENDED, JobColumns, bigint, duplicate_job, job_lease_of, job_leases, job_values};
 use crate::params;
 use crate::protect::Protection;
 use crate::sql;
@@ -94,8 +94,8 @@ impl JobStore for PgJobStore {
                     tenant.as_str(),
                     filter.status.map(|s| s.as_str()),
                     filter.handler_key.as_deref(),
-                    job_limit(skip),
-                    job_limit(take)
+                    bigint(skip),
+                    bigint(take)
                 ],
             )
             .await?;
@@ -108,7 +108,7 @@ impl JobStore for PgJobStore {
         // Each round is one statement; rows it closed (out of attempts) do not count against
         // the limit, so another round takes their place — as the in-memory store does.
         while leases.len() < limit {
-            let want = job_limit(limit - leases.len());
+            let want = bigint(limit - leases.len());
             let rows = self
                 .db
                 .query(sql::JOB_LEASE, &params![&request.handler_keys, request.now, want, &request.owner, until])
@@ -166,7 +166,7 @@ impl JobStore for PgJobStore {
     }
 
     async fn due(&self, now: DateTime<Utc>, quiet_since: DateTime<Utc>, limit: usize) -> Result<Vec<Uuid>, StoreError> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let limit = bigint(limit);
         let rows = self.db.query(sql::JOB_DUE, &params![now, quiet_since, limit]).await?;
         rows.iter().map(Row::first).collect()
     }

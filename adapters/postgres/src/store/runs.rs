@@ -19,8 +19,8 @@ use tracon_core::runs::store::{LateCompletion, MAX_TREE_RUNS};
 
 use super::Db;
 use crate::codec::{
-    add_stats_row, corrupt, duplicate_event, enum_parse, enum_text, event_arrays, from_json, input_place, open_event,
-    status_parse, step_place, to_json, tool_place, unreadable,
+    add_stats_row, bigint, corrupt, duplicate_event, enum_parse, enum_text, event_arrays, from_json, input_place,
+    open_event, status_parse, step_place, to_json, tool_place, unreadable,
 };
 use crate::params;
 use crate::protect::Protection;
@@ -52,7 +52,7 @@ impl PgRunStore {
         let error = end.error.as_ref().map(to_json).transpose()?;
         let status = status_text(end.status)?;
         let batch = event_arrays(&self.protection, tenant, id, events)?;
-        let duration = i64::try_from(end.duration_ms).unwrap_or(i64::MAX);
+        let duration = bigint(end.duration_ms);
         let p = params![
             tenant,
             id.0,
@@ -213,7 +213,7 @@ impl RunStore for PgRunStore {
     }
 
     async fn list_tree(&self, tenant: &TenantId, root: RunId) -> Result<Vec<RunRecord>, StoreError> {
-        let limit = i64::try_from(MAX_TREE_RUNS).unwrap_or(i64::MAX);
+        let limit = bigint(MAX_TREE_RUNS);
         let rows = self.db.query(sql::RUN_TREE, &params![tenant.as_str(), root.0, limit]).await?;
         run_records(&rows, tenant)
     }
@@ -301,13 +301,8 @@ impl RunStore for PgRunStore {
         after: u64,
         limit: usize,
     ) -> Result<Vec<RecordedEvent>, StoreError> {
-        let rows = self
-            .db
-            .query(
-                sql::EVENTS_READ,
-                &params![tenant.as_str(), run.0, i64::try_from(after).unwrap_or(i64::MAX), limit as i64],
-            )
-            .await?;
+        let rows =
+            self.db.query(sql::EVENTS_READ, &params![tenant.as_str(), run.0, bigint(after), limit as i64]).await?;
         rows.iter()
             .map(|row| {
                 let payload: Vec<u8> = row.get("payload")?;
@@ -333,12 +328,12 @@ impl RunStore for PgRunStore {
                     arguments,
                     self.seal_opt(tenant, "result", &row, call.result.as_deref()),
                     self.seal_opt(tenant, "error", &row, call.error.as_deref()),
-                    call.omitted_bytes.map(|b| i64::try_from(b).unwrap_or(i64::MAX)),
+                    call.omitted_bytes.map(bigint),
                     call.started_at,
-                    i64::try_from(call.duration_ms).unwrap_or(i64::MAX),
+                    bigint(call.duration_ms),
                     call.timed_out,
                     call.late_completed_at,
-                    call.late_duration_ms.map(|d| i64::try_from(d).unwrap_or(i64::MAX)),
+                    call.late_duration_ms.map(bigint),
                     self.seal_opt(tenant, "late_result", &row, call.late_result.as_deref()),
                     self.seal_opt(tenant, "late_error", &row, call.late_error.as_deref())
                 ],
@@ -487,7 +482,7 @@ impl RunStore for PgRunStore {
                     late.run_id.0,
                     &late.call_id,
                     late.completed_at,
-                    i64::try_from(late.duration_ms).unwrap_or(i64::MAX),
+                    bigint(late.duration_ms),
                     result,
                     error
                 ],
@@ -597,8 +592,7 @@ impl RunStore for PgRunStore {
     }
 
     async fn stale_runs(&self, stale_before: DateTime<Utc>, limit: usize) -> Result<Vec<StaleRun>, StoreError> {
-        let rows =
-            self.db.query(sql::RUN_STALE, &params![stale_before, i64::try_from(limit).unwrap_or(i64::MAX)]).await?;
+        let rows = self.db.query(sql::RUN_STALE, &params![stale_before, bigint(limit)]).await?;
         rows.iter()
             .map(|row| {
                 let tenant: String = row.get("tenant_id")?;

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::driver::Row;
+use crate::driver::{Param, Row};
 use chrono::{DateTime, Utc};
 use tracon_core::error::StoreError;
 use tracon_core::names::{RunId, TenantId};
@@ -12,7 +12,7 @@ use tracon_core::schedules::{ScheduleRecord, ScheduleStore};
 use uuid::Uuid;
 
 use super::Db;
-use crate::codec::{ScheduleColumns, duplicate_schedule};
+use crate::codec::{ScheduleColumns, bigint, duplicate_schedule};
 use crate::params;
 use crate::protect::Protection;
 use crate::sql;
@@ -34,34 +34,31 @@ impl PgScheduleStore {
     }
 }
 
+/// `$1`…`$11` of both the insert and the update: the key, the definition and the next
+/// occurrence.
+fn definition(c: &ScheduleColumns) -> [Param<'_>; 11] {
+    params![
+        c.tenant_id,
+        c.id,
+        c.name,
+        c.agent_name,
+        c.message,
+        c.parameters,
+        c.run_at,
+        c.cron,
+        c.time_zone,
+        c.enabled,
+        c.next_run_at
+    ]
+}
+
 #[async_trait::async_trait]
 impl ScheduleStore for PgScheduleStore {
     async fn create(&self, s: &ScheduleRecord) -> Result<(), StoreError> {
         let c = ScheduleColumns::of(s, &self.protection)?;
-        self.db
-            .execute(
-                sql::SCHEDULE_INSERT,
-                &params![
-                    &c.tenant_id,
-                    c.id,
-                    &c.name,
-                    &c.agent_name,
-                    &c.message,
-                    &c.parameters,
-                    c.run_at,
-                    &c.cron,
-                    &c.time_zone,
-                    c.enabled,
-                    c.next_run_at,
-                    c.last_run_at,
-                    c.last_run_id,
-                    &c.last_error,
-                    c.created_at,
-                    c.updated_at
-                ],
-            )
-            .await
-            .map_err(duplicate_schedule)?;
+        let mut p = definition(&c).to_vec();
+        p.extend(params![c.last_run_at, c.last_run_id, c.last_error, c.created_at, c.updated_at]);
+        self.db.execute(sql::SCHEDULE_INSERT, &p).await.map_err(duplicate_schedule)?;
         Ok(())
     }
 
@@ -71,43 +68,15 @@ impl ScheduleStore for PgScheduleStore {
     }
 
     async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<ScheduleRecord>, StoreError> {
-        let rows = self
-            .db
-            .query(
-                sql::SCHEDULE_LIST,
-                &params![
-                    tenant.as_str(),
-                    i64::try_from(skip).unwrap_or(i64::MAX),
-                    i64::try_from(take).unwrap_or(i64::MAX)
-                ],
-            )
-            .await?;
+        let rows = self.db.query(sql::SCHEDULE_LIST, &params![tenant.as_str(), bigint(skip), bigint(take)]).await?;
         rows.iter().map(|r| self.record(r)).collect()
     }
 
     async fn update(&self, s: &ScheduleRecord) -> Result<(), StoreError> {
         let c = ScheduleColumns::of(s, &self.protection)?;
-        let done = self
-            .db
-            .execute(
-                sql::SCHEDULE_UPDATE,
-                &params![
-                    &c.tenant_id,
-                    c.id,
-                    &c.name,
-                    &c.agent_name,
-                    &c.message,
-                    &c.parameters,
-                    c.run_at,
-                    &c.cron,
-                    &c.time_zone,
-                    c.enabled,
-                    c.next_run_at,
-                    c.updated_at
-                ],
-            )
-            .await
-            .map_err(duplicate_schedule)?;
+        let mut p = definition(&c).to_vec();
+        p.extend(params![c.updated_at]);
+        let done = self.db.execute(sql::SCHEDULE_UPDATE, &p).await.map_err(duplicate_schedule)?;
         if done == 0 { Err(StoreError::NotFound) } else { Ok(()) }
     }
 
@@ -117,7 +86,7 @@ impl ScheduleStore for PgScheduleStore {
     }
 
     async fn due(&self, now: DateTime<Utc>, limit: usize) -> Result<Vec<ScheduleRecord>, StoreError> {
-        let rows = self.db.query(sql::SCHEDULE_DUE, &params![now, i64::try_from(limit).unwrap_or(i64::MAX)]).await?;
+        let rows = self.db.query(sql::SCHEDULE_DUE, &params![now, bigint(limit)]).await?;
         rows.iter().map(|r| self.record(r)).collect()
     }
 

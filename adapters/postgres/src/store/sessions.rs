@@ -14,7 +14,7 @@ use tracon_core::names::{RunId, TenantId};
 use tracon_core::sessions::{SessionItem, SessionParent, SessionRecord, SessionStore, SessionWrite};
 
 use super::Db;
-use crate::codec::{item_arrays, open_item};
+use crate::codec::{bigint, item_arrays, open_item};
 use crate::params;
 use crate::protect::Protection;
 use crate::sql;
@@ -53,7 +53,7 @@ impl PgSessionStore {
                     now,
                     owner,
                     parent.map(|p| p.session_id.as_str()),
-                    parent.map(|p| i64::try_from(p.sequence).unwrap_or(i64::MAX)),
+                    parent.map(|p| bigint(p.sequence)),
                     run_id.map(|r| r.0),
                     &seqs,
                     &contents
@@ -152,7 +152,7 @@ impl SessionStore for PgSessionStore {
         expected_version: u64,
         write: &SessionWrite,
     ) -> Result<SessionRecord, StoreError> {
-        let expected = i64::try_from(expected_version).unwrap_or(i64::MAX);
+        let expected = bigint(expected_version);
         // Positions are known only at the generation read; the write below checks that the
         // generation is still the same, so they cannot be stale when it lands.
         let count: Option<i64> = self

@@ -8,7 +8,7 @@ use tracon_core::names::TenantId;
 use tracon_core::tenants::{TenantRecord, TenantStore};
 
 use super::Db;
-use crate::codec::{TenantColumns, duplicate_tenant};
+use crate::codec::{TenantColumns, bigint, duplicate_tenant};
 use crate::params;
 use crate::sql;
 
@@ -42,13 +42,7 @@ impl TenantStore for PgTenantStore {
     }
 
     async fn list(&self, skip: usize, take: usize) -> Result<Vec<TenantRecord>, StoreError> {
-        let rows = self
-            .db
-            .query(
-                sql::TENANT_LIST,
-                &params![i64::try_from(skip).unwrap_or(i64::MAX), i64::try_from(take).unwrap_or(i64::MAX)],
-            )
-            .await?;
+        let rows = self.db.query(sql::TENANT_LIST, &params![bigint(skip), bigint(take)]).await?;
         rows.iter().map(record).collect()
     }
 

@@ -8,6 +8,7 @@ use tracon_core::secret_names::SecretReference;
 use tracon_core::triggers::{TriggerName, TriggerRecord, TriggerStore};
 
 use super::Db;
+use crate::codec::bigint;
 use crate::codec::triggers::{TriggerColumns, TriggerValues};
 use crate::params;
 use crate::sql;
@@ -31,17 +32,7 @@ fn record(row: &Row) -> Result<TriggerRecord, StoreError> {
 #[async_trait::async_trait]
 impl TriggerStore for PgTriggerStore {
     async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<TriggerRecord>, StoreError> {
-        let rows = self
-            .db
-            .query(
-                sql::TRIGGER_LIST,
-                &params![
-                    tenant.as_str(),
-                    i64::try_from(skip).unwrap_or(i64::MAX),
-                    i64::try_from(take).unwrap_or(i64::MAX)
-                ],
-            )
-            .await?;
+        let rows = self.db.query(sql::TRIGGER_LIST, &params![tenant.as_str(), bigint(skip), bigint(take)]).await?;
         rows.iter().map(record).collect()
     }
 

@@ -11,7 +11,7 @@ use tracon_core::webhooks::{DeliveryAttempt, SubscriptionChange, WebhookDelivery
 use uuid::Uuid;
 
 use super::Db;
-use crate::codec::job_limit;
+use crate::codec::bigint;
 use crate::params;
 use crate::sql;
 use crate::webhooks::{DeliveryColumns, SubscriptionColumns, change_headers, count, disable_after, error_columns};
@@ -71,8 +71,7 @@ impl WebhookStore for PgWebhookStore {
     }
 
     async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<WebhookSubscription>, StoreError> {
-        let rows =
-            self.db.query(sql::WEBHOOK_LIST, &params![tenant.as_str(), job_limit(skip), job_limit(take)]).await?;
+        let rows = self.db.query(sql::WEBHOOK_LIST, &params![tenant.as_str(), bigint(skip), bigint(take)]).await?;
         rows.iter().map(subscription).collect()
     }
 
@@ -190,7 +189,7 @@ impl WebhookStore for PgWebhookStore {
     ) -> Result<Vec<WebhookDelivery>, StoreError> {
         let rows = self
             .db
-            .query(sql::WEBHOOK_DELIVERIES, &params![tenant.as_str(), subscription, job_limit(skip), job_limit(take)])
+            .query(sql::WEBHOOK_DELIVERIES, &params![tenant.as_str(), subscription, bigint(skip), bigint(take)])
             .await?;
         rows.iter().map(delivery).collect()
     }
