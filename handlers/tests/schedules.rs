@@ -99,6 +99,13 @@ async fn schedules_are_validated_with_clear_errors() {
         (with(json!({"runAt": "2027-01-01T00:00:00Z", "agentName": "ghost"})), "agentName", "does not exist"),
         (with(json!({"runAt": "2027-01-01T00:00:00Z", "name": "no spaces"})), "name", "letters"),
         (with(json!({"runAt": "2027-01-01T00:00:00Z", "message": " "})), "message", "required"),
+        (with(json!({"runAt": "2027-01-01T00:00:00Z", "agentName": null})), "agentName", "workflowName"),
+        (with(json!({"runAt": "2027-01-01T00:00:00Z", "workflowName": "triage"})), "workflowName", "not both"),
+        (
+            json!({"name": "n", "workflowName": "ghost", "message": "m", "runAt": "2027-01-01T00:00:00Z"}),
+            "workflowName",
+            "does not exist",
+        ),
     ] {
         let (status, problem) = call(&h.app, Method::POST, "/api/schedules", Some(body.clone())).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body} → {problem}");
@@ -219,6 +226,53 @@ async fn a_one_time_schedule_runs_once_and_records_why_when_it_cannot() {
     let (_, read) =
         call(&h.app, Method::GET, &format!("/api/schedules/{}", second["id"].as_str().unwrap()), None).await;
     assert_eq!(read["lastError"], "The agent does not exist.", "{read}");
+}
+
+#[tokio::test]
+async fn a_workflow_schedule_queues_a_workflow_run_that_completes_its_nodes() {
+    let h = harness();
+    let workflow = json!({"name": "nightly-report", "kind": "Sequential", "agentNames": ["reporter", "reporter"]});
+    let (status, made) = call(&h.app, Method::POST, "/api/workflows", Some(workflow)).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let body = |extra: Value| {
+        let mut body = json!({"name": "nightly", "workflowName": "nightly-report", "message": "Report.", "cron": "0 2 * * *", "timeZone": "UTC"});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let (status, problem) =
+        call(&h.app, Method::POST, "/api/schedules", Some(body(json!({"parameters": {"team": "a"}})))).await;
+    assert_eq!((status, problem["field"].as_str()), (StatusCode::BAD_REQUEST, Some("parameters")), "{problem}");
+    let (status, created) = call(&h.app, Method::POST, "/api/schedules", Some(body(json!({})))).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!((created["workflowName"].as_str(), created.get("agentName")), (Some("nightly-report"), None));
+
+    h.clock.advance(24 * 3600);
+    let reports = futures::future::join_all((0..3).map(|_| tick(&h.runtime, h.transport.as_ref()))).await;
+    assert_eq!(reports.iter().map(|r| r.schedules_enqueued).sum::<usize>(), 1, "{reports:?}");
+    assert!(h.transport.0.load(Ordering::SeqCst) >= 1, "the workflow's job was woken");
+    while h.runner.drain(10).await.unwrap() > 0 {}
+    let runs = scheduled_runs(&h.runtime).await;
+    assert_eq!(runs.len(), 3, "the root run and its two nodes, all labelled with the schedule: {runs:?}");
+    let roots: Vec<&RunRecord> = runs.iter().filter(|r| r.parent_run_id.is_none()).collect();
+    assert_eq!(roots.len(), 1, "one occurrence, one workflow run");
+    let root = roots[0];
+    assert_eq!((root.agent_name.as_str(), root.status), ("nightly-report", RunStatus::Completed), "{root:?}");
+    let (_, read) =
+        call(&h.app, Method::GET, &format!("/api/schedules/{}", created["id"].as_str().unwrap()), None).await;
+    assert_eq!((read["lastRunId"].clone(), read["lastError"].clone()), (json!(root.id.to_string()), Value::Null));
+    let (status, tree) = call(&h.app, Method::GET, &format!("/api/runs/{}/tree", root.id), None).await;
+    assert_eq!(status, StatusCode::OK, "{tree}");
+    let nodes: Vec<&Value> = tree["runs"].as_array().unwrap().iter().filter(|r| r["depth"] == 1).collect();
+    assert_eq!(nodes.len(), 2, "both nodes ran under the root: {tree}");
+    assert!(nodes.iter().all(|n| n["status"] == "Completed" && n["parentRunId"] == json!(root.id.to_string())));
+
+    // The workflow goes away: the next occurrence records why it queued nothing.
+    assert_eq!(call(&h.app, Method::DELETE, "/api/workflows/nightly-report", None).await.0, StatusCode::NO_CONTENT);
+    h.clock.advance(24 * 3600);
+    assert_eq!(tick(&h.runtime, h.transport.as_ref()).await.schedules_enqueued, 0);
+    let (_, read) =
+        call(&h.app, Method::GET, &format!("/api/schedules/{}", created["id"].as_str().unwrap()), None).await;
+    assert_eq!(read["lastError"], "The workflow does not exist.", "{read}");
 }
 
 #[tokio::test]

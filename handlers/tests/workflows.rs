@@ -629,6 +629,7 @@ async fn an_interrupted_queued_workflow_is_continued_once_from_its_latest_checkp
     // long unheard from, and its job's lease lapsed.
     let accepted = tracon_core::workflows::queued::enqueue(
         &w.runtime,
+        &support::Manual,
         &tenant,
         tracon_core::identity::Caller::internal(),
         Default::default(),

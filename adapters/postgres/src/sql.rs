@@ -664,16 +664,16 @@ pub const JOB_DUE: &str = "SELECT id FROM jobs WHERE (status = 'Queued' AND avai
 
 macro_rules! schedule_columns {
     () => {
-        "tenant_id, id, name, agent_name, message, parameters, run_at, cron, time_zone, enabled, next_run_at, \
-         last_run_at, last_run_id, last_error, created_at, updated_at"
+        "tenant_id, id, name, target_name, message, parameters, run_at, cron, time_zone, enabled, next_run_at, \
+         target_kind, last_run_at, last_run_id, last_error, created_at, updated_at"
     };
 }
 
-/// `$1`…`$16` in [`schedule_columns!`] order.
+/// `$1`…`$17` in [`schedule_columns!`] order.
 pub const SCHEDULE_INSERT: &str = concat!(
     "INSERT INTO schedules (",
     schedule_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
 );
 
 pub const SCHEDULE_GET: &str =
@@ -682,10 +682,10 @@ pub const SCHEDULE_GET: &str =
 pub const SCHEDULE_LIST: &str =
     concat!("SELECT ", schedule_columns!(), " FROM schedules WHERE tenant_id = $1 ORDER BY name OFFSET $2 LIMIT $3");
 
-/// Replaces the definition (`$3`…`$10`), the next occurrence (`$11`) and `updated_at` (`$12`);
-/// the last-run fields stay.
-pub const SCHEDULE_UPDATE: &str = "UPDATE schedules SET name = $3, agent_name = $4, message = $5, parameters = $6, \
-     run_at = $7, cron = $8, time_zone = $9, enabled = $10, next_run_at = $11, updated_at = $12 \
+/// Replaces the definition (`$3`…`$10`, `$12`), the next occurrence (`$11`) and `updated_at`
+/// (`$13`); the last-run fields stay.
+pub const SCHEDULE_UPDATE: &str = "UPDATE schedules SET name = $3, target_name = $4, message = $5, parameters = $6, \
+     run_at = $7, cron = $8, time_zone = $9, enabled = $10, next_run_at = $11, target_kind = $12, updated_at = $13 \
      WHERE tenant_id = $1 AND id = $2";
 
 pub const SCHEDULE_DELETE: &str = "DELETE FROM schedules WHERE tenant_id = $1 AND id = $2";

@@ -542,7 +542,7 @@ fn schedule(
         id: uuid::Uuid::now_v7(),
         tenant,
         name: name.into(),
-        agent: AgentName::parse("agent").unwrap(),
+        target: crate::schedules::ScheduleTarget::Agent(AgentName::parse("agent").unwrap()),
         message: "Summarize the day's tickets.".into(),
         parameters: BTreeMap::from([("team".to_owned(), "support".to_owned())]),
         timing,
@@ -575,8 +575,10 @@ pub async fn schedules_are_stored_listed_updated_and_isolated(s: Stores) {
     changed.name = "weekday".into();
     changed.timing = Timing::cron("30 8 * * 1-5", "UTC").unwrap();
     changed.enabled = false;
+    changed.target = crate::schedules::ScheduleTarget::Workflow(crate::names::WorkflowName::parse("triage").unwrap());
     st.update(&changed).await.unwrap();
-    assert_eq!(st.get(&a(), daily.id).await.unwrap().unwrap().timing, changed.timing);
+    let read = st.get(&a(), daily.id).await.unwrap().unwrap();
+    assert_eq!((&read.timing, &read.target), (&changed.timing, &changed.target), "a workflow target reads back");
     let mut clash = changed.clone();
     clash.name = "once".into();
     assert!(conflict(st.update(&clash).await));

@@ -1,4 +1,5 @@
-//! The tick's part of schedules: [`enqueue_due`] queues a run for every due occurrence.
+//! The tick's part of schedules: [`enqueue_due`] queues a run (of an agent or a workflow) for
+//! every due occurrence.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -7,9 +8,12 @@ use crate::attribution::Attribution;
 use crate::error::StoreError;
 use crate::identity::Caller;
 use crate::jobs::JobTransport;
+use crate::names::RunId;
 use crate::runs::launch::{Delivery, Start, launch};
 use crate::runs::request::{RunRequest, StartError};
 use crate::runtime::Runtime;
+use crate::schedules::{ScheduleRecord, ScheduleTarget};
+use crate::workflows::queued::enqueue;
 
 /// Attempts of a scheduled run's job.
 const SCHEDULED_RUN_ATTEMPTS: u32 = 5;
@@ -33,38 +37,65 @@ pub async fn enqueue_due(
         }
         let attribution =
             Attribution { user_id: None, labels: BTreeMap::from([("schedule".to_owned(), schedule.name.clone())]) };
-        let request = RunRequest {
-            parameters: schedule.parameters.clone(),
-            ..RunRequest::new(
-                schedule.tenant.clone(),
-                schedule.agent.clone(),
-                schedule.message.clone(),
-                Caller::internal(),
-                attribution,
-            )
-        };
-        let delivery = Delivery::Queued { transport, max_attempts: SCHEDULED_RUN_ATTEMPTS };
-        let (run, error) = match launch(runtime, Start::new(request, delivery)).await {
-            Ok(launched) => {
+        let (run, error) = match queue(runtime, transport, &schedule, attribution).await {
+            Ok(run) => {
                 queued += 1;
-                (Some(launched.run_id()), None)
+                (Some(run), None)
             }
-            Err(e) => {
-                let reason = match &e {
-                    StartError::Agent(crate::catalog::CatalogError::NotFound) => "The agent does not exist.",
-                    StartError::Agent(_) => "The agent does not compile with the schedule's parameters.",
-                    StartError::Store(_) => "The store could not queue the run.",
-                    StartError::Documents(_) | StartError::Resume(_) | StartError::ToolResults(_) => {
-                        "The run could not be queued."
-                    }
-                };
-                tracing::warn!(schedule = %schedule.id, tenant = %schedule.tenant, error = ?e, "a due schedule queued no run");
-                (None, Some(reason))
-            }
+            Err(reason) => (None, Some(reason)),
         };
         if let Err(e) = store.record_outcome(&schedule.tenant, schedule.id, run, error).await {
             tracing::warn!(schedule = %schedule.id, error = ?e, "could not record a schedule's last run");
         }
     }
     Ok(queued)
+}
+
+/// Queues one occurrence's run; the error is the display-safe reason recorded on the schedule.
+async fn queue(
+    runtime: &Arc<Runtime>,
+    transport: &dyn JobTransport,
+    schedule: &ScheduleRecord,
+    attribution: Attribution,
+) -> Result<RunId, &'static str> {
+    let tenant = &schedule.tenant;
+    let message = schedule.message.clone();
+    let agent = match &schedule.target {
+        ScheduleTarget::Agent(agent) => agent.clone(),
+        ScheduleTarget::Workflow(name) => {
+            let stored = match runtime.stores.workflows.get(tenant, name).await {
+                Ok(Some(stored)) => stored,
+                Ok(None) => return Err("The workflow does not exist."),
+                Err(e) => {
+                    tracing::warn!(schedule = %schedule.id, tenant = %tenant, error = ?e, "a due schedule queued no run");
+                    return Err("The store could not queue the run.");
+                }
+            };
+            let caller = Caller { tenant: tenant.clone(), ..Caller::internal() };
+            let max_attempts = SCHEDULED_RUN_ATTEMPTS;
+            return enqueue(runtime, transport, tenant, caller, attribution, &stored, message, max_attempts)
+                .await
+                .map(|accepted| accepted.run_id)
+                .map_err(|e| {
+                    tracing::warn!(schedule = %schedule.id, tenant = %tenant, error = ?e, "a due schedule queued no run");
+                    "The store could not queue the run."
+                });
+        }
+    };
+    let request = RunRequest {
+        parameters: schedule.parameters.clone(),
+        ..RunRequest::new(tenant.clone(), agent, message, Caller::internal(), attribution)
+    };
+    let delivery = Delivery::Queued { transport, max_attempts: SCHEDULED_RUN_ATTEMPTS };
+    launch(runtime, Start::new(request, delivery)).await.map(|launched| launched.run_id()).map_err(|e| {
+        tracing::warn!(schedule = %schedule.id, tenant = %tenant, error = ?e, "a due schedule queued no run");
+        match &e {
+            StartError::Agent(crate::catalog::CatalogError::NotFound) => "The agent does not exist.",
+            StartError::Agent(_) => "The agent does not compile with the schedule's parameters.",
+            StartError::Store(_) => "The store could not queue the run.",
+            StartError::Documents(_) | StartError::Resume(_) | StartError::ToolResults(_) => {
+                "The run could not be queued."
+            }
+        }
+    })
 }

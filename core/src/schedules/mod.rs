@@ -1,5 +1,5 @@
-//! Schedules: runs of an agent at a time (`runAt`) or on a cron pattern in an explicit IANA
-//! time zone. The **tick** ([`crate::background::tick`]) enqueues what is due as queued runs.
+//! Schedules: runs of an agent or a workflow at a time (`runAt`) or on a cron pattern in an
+//! explicit IANA time zone. The **tick** ([`crate::background::tick`]) enqueues what is due as queued runs.
 //!
 //! Each schedule stores its next occurrence. A tick takes the due ones and moves each one's
 //! next occurrence forward with a compare-and-set on the value it read, so two ticks racing
@@ -21,7 +21,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::error::StoreError;
-use crate::names::{AgentName, RunId, TenantId};
+use crate::names::{AgentName, RunId, TenantId, WorkflowName};
 
 /// When a schedule fires.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +40,8 @@ pub struct ScheduleRecord {
     pub tenant: TenantId,
     /// Unique per tenant.
     pub name: String,
-    pub agent: AgentName,
+    /// What each occurrence runs.
+    pub target: ScheduleTarget,
     pub message: String,
     pub parameters: BTreeMap<String, String>,
     pub timing: Timing,
@@ -54,6 +55,40 @@ pub struct ScheduleRecord {
     pub last_error: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// What a schedule's occurrences run: a queued agent run, or a queued workflow run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScheduleTarget {
+    Agent(AgentName),
+    Workflow(WorkflowName),
+}
+
+impl ScheduleTarget {
+    /// `agent` or `workflow` (the stored kind).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Agent(_) => "agent",
+            Self::Workflow(_) => "workflow",
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Self::Agent(a) => a.as_str(),
+            Self::Workflow(w) => w.as_str(),
+        }
+    }
+
+    /// Reads a stored kind and name back; `None` for a kind this build does not know or a
+    /// name that does not parse.
+    pub fn parse(kind: &str, name: &str) -> Option<Self> {
+        match kind {
+            "agent" => AgentName::parse(name).ok().map(Self::Agent),
+            "workflow" => WorkflowName::parse(name).ok().map(Self::Workflow),
+            _ => None,
+        }
+    }
 }
 
 /// Why a timing is refused (the text is safe to show).

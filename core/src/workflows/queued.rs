@@ -21,7 +21,7 @@ use crate::definitions::StoredDefinition;
 use crate::error::StoreError;
 use crate::failure::ErrorClass;
 use crate::identity::Caller;
-use crate::jobs::{JobFailure, JobRecord, WORKFLOW_JOB};
+use crate::jobs::{JobFailure, JobRecord, JobTransport, WORKFLOW_JOB};
 use crate::names::{RunId, TenantId, WorkflowName};
 use crate::ports::new_id;
 use crate::runs::launch::Launched;
@@ -44,10 +44,13 @@ pub struct QueuedWorkflow {
     pub attribution: Attribution,
 }
 
-/// Accepts a workflow run for a worker: its root run row (`Queued`), then its job; the caller
-/// wakes the consumer. The row is written first, so a worker never finds a job without its run.
+/// Accepts an admitted workflow run for a worker: its root run row (`Queued`), then its job,
+/// then wakes a consumer through `transport`. The row is written first, so a worker never
+/// finds a job without its run; a lost wake-up only delays the job until the next poll or tick.
+#[allow(clippy::too_many_arguments)]
 pub async fn enqueue(
     runtime: &Runtime,
+    transport: &dyn JobTransport,
     tenant: &TenantId,
     caller: Caller,
     attribution: Attribution,
@@ -72,6 +75,9 @@ pub async fn enqueue(
     let mut job = JobRecord::queued(job_id, tenant.clone(), WORKFLOW_JOB, payload, max_attempts, now);
     job.run_id = Some(run_id);
     runtime.stores.jobs.enqueue(&job).await?;
+    if let Err(e) = transport.wake(job_id).await {
+        tracing::warn!(job = %job_id, error = %e, "could not wake the job consumer");
+    }
     Ok(Accepted { run_id, job_id })
 }
 

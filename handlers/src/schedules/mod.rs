@@ -1,7 +1,7 @@
-//! `/api/schedules`: one-time and cron runs of an agent (scope `SchedulesAdmin`).
+//! `/api/schedules`: one-time and cron runs of an agent or a workflow (scope `SchedulesAdmin`).
 //!
-//! A schedule names an agent of the caller's tenant and the message its runs get; the tick
-//! queues a run at each occurrence (see `tracon_core::schedules`). Another tenant's schedule
+//! A schedule names an agent or a workflow of the caller's tenant and the message its runs get;
+//! the tick queues a run (a workflow's is a queued workflow run) at each occurrence (see `tracon_core::schedules`). Another tenant's schedule
 //! answers exactly as a missing one. Every change is audited.
 
 use axum::Router;
@@ -15,8 +15,8 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tracon_core::error::StoreError;
-use tracon_core::names::{AgentName, RunId, TenantId};
-use tracon_core::schedules::{ScheduleRecord, TimingView};
+use tracon_core::names::{AgentName, RunId, TenantId, WorkflowName};
+use tracon_core::schedules::{ScheduleRecord, ScheduleTarget, TimingView};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
@@ -44,12 +44,15 @@ pub struct ScheduleInput {
     /// Unique in the tenant: 1–100 letters, digits, `-`, `_` and `.`.
     #[schema(pattern = "^[A-Za-z0-9._-]{1,100}$")]
     pub name: String,
-    /// The agent each occurrence runs.
-    #[schema(pattern = "^[a-z0-9][a-z0-9._-]{0,63}$")]
-    pub agent_name: String,
+    /// The agent each occurrence runs (or `workflowName`: exactly one of the two).
+    #[serde(default)]
+    pub agent_name: Option<String>,
+    /// The workflow each occurrence runs as a queued workflow run (or `agentName`).
+    #[serde(default)]
+    pub workflow_name: Option<String>,
     /// The message each run gets (at most 32 KiB).
     pub message: String,
-    /// The agent's parameters.
+    /// The agent's parameters (none for a workflow).
     #[serde(default)]
     pub parameters: BTreeMap<String, String>,
     /// One-time: the instant, with an offset (`2026-12-24T18:00:00+01:00`).
@@ -69,7 +72,12 @@ pub struct ScheduleInput {
 pub struct ScheduleView {
     pub id: Uuid,
     pub name: String,
-    pub agent_name: String,
+    /// The agent each occurrence runs (absent for a workflow's schedule).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_name: Option<String>,
+    /// The workflow each occurrence runs (absent for an agent's schedule).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflow_name: Option<String>,
     pub message: String,
     pub parameters: BTreeMap<String, String>,
     #[serde(flatten)]
@@ -92,7 +100,8 @@ impl From<&ScheduleRecord> for ScheduleView {
         Self {
             id: s.id,
             name: s.name.clone(),
-            agent_name: s.agent.as_str().to_owned(),
+            agent_name: matches!(s.target, ScheduleTarget::Agent(_)).then(|| s.target.name().to_owned()),
+            workflow_name: matches!(s.target, ScheduleTarget::Workflow(_)).then(|| s.target.name().to_owned()),
             message: s.message.clone(),
             parameters: s.parameters.clone(),
             timing: TimingView::from(&s.timing),
@@ -133,22 +142,12 @@ async fn validated(
     {
         return Err(invalid("name", format!("'name' is 1 to {MAX_NAME} letters, digits, '-', '_' or '.'.")));
     }
-    let agent = AgentName::parse(&body.agent_name).map_err(|e| invalid("agentName", e.0))?;
     if body.message.trim().is_empty() || body.message.len() > MAX_MESSAGE {
         return Err(invalid("message", format!("'message' is required and at most {MAX_MESSAGE} bytes.")));
     }
     let view = TimingView { run_at: body.run_at, cron: body.cron, time_zone: body.time_zone };
     let timing = view.timing().map_err(|e| invalid("cron", e.0))?;
-    // The agent must exist and compile with these parameters now; if it changes later, the
-    // occurrence records why it queued nothing.
-    if let Err(e) = state.runtime.catalog.compile(tenant, &agent, None, &body.parameters).await {
-        return Err(match e {
-            tracon_core::catalog::CatalogError::NotFound => {
-                invalid("agentName", format!("The agent '{}' does not exist.", agent.as_str()))
-            }
-            _ => invalid("parameters", "The agent does not compile with these parameters."),
-        });
-    }
+    let target = target(state, tenant, body.agent_name, body.workflow_name, &body.parameters).await?;
     let now = state.runtime.platform.clock.now();
     let next_run_at = match &timing {
         tracon_core::schedules::Timing::Once(at) => Some(*at),
@@ -158,7 +157,7 @@ async fn validated(
         id: existing.map_or_else(|| tracon_core::ports::new_id(state.runtime.platform.clock.as_ref()), |e| e.id),
         tenant: tenant.clone(),
         name: name.to_owned(),
-        agent,
+        target,
         message: body.message,
         parameters: body.parameters,
         timing,
@@ -170,6 +169,43 @@ async fn validated(
         created_at: existing.map_or(now, |e| e.created_at),
         updated_at: now,
     })
+}
+
+/// Checks what the schedule runs: exactly one of `agentName` and `workflowName`, naming one
+/// that exists now (an agent must also compile with the parameters; a workflow takes none).
+/// If it changes later, the occurrence records why it queued nothing.
+async fn target(
+    state: &AppState,
+    tenant: &TenantId,
+    agent: Option<String>,
+    workflow: Option<String>,
+    parameters: &BTreeMap<String, String>,
+) -> ApiResult<ScheduleTarget> {
+    match (agent, workflow) {
+        (Some(agent), None) => {
+            let agent = AgentName::parse(&agent).map_err(|e| invalid("agentName", e.0))?;
+            match state.runtime.catalog.compile(tenant, &agent, None, parameters).await {
+                Ok(_) => Ok(ScheduleTarget::Agent(agent)),
+                Err(tracon_core::catalog::CatalogError::NotFound) => {
+                    Err(invalid("agentName", format!("The agent '{}' does not exist.", agent.as_str())))
+                }
+                Err(tracon_core::catalog::CatalogError::Store(e)) => Err(e.into()),
+                Err(_) => Err(invalid("parameters", "The agent does not compile with these parameters.")),
+            }
+        }
+        (None, Some(workflow)) => {
+            let name = WorkflowName::parse(&workflow).map_err(|e| invalid("workflowName", e.0))?;
+            if !parameters.is_empty() {
+                return Err(invalid("parameters", "A workflow's schedule takes no parameters."));
+            }
+            if state.runtime.stores.workflows.get(tenant, &name).await?.is_none() {
+                return Err(invalid("workflowName", format!("The workflow '{}' does not exist.", name.as_str())));
+            }
+            Ok(ScheduleTarget::Workflow(name))
+        }
+        (Some(_), Some(_)) => Err(invalid("workflowName", "Give 'agentName' or 'workflowName', not both.")),
+        (None, None) => Err(invalid("agentName", "'agentName' or 'workflowName' is required.")),
+    }
 }
 
 fn name_taken() -> ApiError {

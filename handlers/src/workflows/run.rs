@@ -304,22 +304,19 @@ pub(crate) async fn enqueue(
     stored: &tracon_core::definitions::StoredDefinition<tracon_core::workflows::WorkflowDefinition>,
     message: String,
 ) -> ApiResult<tracon_core::runs::outcome::Accepted> {
-    let runtime = &state.runtime;
-    let accepted = tracon_core::workflows::queued::enqueue(
+    let transport = queue.transport.as_ref();
+    let (runtime, max_attempts) = (&state.runtime, queue.max_attempts);
+    Ok(tracon_core::workflows::queued::enqueue(
         runtime,
+        transport,
         tenant,
         caller,
         attribution,
         stored,
         message,
-        queue.max_attempts,
+        max_attempts,
     )
-    .await?;
-    if let Err(e) = queue.transport.wake(accepted.job_id).await {
-        // The row is the truth: the consumer's poll (or the next tick) finds the job.
-        tracing::warn!(job = %accepted.job_id, error = %e, "could not wake the job consumer");
-    }
-    Ok(accepted)
+    .await?)
 }
 
 /// Whether the caller asked for one JSON answer instead of the stream.

@@ -28,27 +28,28 @@ impl PgScheduleStore {
     }
 
     fn record(&self, row: &Row) -> Result<ScheduleRecord, StoreError> {
-        crate::columns!(row, ScheduleColumns [tenant_id id name agent_name message parameters run_at cron
-            time_zone enabled next_run_at last_run_at last_run_id last_error created_at updated_at])
+        crate::columns!(row, ScheduleColumns [tenant_id id name target_name message parameters run_at cron
+            time_zone enabled next_run_at target_kind last_run_at last_run_id last_error created_at updated_at])
         .record(&self.protection)
     }
 }
 
-/// `$1`…`$11` of both the insert and the update: the key, the definition and the next
+/// `$1`…`$12` of both the insert and the update: the key, the definition and the next
 /// occurrence.
-fn definition(c: &ScheduleColumns) -> [Param<'_>; 11] {
+fn definition(c: &ScheduleColumns) -> [Param<'_>; 12] {
     params![
         c.tenant_id,
         c.id,
         c.name,
-        c.agent_name,
+        c.target_name,
         c.message,
         c.parameters,
         c.run_at,
         c.cron,
         c.time_zone,
         c.enabled,
-        c.next_run_at
+        c.next_run_at,
+        c.target_kind
     ]
 }
 
