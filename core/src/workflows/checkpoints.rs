@@ -34,7 +34,7 @@ pub struct Position {
     /// Agent turns taken, what `maxIterations` bounds.
     pub turns: u32,
     /// `Sequential`: the next node's index.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub next_node: usize,
     /// `Handoff`: the agent that has the floor; `GroupChat`/`Magentic`: the participant the
     /// manager picked, and for `Magentic` its instruction.
@@ -46,11 +46,16 @@ pub struct Position {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending: Vec<String>,
     /// `Magentic`: the manager's answers that named no usable step since its last plan.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub stalls: u32,
     /// The request a person is to answer, when the run stopped to ask.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<InputRequest>,
+}
+
+/// A count left out of a checkpoint while it is zero (the default it reads back as).
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
 }
 
 /// A question a workflow asks a person.

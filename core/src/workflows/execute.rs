@@ -822,15 +822,13 @@ impl Walk {
             .map_err(|e| refused(format!("the agent '{agent}' could not be prepared ({e:?})")))?;
         prepared.tree = Some(Subtree { place, root_log: self.subtree.root_log.clone() });
         let run_id = prepared.run_id;
-        self.subtree
-            .root_log
-            .record(&RunEvent::ExecutorInvoked {
-                executor_id: executor_id.to_owned(),
-                executor_kind: kind.to_owned(),
-                super_step: step,
-                run_id: Some(run_id),
-            })
-            .await;
+        let invoked = RunEvent::ExecutorInvoked {
+            executor_id: executor_id.to_owned(),
+            executor_kind: kind.to_owned(),
+            super_step: step,
+            run_id: Some(run_id),
+        };
+        self.record_invoked(&invoked).await;
         Ok(Child::spawn(runtime, prepared, self.cancel.child_token(), run_id))
     }
 
@@ -886,6 +884,18 @@ impl Walk {
         }
     }
 
+    /// A node's start, in the root's log: held for the write of the super-step's checkpoint when
+    /// one follows (so a super-step costs the log one write; the node's own run row says it
+    /// started meanwhile), written at once otherwise.
+    async fn record_invoked(&self, event: &RunEvent) {
+        let log = &self.subtree.root_log;
+        if self.runtime.settings.workflow_checkpointing {
+            log.record_held(event).await;
+        } else {
+            log.record(event).await;
+        }
+    }
+
     /// A node's completion: to the live stream now, to the log with the checkpoint that holds
     /// it (written right after, and flushed by its `WorkflowCheckpointed`), so the log never
     /// says a node completed that a crash would make run again.
@@ -908,14 +918,14 @@ impl Walk {
     /// One function node, with its retry policy for transient failures (inside this one
     /// super-step).
     async fn function(&mut self, node: &Participant, step: u32) -> Result<FunctionOutput, Step> {
-        self.emitter
-            .emit(RunEvent::ExecutorInvoked {
-                executor_id: node.id.clone(),
-                executor_kind: "Function".into(),
-                super_step: step,
-                run_id: None,
-            })
-            .await;
+        let invoked = RunEvent::ExecutorInvoked {
+            executor_id: node.id.clone(),
+            executor_kind: "Function".into(),
+            super_step: step,
+            run_id: None,
+        };
+        self.record_invoked(&invoked).await;
+        self.emitter.send_live(invoked).await;
         let Some(registered) = self.runtime.workflow_functions.get(&node.name).cloned() else {
             let error = RunFailure::new(
                 ErrorClass::WorkflowNodeFailed,
