@@ -14,11 +14,9 @@
 mod support;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
-use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Lcg, Tracon, database_url};
+use support::{CrashServer, Lcg};
 use tracon_tests::mock::{MockConfig, MockServer, MockTurn};
 
 fn call(tool: &str, ms: u64) -> (String, Value) {
@@ -79,11 +77,8 @@ async fn fifty_runs_killed_three_times_end_completed_or_blocked_and_nothing_comp
     for (model, steps) in shapes() {
         mock.script(model, script(&steps));
     }
-    let endpoint = format!("{}/v1", mock.base_url());
-    let (schema, url) = (format!("cm_{:x}", std::process::id()), database_url());
-    let settings = support::crash_settings(&url, &schema, &endpoint);
-    let bin = Path::new(env!("CARGO_BIN_EXE_tracon-probe"));
-    let mut server = Tracon::start_bin(bin, &settings).await;
+    let mut crash = CrashServer::start(&mock, "cm").await;
+    let schema = crash.schema.clone();
     let client = reqwest::Client::new();
     let models: Vec<&str> = shapes().iter().map(|(m, _)| *m).collect();
     for model in &models {
@@ -92,34 +87,28 @@ async fn fifty_runs_killed_three_times_end_completed_or_blocked_and_nothing_comp
             "model": {"provider": "openai", "model": model},
             "toolNames": ["probe_read", "probe_write", "probe_external", "probe_safe"],
         });
-        let created = client.post(server.url("/api/agents")).json(&agent).send().await.unwrap();
+        let created = client.post(crash.server.url("/api/agents")).json(&agent).send().await.unwrap();
         assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
     }
     let mut runs = Vec::new();
     for i in 0..RUNS {
         let model = models[i % models.len()];
-        runs.push((model, support::queue_run(&client, &server, model, &format!("job-{i}")).await));
+        runs.push((model, support::queue_run(&client, &crash.server, model, &format!("job-{i}")).await));
     }
 
     // Three kills at pseudo-random moments while the work runs, each followed by a restart.
-    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let pool = sqlx::PgPool::connect(&crash.url).await.unwrap();
     let effects = format!("SELECT count(*) FROM {schema}.probe_effects");
-    let kills = support::kill_three_times(&mut server, bin, &settings, &mut Lcg(20_261_201), (800, 1_700), || {
-        support::count(&pool, &effects)
-    })
-    .await;
-
-    support::until_all_ended(&pool, &schema, Duration::from_secs(240), Duration::from_millis(250), || {
-        server.log_text()
-    })
-    .await;
+    let kills = crash.kill_three_times(&mut Lcg(20_261_201), (800, 1_700), || support::count(&pool, &effects)).await;
+    crash.until_all_ended(&pool).await;
+    let server = &crash.server;
 
     // Each queued run's chain, to the run that ended it.
     let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
     let mut continued = 0;
     let mut chains: Vec<Vec<String>> = Vec::new();
     for (model, first) in &runs {
-        let (chain, run) = support::run_chain(&client, &server, first).await;
+        let (chain, run) = support::run_chain(&client, server, first).await;
         let ended = match (run["status"].as_str().unwrap(), run["error"]["errorType"].as_str()) {
             ("Completed", _) => "Completed".to_owned(),
             ("Failed", Some("continuation_blocked")) => {

@@ -15,11 +15,9 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Lcg, Tracon, count, database_url};
+use support::{CrashServer, Lcg, count};
 use tracon_tests::mock::{MockConfig, MockServer, MockTurn};
 
 /// The workflows and the answer each gives when nothing interrupts it.
@@ -51,21 +49,18 @@ async fn workflow_runs_killed_three_times_all_complete_from_their_checkpoints_an
         vec![MockTurn::tool_call("handoff_to_w-back", json!({})).with_delay_ms(200), slow("passing you on", 100)],
     );
     mock.script("w-back", vec![slow("answered at the back", 300)]);
-    let endpoint = format!("{}/v1", mock.base_url());
-    let (schema, url) = (format!("wcm_{:x}", std::process::id()), database_url());
-    let settings = support::crash_settings(&url, &schema, &endpoint);
-    let bin = Path::new(env!("CARGO_BIN_EXE_tracon-probe"));
-    let mut server = Tracon::start_bin(bin, &settings).await;
+    let mut crash = CrashServer::start(&mock, "wcm").await;
+    let schema = crash.schema.clone();
     let client = reqwest::Client::new();
     for agent in ["w-writer", "w-reviewer", "w-a", "w-b", "w-front", "w-back"] {
         let def =
             json!({"name": agent, "instructions": "Do your part.", "model": {"provider": "openai", "model": agent}});
-        let created = client.post(server.url("/api/agents")).json(&def).send().await.unwrap();
+        let created = client.post(crash.server.url("/api/agents")).json(&def).send().await.unwrap();
         assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
     }
     let flows = workflows();
     for (def, _) in &flows {
-        let created = client.post(server.url("/api/workflows")).json(def).send().await.unwrap();
+        let created = client.post(crash.server.url("/api/workflows")).json(def).send().await.unwrap();
         assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
     }
     let mut runs = Vec::new();
@@ -73,7 +68,7 @@ async fn workflow_runs_killed_three_times_all_complete_from_their_checkpoints_an
         let (def, expected) = &flows[i % flows.len()];
         let name = def["name"].as_str().unwrap();
         let accepted = client
-            .post(server.url(&format!("/api/workflows/{name}/run")))
+            .post(crash.server.url(&format!("/api/workflows/{name}/run")))
             .header("Prefer", "respond-async")
             .json(&json!({"message": format!("task {i}")}))
             .send()
@@ -85,17 +80,11 @@ async fn workflow_runs_killed_three_times_all_complete_from_their_checkpoints_an
     }
 
     // Three kills at pseudo-random moments while the work runs, each followed by a restart.
-    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let pool = sqlx::PgPool::connect(&crash.url).await.unwrap();
     let checkpoints = format!("SELECT count(*) FROM {schema}.workflow_checkpoints");
-    let kills = support::kill_three_times(&mut server, bin, &settings, &mut Lcg(20_261_202), (700, 1_500), || {
-        count(&pool, &checkpoints)
-    })
-    .await;
-
-    support::until_all_ended(&pool, &schema, Duration::from_secs(240), Duration::from_millis(250), || {
-        server.log_text()
-    })
-    .await;
+    let kills = crash.kill_three_times(&mut Lcg(20_261_202), (700, 1_500), || count(&pool, &checkpoints)).await;
+    crash.until_all_ended(&pool).await;
+    let server = &crash.server;
 
     // Each run's chain, to the run that ended it: all Completed, with the uninterrupted answer.
     let mut continued = 0;
@@ -104,7 +93,7 @@ async fn workflow_runs_killed_three_times_all_complete_from_their_checkpoints_an
     let mut function_runs = 0;
     let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
     for (name, expected, first) in &runs {
-        let (chain, last) = support::run_chain(&client, &server, first).await;
+        let (chain, last) = support::run_chain(&client, server, first).await;
         assert_eq!(last["status"], "Completed", "{name} run {first} ended otherwise: {last}");
         continued += chain.len() - 1;
         *by_kind.entry(name).or_default() += 1;

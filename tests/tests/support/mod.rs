@@ -253,48 +253,76 @@ pub async fn json_of(request: reqwest::RequestBuilder) -> Value {
     request.send().await.unwrap().json().await.unwrap()
 }
 
-/// The settings of a crash matrix's server: Postgres at `url` in `schema`, the OpenAI
-/// provider at `endpoint`, and short leases, heartbeats, retries and ticks, so that work a
-/// kill interrupts is taken up again within seconds.
-pub fn crash_settings<'a>(url: &'a str, schema: &'a str, endpoint: &'a str) -> [(&'static str, &'a str); 12] {
-    [
-        ("DATABASE_URL", url),
-        ("Tracon__PostgreSql__SchemaName", schema),
-        ("OPENAI_API_KEY", "k"),
-        ("Tracon__Providers__OpenAI__Endpoint", endpoint),
-        ("Tracon__Jobs__Concurrency", "8"),
-        ("Tracon__Jobs__LeaseSeconds", "2"),
-        ("Tracon__Jobs__MaxAttempts", "20"),
-        ("Tracon__Jobs__RetryBaseSeconds", "1"),
-        ("Tracon__Jobs__RetryMaxSeconds", "1"),
-        ("Tracon__RunReconciliation__HeartbeatSeconds", "1"),
-        ("Tracon__RunReconciliation__OrphanAfterSeconds", "3"),
-        ("Tracon__Scheduling__TickSeconds", "1"),
-    ]
+/// A crash matrix's server: `tracon-probe` on Postgres in a schema of its own, its OpenAI
+/// provider the mock model server, with short leases, heartbeats, retries and ticks so that
+/// work a kill interrupts is taken up again within seconds.
+pub struct CrashServer {
+    pub server: Tracon,
+    pub url: String,
+    pub schema: String,
+    endpoint: String,
 }
 
-/// Three kills of `server` at pseudo-random moments (`rng`: `min_ms` plus up to `spread_ms`
-/// after the last start), each followed by a restart of `bin` on `settings`: per kill, the
-/// wait and what `measure` counted just before it.
-pub async fn kill_three_times<F: Future<Output = i64>>(
-    server: &mut Tracon,
-    bin: &std::path::Path,
-    settings: &[(&str, &str)],
-    rng: &mut Lcg,
-    (min_ms, spread_ms): (u64, u64),
-    measure: impl Fn() -> F,
-) -> Vec<(Duration, i64)> {
-    let mut kills = Vec::new();
-    for _ in 0..3 {
-        let wait = Duration::from_millis(min_ms + rng.next(spread_ms));
-        tokio::time::sleep(wait).await;
-        let measured = measure().await;
-        server.child.kill().unwrap(); // SIGKILL: no drain, leases and heartbeats stop mid-work
-        server.child.wait().unwrap();
-        kills.push((wait, measured));
-        *server = Tracon::start_bin(bin, settings).await;
+impl CrashServer {
+    /// Starts it on [`database_url`] in the schema `prefix_<pid>`, answering from `mock`.
+    pub async fn start(mock: &tracon_tests::mock::MockServer, prefix: &str) -> CrashServer {
+        let endpoint = format!("{}/v1", mock.base_url());
+        let (schema, url) = (format!("{prefix}_{:x}", std::process::id()), database_url());
+        let server = Tracon::start_bin(Self::bin(), &Self::settings(&url, &schema, &endpoint)).await;
+        CrashServer { server, url, schema, endpoint }
     }
-    kills
+
+    fn bin() -> &'static std::path::Path {
+        std::path::Path::new(env!("CARGO_BIN_EXE_tracon-probe"))
+    }
+
+    fn settings<'a>(url: &'a str, schema: &'a str, endpoint: &'a str) -> [(&'static str, &'a str); 12] {
+        [
+            ("DATABASE_URL", url),
+            ("Tracon__PostgreSql__SchemaName", schema),
+            ("OPENAI_API_KEY", "k"),
+            ("Tracon__Providers__OpenAI__Endpoint", endpoint),
+            ("Tracon__Jobs__Concurrency", "8"),
+            ("Tracon__Jobs__LeaseSeconds", "2"),
+            ("Tracon__Jobs__MaxAttempts", "20"),
+            ("Tracon__Jobs__RetryBaseSeconds", "1"),
+            ("Tracon__Jobs__RetryMaxSeconds", "1"),
+            ("Tracon__RunReconciliation__HeartbeatSeconds", "1"),
+            ("Tracon__RunReconciliation__OrphanAfterSeconds", "3"),
+            ("Tracon__Scheduling__TickSeconds", "1"),
+        ]
+    }
+
+    /// Three kills of the server at pseudo-random moments (`rng`: `min_ms` plus up to
+    /// `spread_ms` after the last start), each followed by a restart on the same database:
+    /// per kill, the wait and what `measure` counted just before it.
+    pub async fn kill_three_times<F: Future<Output = i64>>(
+        &mut self,
+        rng: &mut Lcg,
+        (min_ms, spread_ms): (u64, u64),
+        measure: impl Fn() -> F,
+    ) -> Vec<(Duration, i64)> {
+        let mut kills = Vec::new();
+        for _ in 0..3 {
+            let wait = Duration::from_millis(min_ms + rng.next(spread_ms));
+            tokio::time::sleep(wait).await;
+            let measured = measure().await;
+            self.server.child.kill().unwrap(); // SIGKILL: no drain, leases and heartbeats stop mid-work
+            self.server.child.wait().unwrap();
+            kills.push((wait, measured));
+            self.server =
+                Tracon::start_bin(Self::bin(), &Self::settings(&self.url, &self.schema, &self.endpoint)).await;
+        }
+        kills
+    }
+
+    /// Waits (up to four minutes) until no job and no run is still open.
+    pub async fn until_all_ended(&self, pool: &sqlx::PgPool) {
+        until_all_ended(pool, &self.schema, Duration::from_secs(240), Duration::from_millis(250), || {
+            self.server.log_text()
+        })
+        .await;
+    }
 }
 
 /// The one number `sql` selects; 0 if it fails (a table not made yet).
