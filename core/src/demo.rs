@@ -6,7 +6,7 @@
 
 use crate::definition::AgentDefinition;
 use crate::tools::{RegistrationError, ToolError, ToolOutput, ToolRegistration, tool_fn};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 pub const AGENT: &str = "support";
 
@@ -27,18 +27,30 @@ fn stable_hash(s: &str) -> u32 {
     s.bytes().fold(2_166_136_261u32, |h, b| (h ^ u32::from(b)).wrapping_mul(16_777_619))
 }
 
+/// The parameters of a tool that takes one string, `name`, of 1 to `max_length` characters.
+fn one_string(name: &str, description: Option<&str>, max_length: u32) -> Value {
+    let mut property = Map::new();
+    property.insert("type".into(), json!("string"));
+    if let Some(description) = description {
+        property.insert("description".into(), json!(description));
+    }
+    property.insert("minLength".into(), json!(1));
+    property.insert("maxLength".into(), json!(max_length));
+    json!({"type": "object", "properties": {name: property}, "required": [name], "additionalProperties": false})
+}
+
+/// A call's string argument `name` (empty when missing: the schema has been checked).
+fn string_arg(args: &Value, name: &str) -> String {
+    args.get(name).and_then(Value::as_str).unwrap_or_default().to_owned()
+}
+
 pub fn order_status_tool() -> Result<ToolRegistration, RegistrationError> {
     ToolRegistration::new(
         "get_order_status",
         "Looks up the shipping status of an order by its number.",
-        json!({
-            "type": "object",
-            "properties": {"orderId": {"type": "string", "description": "The order number, e.g. 4182", "minLength": 1, "maxLength": 32}},
-            "required": ["orderId"],
-            "additionalProperties": false
-        }),
+        one_string("orderId", Some("The order number, e.g. 4182"), 32),
         tool_fn(|args: Value, _ctx| async move {
-            let order_id = args.get("orderId").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let order_id = string_arg(&args, "orderId");
             if !order_id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
                 return Err(ToolError::message("Order numbers contain only letters, digits and '-'."));
             }
@@ -73,14 +85,9 @@ pub fn store_hours_tool() -> Result<ToolRegistration, RegistrationError> {
     ToolRegistration::new(
         "get_store_hours",
         "Returns the opening hours of the shop's store in a city.",
-        json!({
-            "type": "object",
-            "properties": {"city": {"type": "string", "minLength": 1, "maxLength": 64}},
-            "required": ["city"],
-            "additionalProperties": false
-        }),
+        one_string("city", None, 64),
         tool_fn(|args: Value, _ctx| async move {
-            let city = args.get("city").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let city = string_arg(&args, "city");
             Ok(ToolOutput::Json(
                 json!({"city": city, "weekdays": "09:00-18:00", "saturday": "10:00-16:00", "sunday": "closed"}),
             ))
@@ -93,16 +100,39 @@ pub fn cancel_order_tool() -> Result<ToolRegistration, RegistrationError> {
     ToolRegistration::new(
         "cancel_order",
         "Cancels an order by its number. A person approves each cancellation first.",
-        json!({
-            "type": "object",
-            "properties": {"orderId": {"type": "string", "minLength": 1, "maxLength": 32}},
-            "required": ["orderId"],
-            "additionalProperties": false
-        }),
+        one_string("orderId", None, 32),
         tool_fn(|args: Value, _ctx| async move {
-            let order_id = args.get("orderId").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let order_id = string_arg(&args, "orderId");
             Ok(ToolOutput::Json(json!({"orderId": order_id, "status": "cancelled"})))
         }),
     )
     .map(|r| r.requires_approval(true).effect(crate::tools::effect::ToolEffect::Destructive))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_string_is_the_schema_the_tools_always_had() {
+        assert_eq!(
+            one_string("orderId", Some("The order number, e.g. 4182"), 32),
+            json!({
+                "type": "object",
+                "properties": {"orderId": {"type": "string", "description": "The order number, e.g. 4182", "minLength": 1, "maxLength": 32}},
+                "required": ["orderId"],
+                "additionalProperties": false
+            })
+        );
+        assert_eq!(
+            serde_json::to_string(&one_string("city", None, 64)).unwrap(),
+            serde_json::to_string(&json!({
+                "type": "object",
+                "properties": {"city": {"type": "string", "minLength": 1, "maxLength": 64}},
+                "required": ["city"],
+                "additionalProperties": false
+            }))
+            .unwrap()
+        );
+    }
 }

@@ -44,48 +44,38 @@ async fn sse(name: &str) -> Vec<Event> {
     sse_in_pieces(name, usize::MAX).await
 }
 
-/// Everything an OpenAI transcript yields, or the first error.
-async fn openai(name: &str) -> Result<Vec<ModelEvent>, (Vec<ModelEvent>, ProviderError)> {
-    let mut parser = ChatStreamParser::default();
+type Parsed = Result<Vec<ModelEvent>, (Vec<ModelEvent>, ProviderError)>;
+
+/// Everything `parser` yields from the transcript `name` (each event through `push`, then
+/// `finish`), or the first error with what came before it.
+async fn parse<P>(
+    name: &str,
+    mut parser: P,
+    push: impl Fn(&mut P, &Event) -> Result<Vec<ModelEvent>, ProviderError>,
+    finish: impl FnOnce(P) -> Result<Vec<ModelEvent>, ProviderError>,
+) -> Parsed {
     let mut out = Vec::new();
     for event in sse(name).await {
-        match parser.push(&event.data) {
+        match push(&mut parser, &event) {
             Ok(events) => out.extend(events),
             Err(e) => return Err((out, e)),
         }
     }
-    match parser.finish() {
+    match finish(parser) {
         Ok(events) => out.extend(events),
         Err(e) => return Err((out, e)),
     }
     Ok(out)
+}
+
+/// Everything an OpenAI transcript yields, or the first error.
+async fn openai(name: &str) -> Parsed {
+    parse(name, ChatStreamParser::default(), |p, e| p.push(&e.data), ChatStreamParser::finish).await
 }
 
 /// Everything an Anthropic transcript yields, or the first error with what came before it.
-async fn anthropic(name: &str) -> Result<Vec<ModelEvent>, (Vec<ModelEvent>, ProviderError)> {
-    let mut parser = MessagesStreamParser::default();
-    let mut out = Vec::new();
-    for event in sse(name).await {
-        match parser.push(&event.event, &event.data) {
-            Ok(events) => out.extend(events),
-            Err(e) => return Err((out, e)),
-        }
-    }
-    match parser.finish() {
-        Ok(events) => out.extend(events),
-        Err(e) => return Err((out, e)),
-    }
-    Ok(out)
-}
-
-fn text(events: &[ModelEvent]) -> String {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ModelEvent::TextDelta(t) => Some(t.as_str()),
-            _ => None,
-        })
-        .collect()
+async fn anthropic(name: &str) -> Parsed {
+    parse(name, MessagesStreamParser::default(), |p, e| p.push(&e.event, &e.data), MessagesStreamParser::finish).await
 }
 
 fn deltas(pieces: &[&str]) -> Vec<ModelEvent> {
@@ -153,7 +143,7 @@ async fn openai_text_with_usage_reports_cached_and_reasoning_tokens() {
     expected.push(usage(1342, 271, Some(1152), Some(256)));
     expected.push(ModelEvent::Finish(FinishReason::Stop));
     assert_eq!(events, expected);
-    assert_eq!(text(&events), "Your order #4182 shipped on Monday — it\u{2019}s due Thursday.");
+    assert_eq!(ModelEvent::text_of(&events), "Your order #4182 shipped on Monday — it\u{2019}s due Thursday.");
 }
 
 #[tokio::test]
@@ -232,7 +222,7 @@ async fn anthropic_thinking_block_is_kept_whole_with_its_signature_before_the_to
     expected.push(usage(530, 96, Some(0), None));
     expected.push(ModelEvent::Finish(FinishReason::ToolCalls));
     assert_eq!(events, expected);
-    assert_eq!(text(&events), "", "thinking never leaks into the answer text");
+    assert_eq!(ModelEvent::text_of(&events), "", "thinking never leaks into the answer text");
 }
 
 #[tokio::test]

@@ -173,6 +173,24 @@ struct DoneFrame<'a> {
     requests: &'a [tracon_core::workflows::InputRequest],
 }
 
+impl DoneFrame<'_> {
+    /// The run ended (or stopped) with `status`, and nothing more to say.
+    fn bare(run_id: RunId, status: &'static str) -> Self {
+        DoneFrame {
+            run_id,
+            status,
+            text: None,
+            approvals: None,
+            usage: None,
+            cost: None,
+            finish_reason: None,
+            client_tool_calls: &[],
+            session_id: None,
+            requests: &[],
+        }
+    }
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct ErrorFrame<'a> {
@@ -218,22 +236,9 @@ pub fn put_live_frames(buf: &mut BytesMut, run_id: RunId, session_id: Option<&st
             "update",
             &UpdateFrame::ExecutorFailed { executor_id, super_step: *super_step, run_id: *run_id, error },
         ),
-        RunEvent::RunAwaitingInput { requests } => put_frame(
-            buf,
-            "done",
-            &DoneFrame {
-                run_id,
-                status: "AwaitingInput",
-                text: None,
-                approvals: None,
-                usage: None,
-                cost: None,
-                finish_reason: None,
-                client_tool_calls: &[],
-                session_id: None,
-                requests,
-            },
-        ),
+        RunEvent::RunAwaitingInput { requests } => {
+            put_frame(buf, "done", &DoneFrame { requests, ..DoneFrame::bare(run_id, "AwaitingInput") })
+        }
         RunEvent::ToolInvoking { call_id, tool_name, arguments } => {
             put_frame(buf, "update", &UpdateFrame::ToolCall { call_id, tool_name, arguments })
         }
@@ -267,16 +272,9 @@ pub fn put_live_frames(buf: &mut BytesMut, run_id: RunId, session_id: Option<&st
                 buf,
                 "done",
                 &DoneFrame {
-                    run_id,
-                    status: "AwaitingApproval",
-                    text: None,
                     approvals: Some(requests.len()),
-                    usage: None,
-                    cost: None,
-                    finish_reason: None,
-                    client_tool_calls: &[],
                     session_id,
-                    requests: &[],
+                    ..DoneFrame::bare(run_id, "AwaitingApproval")
                 },
             );
         }
@@ -284,16 +282,13 @@ pub fn put_live_frames(buf: &mut BytesMut, run_id: RunId, session_id: Option<&st
             buf,
             "done",
             &DoneFrame {
-                run_id,
-                status: "Completed",
                 text: Some(text),
-                approvals: None,
                 usage: Some(usage.as_ref()),
                 cost: Some(cost.as_ref()),
                 finish_reason: Some(*finish_reason),
                 client_tool_calls,
                 session_id: (!client_tool_calls.is_empty()).then_some(session_id).flatten(),
-                requests: &[],
+                ..DoneFrame::bare(run_id, "Completed")
             },
         ),
         RunEvent::RunFailed { error } | RunEvent::RunCanceled { error } => put_frame(

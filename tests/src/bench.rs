@@ -448,6 +448,69 @@ impl LatencyArgs {
     }
 }
 
+/// What a latency bench drives: the mock model server, a `tracon` server answering from it
+/// (killed when this is dropped, errors included), and the client pooled for the highest
+/// concurrency level.
+pub struct LatencyRig {
+    pub tracon_bin: PathBuf,
+    pub mock: crate::mock::MockServer,
+    pub mock_url: String,
+    pub client: reqwest::Client,
+    pub server: Server,
+}
+
+impl LatencyArgs {
+    /// The flags checked, the mock model started with their pacing, and the `--tracon` server
+    /// started against it with `env`.
+    pub async fn start(&self, env: &[(&str, &str)]) -> Result<LatencyRig, BoxError> {
+        let tracon_bin = self.check()?;
+        let mock = crate::mock::MockServer::start(self.mock_config())
+            .await
+            .map_err(|e| format!("could not start the mock model: {e}"))?;
+        let mock_url = mock.base_url();
+        let client = self.client(REQUEST_TIMEOUT)?;
+        let server = Server::start(&tracon_bin, &mock_url, env)
+            .await
+            .map_err(|e| format!("could not start {}: {e}", tracon_bin.display()))?;
+        Ok(LatencyRig { tracon_bin, mock, mock_url, client, server })
+    }
+}
+
+impl LatencyRig {
+    /// The bench `name` with `args` on this rig, the mock asked for [`MOCK_MODEL`].
+    pub fn bench<'a>(&'a self, name: &'a str, args: &'a LatencyArgs) -> LatencyBench<'a> {
+        LatencyBench {
+            name,
+            args,
+            server_pid: self.server.pid(),
+            client: &self.client,
+            mock_url: &self.mock_url,
+            model: MOCK_MODEL,
+        }
+    }
+
+    /// Prints the report `text`, writes its `json` where `--json` says, stops the server and
+    /// the mock.
+    #[allow(clippy::print_stdout)]
+    pub async fn finish(self, args: &LatencyArgs, text: &str, json: &serde_json::Value) -> Result<(), BoxError> {
+        println!("{text}");
+        args.write_json(json)?;
+        self.server.stop();
+        self.mock.shutdown().await;
+        Ok(())
+    }
+}
+
+/// The first 300 bytes of a body, for an error message.
+pub fn excerpt(body: &[u8]) -> String {
+    String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned()
+}
+
+/// A report's closing section: the failures of its phases, or `none`.
+pub fn failures_section(failures: &str) -> String {
+    format!("\n-- failures --\n{}\n", if failures.is_empty() { "none\n" } else { failures })
+}
+
 /// The process exit for a bench's outcome: success only when it ran and nothing failed.
 pub fn exit_code(name: &str, outcome: Result<bool, BoxError>) -> std::process::ExitCode {
     match outcome {

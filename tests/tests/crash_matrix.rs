@@ -14,28 +14,10 @@
 mod support;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
-use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::Tracon;
+use support::{CrashServer, Lcg};
 use tracon_tests::mock::{MockConfig, MockServer, MockTurn};
-
-fn database_url() -> String {
-    std::env::var("TRACON_TEST_DATABASE_URL").or_else(|_| std::env::var("DATABASE_URL")).unwrap_or_else(|_| {
-        panic!("These tests need PostgreSQL: run ./scripts/test (it provisions one), or set TRACON_TEST_DATABASE_URL.")
-    })
-}
-
-/// A small deterministic generator: the same kill moments every run of the test.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % below
-    }
-}
 
 fn call(tool: &str, ms: u64) -> (String, Value) {
     (tool.to_owned(), json!({ "ms": ms }))
@@ -95,24 +77,8 @@ async fn fifty_runs_killed_three_times_end_completed_or_blocked_and_nothing_comp
     for (model, steps) in shapes() {
         mock.script(model, script(&steps));
     }
-    let endpoint = format!("{}/v1", mock.base_url());
-    let (schema, url) = (format!("cm_{:x}", std::process::id()), database_url());
-    let settings = [
-        ("DATABASE_URL", url.as_str()),
-        ("Tracon__PostgreSql__SchemaName", schema.as_str()),
-        ("OPENAI_API_KEY", "k"),
-        ("Tracon__Providers__OpenAI__Endpoint", endpoint.as_str()),
-        ("Tracon__Jobs__Concurrency", "8"),
-        ("Tracon__Jobs__LeaseSeconds", "2"),
-        ("Tracon__Jobs__MaxAttempts", "20"),
-        ("Tracon__Jobs__RetryBaseSeconds", "1"),
-        ("Tracon__Jobs__RetryMaxSeconds", "1"),
-        ("Tracon__RunReconciliation__HeartbeatSeconds", "1"),
-        ("Tracon__RunReconciliation__OrphanAfterSeconds", "3"),
-        ("Tracon__Scheduling__TickSeconds", "1"),
-    ];
-    let bin = Path::new(env!("CARGO_BIN_EXE_tracon-probe"));
-    let mut server = Tracon::start_bin(bin, &settings).await;
+    let mut crash = CrashServer::start(&mock, "cm").await;
+    let schema = crash.schema.clone();
     let client = reqwest::Client::new();
     let models: Vec<&str> = shapes().iter().map(|(m, _)| *m).collect();
     for model in &models {
@@ -121,60 +87,39 @@ async fn fifty_runs_killed_three_times_end_completed_or_blocked_and_nothing_comp
             "model": {"provider": "openai", "model": model},
             "toolNames": ["probe_read", "probe_write", "probe_external", "probe_safe"],
         });
-        let created = client.post(server.url("/api/agents")).json(&agent).send().await.unwrap();
+        let created = client.post(crash.server.url("/api/agents")).json(&agent).send().await.unwrap();
         assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
     }
     let mut runs = Vec::new();
     for i in 0..RUNS {
         let model = models[i % models.len()];
-        runs.push((model, support::queue_run(&client, &server, model, &format!("job-{i}")).await));
+        runs.push((model, support::queue_run(&client, &crash.server, model, &format!("job-{i}")).await));
     }
 
     // Three kills at pseudo-random moments while the work runs, each followed by a restart.
-    let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    let mut rng = Lcg(20_261_201);
-    let mut kills = Vec::new();
-    for _ in 0..3 {
-        let wait = Duration::from_millis(800 + rng.next(1_700));
-        tokio::time::sleep(wait).await;
-        let effects: i64 = effects_so_far(&pool, &schema).await;
-        server.child.kill().unwrap(); // SIGKILL: no drain, leases and heartbeats stop mid-call
-        server.child.wait().unwrap();
-        kills.push((wait, effects));
-        server = Tracon::start_bin(bin, &settings).await;
-    }
-
-    support::until_all_ended(&pool, &schema, Duration::from_secs(240), Duration::from_millis(250), || {
-        server.log_text()
-    })
-    .await;
+    let pool = sqlx::PgPool::connect(&crash.url).await.unwrap();
+    let effects = format!("SELECT count(*) FROM {schema}.probe_effects");
+    let kills = crash.kill_three_times(&mut Lcg(20_261_201), (800, 1_700), || support::count(&pool, &effects)).await;
+    crash.until_all_ended(&pool).await;
+    let server = &crash.server;
 
     // Each queued run's chain, to the run that ended it.
     let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
     let mut continued = 0;
     let mut chains: Vec<Vec<String>> = Vec::new();
     for (model, first) in &runs {
-        let mut chain = vec![first.clone()];
-        loop {
-            let run = support::json_of(client.get(server.url(&format!("/api/runs/{}", chain.last().unwrap())))).await;
-            if let Some(next) = run["continuedByRunId"].as_str() {
-                assert_eq!(run["error"]["errorClass"], "Orphaned", "only an interrupted run is continued: {run}");
-                chain.push(next.to_owned());
-                continue;
+        let (chain, run) = support::run_chain(&client, server, first).await;
+        let ended = match (run["status"].as_str().unwrap(), run["error"]["errorType"].as_str()) {
+            ("Completed", _) => "Completed".to_owned(),
+            ("Failed", Some("continuation_blocked")) => {
+                let message = run["error"]["message"].as_str().unwrap();
+                assert!(message.contains("'probe_external'"), "names the tool that blocked: {message}");
+                assert!(*model == "m-ext" || *model == "m-safe", "only a shape with External calls blocks: {run}");
+                "Failed (continuation_blocked, probe_external)".to_owned()
             }
-            let ended = match (run["status"].as_str().unwrap(), run["error"]["errorType"].as_str()) {
-                ("Completed", _) => "Completed".to_owned(),
-                ("Failed", Some("continuation_blocked")) => {
-                    let message = run["error"]["message"].as_str().unwrap();
-                    assert!(message.contains("'probe_external'"), "names the tool that blocked: {message}");
-                    assert!(*model == "m-ext" || *model == "m-safe", "only a shape with External calls blocks: {run}");
-                    "Failed (continuation_blocked, probe_external)".to_owned()
-                }
-                _ => panic!("run {first} ended otherwise: {run}"),
-            };
-            *outcomes.entry(ended).or_default() += 1;
-            break;
-        }
+            _ => panic!("run {first} ended otherwise: {run}"),
+        };
+        *outcomes.entry(ended).or_default() += 1;
         continued += chain.len() - 1;
         chains.push(chain);
     }
@@ -238,31 +183,16 @@ async fn fifty_runs_killed_three_times_end_completed_or_blocked_and_nothing_comp
     }
 
     // Every run's event log, original and continuation alike: gapless, terminal event last.
-    let logs: Vec<(String, i64, i64, String)> = sqlx::query_as(&format!(
-        "SELECT e.run_id::text, count(*), max(e.sequence), \
-         (SELECT event_type FROM {schema}.run_events l WHERE l.run_id = e.run_id ORDER BY sequence DESC LIMIT 1) \
-         FROM {schema}.run_events e GROUP BY e.run_id"
-    ))
-    .fetch_all(&pool)
-    .await
-    .unwrap();
-    let gaps = logs.iter().filter(|(_, n, max, _)| n != max).count();
-    for (run, _, _, last) in &logs {
-        assert!(["RunCompleted", "RunFailed"].contains(&last.as_str()), "run {run}'s log ends with {last}");
-    }
+    let (logs, gaps) = support::event_logs(&pool, &schema, &["RunCompleted", "RunFailed"]).await;
 
     println!("crash matrix: {RUNS} queued runs, kills after {kills:?} (wait, effects so far)");
     println!("  outcomes: {outcomes:?}");
     println!("  continuations: {continued}; calls: {calls_total}; calls that ran again (unknown outcome): {reruns}");
     println!("  completed calls run twice: {completed_twice}; External calls run twice: {external_twice}");
-    println!("  event logs: {} runs, {gaps} with a gap or duplicate", logs.len());
+    println!("  event logs: {logs} runs, {gaps} with a gap or duplicate");
     assert_eq!(completed_twice, 0, "a call whose ending was recorded ran again");
     assert_eq!(external_twice, 0, "a non-repeatable External call ran twice");
     assert_eq!(gaps, 0, "an event log has a gap or a duplicate");
     assert_eq!(outcomes.values().sum::<usize>(), RUNS);
     assert!(continued > 0, "the kills interrupted nothing: the test proved nothing");
-}
-
-async fn effects_so_far(pool: &sqlx::PgPool, schema: &str) -> i64 {
-    sqlx::query_scalar(&format!("SELECT count(*) FROM {schema}.probe_effects")).fetch_one(pool).await.unwrap_or(0)
 }

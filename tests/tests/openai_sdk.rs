@@ -44,12 +44,29 @@ async fn server() -> (MockServer, Tracon, String) {
         ("Tracon__Providers__OpenAI__DefaultModel", "sdk-model"),
     ])
     .await;
-    let created = server.issue_key(TOKEN, "sdk", &["RunsWrite"]).await;
-    let key = created["key"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
+    let key = sdk_key(&server).await;
     (mock, server, key)
 }
 
+/// A `RunsWrite` key for the SDK clients.
+async fn sdk_key(server: &Tracon) -> String {
+    let created = server.issue_key(TOKEN, "sdk", &["RunsWrite"]).await;
+    created["key"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned()
+}
+
 fn run_client(program: &std::ffi::OsStr, args: &[&str], server: &Tracon, key: &str) {
+    run_sdk(program, args, &[("TRACON_AGENT", "support")], (server, key), "sdk: ok");
+}
+
+/// Runs the SDK `program` on `args` against `server` as the holder of `key`, `agents` naming
+/// the agents it talks to; it must succeed and print `ok`.
+fn run_sdk(
+    program: &std::ffi::OsStr,
+    args: &[&str],
+    agents: &[(&str, &str)],
+    (server, key): (&Tracon, &str),
+    ok: &str,
+) {
     let output = Command::new(program)
         .args(args)
         .current_dir(sdk_dir())
@@ -57,7 +74,7 @@ fn run_client(program: &std::ffi::OsStr, args: &[&str], server: &Tracon, key: &s
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("OPENAI_BASE_URL", server.url("/v1"))
         .env("OPENAI_API_KEY", key)
-        .env("TRACON_AGENT", "support")
+        .envs(agents.iter().copied())
         .output()
         .unwrap_or_else(|e| panic!("could not start {program:?}: {e}"));
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -67,7 +84,7 @@ fn run_client(program: &std::ffi::OsStr, args: &[&str], server: &Tracon, key: &s
         "{program:?} {args:?} failed\nstdout:\n{stdout}\nstderr:\n{stderr}\nserver log:\n{}",
         server.log_text()
     );
-    assert!(stdout.contains("sdk: ok"), "{stdout}");
+    assert!(stdout.contains(ok), "{stdout}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,25 +133,8 @@ async fn tools_server() -> (MockServer, Tracon, String) {
 }
 
 fn run_tools_client(program: &std::ffi::OsStr, script: &str, server: &Tracon, key: &str) {
-    let output = Command::new(program)
-        .arg(script)
-        .current_dir(sdk_dir())
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("OPENAI_BASE_URL", server.url("/v1"))
-        .env("OPENAI_API_KEY", key)
-        .env("TRACON_TOOL_AGENT", "clock")
-        .env("TRACON_APPROVAL_AGENT", "canceller")
-        .output()
-        .unwrap_or_else(|e| panic!("could not start {program:?}: {e}"));
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{script} failed\nstdout:\n{stdout}\nstderr:\n{}\nserver log:\n{}",
-        String::from_utf8_lossy(&output.stderr),
-        server.log_text()
-    );
-    assert!(stdout.contains("sdk tools: ok"), "{stdout}");
+    let agents = [("TRACON_TOOL_AGENT", "clock"), ("TRACON_APPROVAL_AGENT", "canceller")];
+    run_sdk(program, &[script], &agents, (server, key), "sdk tools: ok");
 }
 
 /// The tool message the model got after the client answered: what the SDK sent back.
@@ -184,8 +184,7 @@ async fn responses_server() -> (MockServer, Tracon, String, String) {
     ])
     .await;
     let http = reqwest::Client::new();
-    let created = server.issue_key(TOKEN, "sdk", &["RunsWrite"]).await;
-    let key = created["key"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
+    let key = sdk_key(&server).await;
     let theirs = support::json_of(
         http.post(server.url("/v1/conversations"))
             .bearer_auth(TOKEN)

@@ -14,15 +14,9 @@ use std::time::{Duration, Instant};
 
 use nul_filters::NUL_FILTERS;
 use serde_json::{Value, json};
-use support::{Tracon, of_kind, run, text_of, tracon_bin};
+use support::{Tracon, database_url, of_kind, run, text_of, tracon_bin};
 use tracon_tests::chaos::ChaosProxy;
 use tracon_tests::mock::{MockConfig, MockServer, MockTurn};
-
-fn database_url() -> String {
-    std::env::var("TRACON_TEST_DATABASE_URL").or_else(|_| std::env::var("DATABASE_URL")).unwrap_or_else(|_| {
-        panic!("These tests need PostgreSQL: run ./scripts/test (it provisions one), or set TRACON_TEST_DATABASE_URL.")
-    })
-}
 
 fn fresh_schema() -> String {
     format!("e_{}", uuid_like())

@@ -48,16 +48,6 @@ async fn run(provider: &dyn ModelProvider, request: ModelRequest) -> Result<Vec<
     provider.stream(&request).await?.try_collect().await
 }
 
-fn text(events: &[ModelEvent]) -> String {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            ModelEvent::TextDelta(t) => Some(t.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
 fn usage(input: u64, output: u64) -> ModelEvent {
     ModelEvent::Usage(Usage {
         input_tokens: input,
@@ -157,7 +147,7 @@ async fn a_tool_loop_walks_the_script_turn_by_turn() {
         r.messages.push(Message::Assistant { text: None, tool_calls: vec![c.clone()], reasoning: vec![] });
         r.messages.push(Message::Tool { call_id: c.id, name: c.name, content: "shipped".into(), is_error: false });
         let second = run(provider, r).await.unwrap();
-        assert_eq!(text(&second), "Shipped.");
+        assert_eq!(ModelEvent::text_of(&second), "Shipped.");
         assert_eq!(second.last(), Some(&ModelEvent::Finish(FinishReason::Stop)));
     }
 }
@@ -186,7 +176,7 @@ async fn a_content_filter_finish_reaches_the_caller() {
     mock.script("filtered", vec![MockTurn::text("Here is how").with_finish(MockFinish::ContentFilter)]);
     for provider in [&openai(&mock) as &dyn ModelProvider, &anthropic(&mock)] {
         let events = run(provider, request("filtered")).await.unwrap();
-        assert_eq!(text(&events), "Here is how");
+        assert_eq!(ModelEvent::text_of(&events), "Here is how");
         assert_eq!(events.last(), Some(&ModelEvent::Finish(FinishReason::ContentFilter)), "{}", provider.name());
     }
 }

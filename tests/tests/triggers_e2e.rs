@@ -8,7 +8,7 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::Tracon;
+use support::{Tracon, database_url};
 
 const SECRET: &str = "whsec_e2e_trigger_secret";
 
@@ -73,12 +73,6 @@ async fn a_signed_trigger_starts_a_queued_run_on_the_real_server_and_a_replay_is
     let runs: Value = client.get(server.url("/api/runs")).send().await.unwrap().json().await.unwrap();
     assert_eq!(runs.as_array().unwrap().len(), 1, "{runs}");
     assert!(!server.log_text().contains(SECRET), "the secret never reaches the log");
-}
-
-fn database_url() -> String {
-    std::env::var("TRACON_TEST_DATABASE_URL").or_else(|_| std::env::var("DATABASE_URL")).unwrap_or_else(|_| {
-        panic!("This test needs PostgreSQL: run ./scripts/test (it provisions one), or set TRACON_TEST_DATABASE_URL.")
-    })
 }
 
 /// On Postgres the replay key outlives the process: after a restart the same signed request

@@ -15,28 +15,10 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::Tracon;
+use support::{CrashServer, Lcg, count};
 use tracon_tests::mock::{MockConfig, MockServer, MockTurn};
-
-fn database_url() -> String {
-    std::env::var("TRACON_TEST_DATABASE_URL").or_else(|_| std::env::var("DATABASE_URL")).unwrap_or_else(|_| {
-        panic!("These tests need PostgreSQL: run ./scripts/test (it provisions one), or set TRACON_TEST_DATABASE_URL.")
-    })
-}
-
-/// A small deterministic generator: the same kill moments every run of the test.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % below
-    }
-}
 
 /// The workflows and the answer each gives when nothing interrupts it.
 fn workflows() -> Vec<(Value, &'static str)> {
@@ -67,34 +49,18 @@ async fn workflow_runs_killed_three_times_all_complete_from_their_checkpoints_an
         vec![MockTurn::tool_call("handoff_to_w-back", json!({})).with_delay_ms(200), slow("passing you on", 100)],
     );
     mock.script("w-back", vec![slow("answered at the back", 300)]);
-    let endpoint = format!("{}/v1", mock.base_url());
-    let (schema, url) = (format!("wcm_{:x}", std::process::id()), database_url());
-    let settings = [
-        ("DATABASE_URL", url.as_str()),
-        ("Tracon__PostgreSql__SchemaName", schema.as_str()),
-        ("OPENAI_API_KEY", "k"),
-        ("Tracon__Providers__OpenAI__Endpoint", endpoint.as_str()),
-        ("Tracon__Jobs__Concurrency", "8"),
-        ("Tracon__Jobs__LeaseSeconds", "2"),
-        ("Tracon__Jobs__MaxAttempts", "20"),
-        ("Tracon__Jobs__RetryBaseSeconds", "1"),
-        ("Tracon__Jobs__RetryMaxSeconds", "1"),
-        ("Tracon__RunReconciliation__HeartbeatSeconds", "1"),
-        ("Tracon__RunReconciliation__OrphanAfterSeconds", "3"),
-        ("Tracon__Scheduling__TickSeconds", "1"),
-    ];
-    let bin = Path::new(env!("CARGO_BIN_EXE_tracon-probe"));
-    let mut server = Tracon::start_bin(bin, &settings).await;
+    let mut crash = CrashServer::start(&mock, "wcm").await;
+    let schema = crash.schema.clone();
     let client = reqwest::Client::new();
     for agent in ["w-writer", "w-reviewer", "w-a", "w-b", "w-front", "w-back"] {
         let def =
             json!({"name": agent, "instructions": "Do your part.", "model": {"provider": "openai", "model": agent}});
-        let created = client.post(server.url("/api/agents")).json(&def).send().await.unwrap();
+        let created = client.post(crash.server.url("/api/agents")).json(&def).send().await.unwrap();
         assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
     }
     let flows = workflows();
     for (def, _) in &flows {
-        let created = client.post(server.url("/api/workflows")).json(def).send().await.unwrap();
+        let created = client.post(crash.server.url("/api/workflows")).json(def).send().await.unwrap();
         assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
     }
     let mut runs = Vec::new();
@@ -102,7 +68,7 @@ async fn workflow_runs_killed_three_times_all_complete_from_their_checkpoints_an
         let (def, expected) = &flows[i % flows.len()];
         let name = def["name"].as_str().unwrap();
         let accepted = client
-            .post(server.url(&format!("/api/workflows/{name}/run")))
+            .post(crash.server.url(&format!("/api/workflows/{name}/run")))
             .header("Prefer", "respond-async")
             .json(&json!({"message": format!("task {i}")}))
             .send()
@@ -114,23 +80,11 @@ async fn workflow_runs_killed_three_times_all_complete_from_their_checkpoints_an
     }
 
     // Three kills at pseudo-random moments while the work runs, each followed by a restart.
-    let pool = sqlx::PgPool::connect(&url).await.unwrap();
-    let mut rng = Lcg(20_261_202);
-    let mut kills = Vec::new();
-    for _ in 0..3 {
-        let wait = Duration::from_millis(700 + rng.next(1_500));
-        tokio::time::sleep(wait).await;
-        let checkpoints: i64 = count(&pool, &format!("SELECT count(*) FROM {schema}.workflow_checkpoints")).await;
-        server.child.kill().unwrap(); // SIGKILL: no drain, leases and heartbeats stop mid-node
-        server.child.wait().unwrap();
-        kills.push((wait, checkpoints));
-        server = Tracon::start_bin(bin, &settings).await;
-    }
-
-    support::until_all_ended(&pool, &schema, Duration::from_secs(240), Duration::from_millis(250), || {
-        server.log_text()
-    })
-    .await;
+    let pool = sqlx::PgPool::connect(&crash.url).await.unwrap();
+    let checkpoints = format!("SELECT count(*) FROM {schema}.workflow_checkpoints");
+    let kills = crash.kill_three_times(&mut Lcg(20_261_202), (700, 1_500), || count(&pool, &checkpoints)).await;
+    crash.until_all_ended(&pool).await;
+    let server = &crash.server;
 
     // Each run's chain, to the run that ended it: all Completed, with the uninterrupted answer.
     let mut continued = 0;
@@ -139,17 +93,7 @@ async fn workflow_runs_killed_three_times_all_complete_from_their_checkpoints_an
     let mut function_runs = 0;
     let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
     for (name, expected, first) in &runs {
-        let mut chain = vec![first.clone()];
-        let last = loop {
-            let run = support::json_of(client.get(server.url(&format!("/api/runs/{}", chain.last().unwrap())))).await;
-            match run["continuedByRunId"].as_str() {
-                Some(next) => {
-                    assert_eq!(run["error"]["errorClass"], "Orphaned", "only an interrupted run is continued: {run}");
-                    chain.push(next.to_owned());
-                }
-                None => break run,
-            }
-        };
+        let (chain, last) = support::run_chain(&client, server, first).await;
         assert_eq!(last["status"], "Completed", "{name} run {first} ended otherwise: {last}");
         continued += chain.len() - 1;
         *by_kind.entry(name).or_default() += 1;
@@ -196,22 +140,8 @@ async fn workflow_runs_killed_three_times_all_complete_from_their_checkpoints_an
     }
 
     // Every run's event log, roots, continuations and nodes alike: gapless, terminal event last.
-    let logs: Vec<(String, i64, i64, String)> = sqlx::query_as(&format!(
-        "SELECT e.run_id::text, count(*), max(e.sequence), \
-         (SELECT event_type FROM {schema}.run_events l WHERE l.run_id = e.run_id ORDER BY sequence DESC LIMIT 1) \
-         FROM {schema}.run_events e GROUP BY e.run_id"
-    ))
-    .fetch_all(&pool)
-    .await
-    .unwrap();
-    let gaps = logs.iter().filter(|(_, n, max, _)| n != max).count();
-    for (run, _, _, last) in &logs {
-        assert!(
-            ["RunCompleted", "RunFailed", "RunCanceled"].contains(&last.as_str()),
-            "run {run}'s log ends with {last}"
-        );
-    }
-    let checkpoints: i64 = count(&pool, &format!("SELECT count(*) FROM {schema}.workflow_checkpoints")).await;
+    let (logs, gaps) = support::event_logs(&pool, &schema, &["RunCompleted", "RunFailed", "RunCanceled"]).await;
+    let checkpoints: i64 = count(&pool, &checkpoints).await;
 
     println!(
         "workflow crash matrix: {RUNS} queued workflow runs {by_kind:?}, kills after {kills:?} (wait, checkpoints so far)"
@@ -219,12 +149,8 @@ async fn workflow_runs_killed_three_times_all_complete_from_their_checkpoints_an
     println!("  all completed; continuations after a crash: {continued}; checkpoints written: {checkpoints}");
     println!("  node completions: {completions}; completed nodes run again: {completed_twice}");
     println!("  function node executions for {} Sequential runs: {function_runs}", RUNS / 4);
-    println!("  event logs: {} runs, {gaps} with a gap or duplicate", logs.len());
+    println!("  event logs: {logs} runs, {gaps} with a gap or duplicate");
     assert_eq!(completed_twice, 0, "a node whose completion was recorded ran again");
     assert_eq!(gaps, 0, "an event log has a gap or a duplicate");
     assert!(continued > 0, "the kills interrupted nothing: the test proved nothing");
-}
-
-async fn count(pool: &sqlx::PgPool, sql: &str) -> i64 {
-    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap_or(0)
 }

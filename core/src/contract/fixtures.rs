@@ -6,6 +6,7 @@
 use chrono::{DateTime, Duration, Utc};
 
 use crate::names::TenantId;
+use crate::secret_names::SecretReference;
 
 /// The tenant a case writes to.
 pub(crate) fn a() -> TenantId {
@@ -25,4 +26,13 @@ pub(crate) fn t0() -> DateTime<Utc> {
 /// `n` seconds after [`t0`].
 pub(crate) fn secs(n: i64) -> DateTime<Utc> {
     t0() + Duration::seconds(n)
+}
+
+/// Checks what a store's `secret_references` listed: `(tenant, record, key name)`, in order.
+pub(crate) fn assert_secret_references(got: Vec<SecretReference>, want: &[(&str, &str, &str)]) {
+    let got: Vec<(String, String, String)> =
+        got.into_iter().map(|r| (r.tenant.as_str().to_owned(), r.record, r.key_name)).collect();
+    let want: Vec<(String, String, String)> =
+        want.iter().map(|(t, r, k)| ((*t).to_owned(), (*r).to_owned(), (*k).to_owned())).collect();
+    assert_eq!(got, want);
 }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 
-use crate::contract::fixtures::{a, b, t0};
+use crate::contract::fixtures::{a, assert_secret_references, b, t0};
 use crate::triggers::{PayloadMode, TargetKind, TriggerName, TriggerRecord, TriggerStore};
 
 fn name(n: &str) -> TriggerName {
@@ -133,21 +133,14 @@ pub async fn secret_references_list_every_tenants_key_names_in_order(s: Arc<dyn 
     let mut legacy = trigger("alpha", t0());
     legacy.signing_secret_configuration_name = "Tracon:TriggerSecrets:Shared".into();
     s.put(&a(), &legacy).await.unwrap();
-    let got: Vec<(String, String, String)> = s
-        .secret_references()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| (r.tenant.as_str().to_owned(), r.record, r.key_name))
-        .collect();
-    let want = [
-        ("tenant-a", "alpha", "Tracon:TriggerSecrets:Shared"),
-        ("tenant-a", "slack", "Tracon:TriggerSecrets:slack"),
-        ("tenant-b", "zeta", "Tracon:TriggerSecrets:zeta"),
-    ];
-    let want: Vec<(String, String, String)> =
-        want.iter().map(|(t, r, k)| ((*t).to_owned(), (*r).to_owned(), (*k).to_owned())).collect();
-    assert_eq!(got, want);
+    assert_secret_references(
+        s.secret_references().await.unwrap(),
+        &[
+            ("tenant-a", "alpha", "Tracon:TriggerSecrets:Shared"),
+            ("tenant-a", "slack", "Tracon:TriggerSecrets:slack"),
+            ("tenant-b", "zeta", "Tracon:TriggerSecrets:zeta"),
+        ],
+    );
 }
 
 /// One `#[tokio::test]` per check of the trigger store contract, each on a fresh store from

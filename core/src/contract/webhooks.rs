@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use crate::contract::fixtures::{a, b, secs};
+use crate::contract::fixtures::{a, assert_secret_references, b, secs};
 use crate::error::StoreError;
 use crate::names::TenantId;
 use crate::webhooks::{
@@ -244,19 +244,15 @@ pub async fn secret_references_list_every_tenants_key_names_in_order(s: Arc<dyn 
     later.secret_configuration_name = "Tracon:WebhookSecrets:tenant-a:Orders".into();
     s.create(&a(), &later).await.unwrap();
     s.create(&a(), &subscription(&a(), 2, &["run.failed"])).await.unwrap();
-    let got: Vec<(String, String, String)> = s
-        .secret_references()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| (r.tenant.as_str().to_owned(), r.record, r.key_name))
-        .collect();
-    let want = vec![
-        ("tenant-a".to_owned(), id(2).to_string(), "Tracon:WebhookSecrets:Orders".to_owned()),
-        ("tenant-a".to_owned(), id(3).to_string(), "Tracon:WebhookSecrets:tenant-a:Orders".to_owned()),
-        ("tenant-b".to_owned(), id(1).to_string(), "Tracon:WebhookSecrets:Orders".to_owned()),
-    ];
-    assert_eq!(got, want);
+    let (one, two, three) = (id(1).to_string(), id(2).to_string(), id(3).to_string());
+    assert_secret_references(
+        s.secret_references().await.unwrap(),
+        &[
+            ("tenant-a", &two, "Tracon:WebhookSecrets:Orders"),
+            ("tenant-a", &three, "Tracon:WebhookSecrets:tenant-a:Orders"),
+            ("tenant-b", &one, "Tracon:WebhookSecrets:Orders"),
+        ],
+    );
 }
 
 /// One `#[tokio::test]` per check of the webhook store contract, each on a fresh store from

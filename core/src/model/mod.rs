@@ -194,6 +194,19 @@ pub enum ModelEvent {
     Finish(FinishReason),
 }
 
+impl ModelEvent {
+    /// The answer text of `events`: their text deltas, joined.
+    pub fn text_of(events: &[ModelEvent]) -> String {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                ModelEvent::TextDelta(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
 pub type ModelStream = BoxStream<'static, Result<ModelEvent, ProviderError>>;
 
 /// A provider's answer with its credential removed from every error detail, the opening

@@ -261,13 +261,7 @@ mod tests {
             is_error: false,
         });
         let ev = collect(&p, r).await;
-        let text: String = ev
-            .iter()
-            .filter_map(|e| match e {
-                ModelEvent::TextDelta(t) => Some(t.as_str()),
-                _ => None,
-            })
-            .collect();
+        let text = ModelEvent::text_of(&ev);
         assert!(text.contains("get_order_status: shipped."), "{text}");
         assert_eq!(ev.last(), Some(&ModelEvent::Finish(FinishReason::Stop)));
     }

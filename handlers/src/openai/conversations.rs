@@ -5,7 +5,9 @@ use axum::extract::{FromRequest, Path, RawQuery};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
+use tracon_core::identity::Caller;
 use tracon_core::model::Message;
+use tracon_core::names::TenantId;
 use tracon_core::ports::new_id;
 use tracon_core::runs::admission::attribute;
 use tracon_core::sessions::{SessionItem, SessionRecord, SessionWrite};
@@ -17,6 +19,7 @@ use crate::error::ApiError;
 use crate::extract::{ApiJson, Ctx, header_pairs};
 use crate::openai::OpenAiResult;
 use crate::openai::invalid;
+use crate::state::AppState;
 
 /// At most this many items go into a new conversation at once (OpenAI's limit).
 const MAX_CONVERSATION_ITEMS: usize = 20;
@@ -25,6 +28,18 @@ const DEFAULT_ITEMS_LIMIT: usize = 20;
 const MAX_ITEMS_LIMIT: usize = 100;
 
 // ---- /v1/conversations ----------------------------------------------------------------------
+
+/// The caller's conversation `id`, for `what`; another's and an unknown one answer the same
+/// `404`.
+async fn conversation(
+    state: &AppState,
+    (tenant, caller): (&TenantId, &Caller),
+    headers: &HeaderMap,
+    id: &str,
+    what: Use,
+) -> OpenAiResult<SessionRecord> {
+    visible_session(state, tenant, caller, headers, id, what).await?.ok_or_else(|| conversation_not_found(None))
+}
 
 fn conversation_json(session: &SessionRecord) -> Value {
     // Metadata is not stored; a conversation carries none.
@@ -107,9 +122,7 @@ pub async fn get_conversation(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> OpenAiResult<Response> {
-    let session = visible_session(&state, &tenant, &caller, &headers, &id, Use::Read)
-        .await?
-        .ok_or_else(|| conversation_not_found(None))?;
+    let session = conversation(&state, (&tenant, &caller), &headers, &id, Use::Read).await?;
     Ok(axum::Json(conversation_json(&session)).into_response())
 }
 
@@ -125,9 +138,7 @@ pub async fn delete_conversation(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> OpenAiResult<Response> {
-    visible_session(&state, &tenant, &caller, &headers, &id, Use::Delete)
-        .await?
-        .ok_or_else(|| conversation_not_found(None))?;
+    conversation(&state, (&tenant, &caller), &headers, &id, Use::Delete).await?;
     if !state.runtime.stores.sessions.delete(&tenant, &id).await.map_err(ApiError::from)? {
         return Err(conversation_not_found(None));
     }
@@ -201,9 +212,7 @@ pub async fn list_conversation_items(
     headers: HeaderMap,
 ) -> OpenAiResult<Response> {
     let query = items_query(raw.as_deref())?;
-    let session = visible_session(&state, &tenant, &caller, &headers, &id, Use::Read)
-        .await?
-        .ok_or_else(|| conversation_not_found(None))?;
+    let session = conversation(&state, (&tenant, &caller), &headers, &id, Use::Read).await?;
     let items = state.runtime.stores.sessions.items(&tenant, &session.id).await.map_err(ApiError::from)?;
     let mut all: Vec<Value> = items.iter().filter_map(conversation_item).collect();
     if !query.ascending {

@@ -11,6 +11,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tracon_core::error::StoreError;
+use tracon_core::identity::Caller;
 use tracon_core::names::TenantId;
 use tracon_core::tenants::{MAX_DISPLAY_NAME, TenantRecord};
 use utoipa::ToSchema;
@@ -18,6 +19,7 @@ use utoipa::ToSchema;
 use crate::audit;
 use crate::error::{ApiError, ApiResult, problem};
 use crate::extract::{ApiJson, Ctx, Paging};
+use crate::state::AppState;
 
 /// A new tenant record.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -41,6 +43,27 @@ pub struct UpdateTenant {
 
 fn tenant_not_found() -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, "tenant_not_found", "The tenant does not exist.")
+}
+
+/// The store's `NotFound` as the tenant's `404`.
+fn found<T>(result: Result<T, StoreError>) -> ApiResult<T> {
+    result.map_err(|e| match e {
+        StoreError::NotFound => tenant_not_found(),
+        e => e.into(),
+    })
+}
+
+/// Audits `action` on the record `id`: the record before and after it.
+async fn audit_change(
+    state: &AppState,
+    (tenant, caller): (&TenantId, &Caller),
+    action: &str,
+    id: &TenantId,
+    before: Option<&TenantRecord>,
+    after: Option<&TenantRecord>,
+) {
+    let json = |r: Option<&TenantRecord>| r.and_then(|r| serde_json::to_value(r).ok());
+    audit::record(state, tenant, caller, action, ("tenant", id.as_str()), json(before), json(after)).await;
 }
 
 fn is_operator(caller_tenant: &TenantId) -> bool {
@@ -110,8 +133,7 @@ pub async fn create(Ctx { state, tenant, caller }: Ctx, ApiJson(body): ApiJson<C
         }
         Err(e) => return Err(e.into()),
     }
-    let after = serde_json::to_value(&record).ok();
-    audit::record(&state, &tenant, &caller, "tenant.create", ("tenant", record.id.as_str()), None, after).await;
+    audit_change(&state, (&tenant, &caller), "tenant.create", &record.id, None, Some(&record)).await;
     Ok((StatusCode::CREATED, Json(record)).into_response())
 }
 
@@ -130,21 +152,8 @@ pub async fn update(
     let store = &state.runtime.stores.tenants;
     let before = store.get(&id).await?.ok_or_else(tenant_not_found)?;
     let now = state.runtime.platform.clock.now();
-    let after = match store.update(&id, &name, now).await {
-        Ok(r) => r,
-        Err(StoreError::NotFound) => return Err(tenant_not_found()),
-        Err(e) => return Err(e.into()),
-    };
-    audit::record(
-        &state,
-        &tenant,
-        &caller,
-        "tenant.update",
-        ("tenant", id.as_str()),
-        serde_json::to_value(&before).ok(),
-        serde_json::to_value(&after).ok(),
-    )
-    .await;
+    let after = found(store.update(&id, &name, now).await)?;
+    audit_change(&state, (&tenant, &caller), "tenant.update", &id, Some(&before), Some(&after)).await;
     Ok(Json(after))
 }
 
@@ -160,20 +169,7 @@ pub async fn delete(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) 
             "Only a caller of the default tenant removes tenants.",
         ));
     }
-    let removed = match state.runtime.stores.tenants.delete(&id).await {
-        Ok(r) => r,
-        Err(StoreError::NotFound) => return Err(tenant_not_found()),
-        Err(e) => return Err(e.into()),
-    };
-    audit::record(
-        &state,
-        &tenant,
-        &caller,
-        "tenant.delete",
-        ("tenant", id.as_str()),
-        serde_json::to_value(&removed).ok(),
-        None,
-    )
-    .await;
+    let removed = found(state.runtime.stores.tenants.delete(&id).await)?;
+    audit_change(&state, (&tenant, &caller), "tenant.delete", &id, Some(&removed), None).await;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -52,10 +52,9 @@ use bytes::Bytes;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::{Value, json};
 use tracon_tests::bench::{
-    BoxError, DEMO_AGENT, LatencyArgs, LatencyBench, MOCK_MODEL, Pair, QUESTION, REQUEST_TIMEOUT, Server,
-    TARGET_CONCURRENCY, exit_code, met, phase_heads, sender, yes_no,
+    BoxError, DEMO_AGENT, LatencyArgs, MOCK_MODEL, Pair, QUESTION, TARGET_CONCURRENCY, excerpt, exit_code,
+    failures_section, met, phase_heads, sender, yes_no,
 };
-use tracon_tests::mock::MockServer;
 
 type Result<T, E = BoxError> = std::result::Result<T, E>;
 
@@ -101,17 +100,9 @@ impl Mode {
 
 /// The whole benchmark; `Ok(false)` when it completed but some requests failed.
 async fn run(args: LatencyArgs) -> Result<bool> {
-    let tracon_bin = args.check()?;
-    let mock =
-        MockServer::start(args.mock_config()).await.map_err(|e| format!("could not start the mock model: {e}"))?;
-    let mock_url = mock.base_url();
-    let client = args.client(REQUEST_TIMEOUT)?;
-
     // The guard kills the server on every path, errors included.
-    let server = Server::start(&tracon_bin, &mock_url, &[("TRACON_AUTH_TOKEN", TOKEN)])
-        .await
-        .map_err(|e| format!("could not start {}: {e}", tracon_bin.display()))?;
-    let pid = server.pid();
+    let rig = args.start(&[("TRACON_AUTH_TOKEN", TOKEN)]).await?;
+    let (client, mock_url, server) = (&rig.client, &rig.mock_url, &rig.server);
 
     let targets = |mode: Mode| -> (Arc<Target>, Arc<Target>) {
         let stream = mode == Mode::FirstChunk;
@@ -146,32 +137,22 @@ async fn run(args: LatencyArgs) -> Result<bool> {
             .map_err(|e| format!("POST /v1/chat/completions ({}) did not complete: {e}", mode.label()))?;
     }
 
-    let bench = LatencyBench {
-        name: NAME,
-        args: &args,
-        server_pid: pid,
-        client: &client,
-        mock_url: &mock_url,
-        model: MOCK_MODEL,
-    };
+    let bench = rig.bench(NAME, &args);
     let mut levels = Vec::new();
     for &c in &args.concurrency {
         for mode in Mode::ALL {
             let (baseline, subject) = targets(mode);
             let label = format!(" {}", mode.label());
             let pair = bench
-                .pair(c, &label, sender(&client, &baseline, one_request), sender(&client, &subject, one_request))
+                .pair(c, &label, sender(client, &baseline, one_request), sender(client, &subject, one_request))
                 .await?;
             levels.push(Level { concurrency: c, mode, warmup: args.warmup_for(c), pair });
         }
     }
 
-    let report = Report { args: &args, tracon_bin: &tracon_bin, levels: &levels };
-    println!("{}", report.text());
-    args.write_json(&report.json())?;
-
-    drop(server);
-    mock.shutdown().await;
+    let report = Report { args: &args, tracon_bin: &rig.tracon_bin, levels: &levels };
+    let (text, json) = (report.text(), report.json());
+    rig.finish(&args, &text, &json).await?;
     Ok(levels.iter().all(|l| !l.pair.failed()))
 }
 
@@ -247,10 +228,6 @@ fn has_content(frame: &[u8]) -> bool {
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-fn excerpt(body: &[u8]) -> String {
-    String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned()
 }
 
 /// One concurrency level of one mode: its baseline and subject phases.
@@ -334,7 +311,7 @@ impl Report<'_> {
             .iter()
             .map(|l| l.pair.failure_lines(&format!("C={} {}", l.concurrency, l.mode.label())))
             .collect();
-        let _ = writeln!(out, "\n-- failures --\n{}", if failures.is_empty() { "none\n" } else { &failures });
+        out.push_str(&failures_section(&failures));
         out
     }
 

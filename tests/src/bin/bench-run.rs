@@ -46,10 +46,9 @@ use bytes::Bytes;
 use reqwest::header::CONTENT_TYPE;
 use serde_json::{Value, json};
 use tracon_tests::bench::{
-    BoxError, DEMO_AGENT, LatencyArgs, LatencyBench, MOCK_MODEL, Pair, QUESTION, REQUEST_TIMEOUT, Server,
-    TARGET_CONCURRENCY, exit_code, met, opt_us, phase_heads, sender, yes_no,
+    BoxError, DEMO_AGENT, LatencyArgs, MOCK_MODEL, Pair, QUESTION, TARGET_CONCURRENCY, excerpt, exit_code,
+    failures_section, met, opt_us, phase_heads, sender, yes_no,
 };
-use tracon_tests::mock::MockServer;
 
 type Result<T, E = BoxError> = std::result::Result<T, E>;
 
@@ -69,16 +68,9 @@ async fn main() -> ExitCode {
 
 /// The whole benchmark; `Ok(false)` when it completed but some requests failed.
 async fn run(args: LatencyArgs) -> Result<bool> {
-    let tracon_bin = args.check()?;
-    let mock =
-        MockServer::start(args.mock_config()).await.map_err(|e| format!("could not start the mock model: {e}"))?;
-    let mock_url = mock.base_url();
-    let client = args.client(REQUEST_TIMEOUT)?;
-
     // From here on the guard kills the server on every path, errors included.
-    let server = Server::start(&tracon_bin, &mock_url, &[])
-        .await
-        .map_err(|e| format!("could not start {}: {e}", tracon_bin.display()))?;
+    let rig = args.start(&[]).await?;
+    let (client, mock_url, server) = (&rig.client, &rig.mock_url, &rig.server);
     let pid = server.pid();
 
     let baseline = Arc::new(Target {
@@ -106,29 +98,19 @@ async fn run(args: LatencyArgs) -> Result<bool> {
         format!("POST /api/agents/{DEMO_AGENT}/run did not complete (server log: {}): {e}", server.log_hint())
     })?;
 
-    let bench = LatencyBench {
-        name: NAME,
-        args: &args,
-        server_pid: pid,
-        client: &client,
-        mock_url: &mock_url,
-        model: MOCK_MODEL,
-    };
+    let bench = rig.bench(NAME, &args);
     let mut levels = Vec::new();
     for &c in &args.concurrency {
         let pair =
-            bench.pair(c, "", sender(&client, &baseline, one_request), sender(&client, &subject, one_request)).await?;
+            bench.pair(c, "", sender(client, &baseline, one_request), sender(client, &subject, one_request)).await?;
         levels.push(Level { concurrency: c, warmup: args.warmup_for(c), pair, memory_after: Memory::read(pid) });
     }
     let memory = Memory::read(pid);
     let server_runs = 1 + levels.iter().map(|l| l.warmup + l.pair.subject.requests).sum::<usize>();
 
-    let report = Report { args: &args, tracon_bin: &tracon_bin, levels: &levels, memory, server_runs };
-    println!("{}", report.text());
-    args.write_json(&report.json())?;
-
-    server.stop();
-    mock.shutdown().await;
+    let report = Report { args: &args, tracon_bin: &rig.tracon_bin, levels: &levels, memory, server_runs };
+    let (text, json) = (report.text(), report.json());
+    rig.finish(&args, &text, &json).await?;
     Ok(levels.iter().all(|l| !l.pair.failed()))
 }
 
@@ -154,14 +136,10 @@ async fn one_request(client: reqwest::Client, target: Arc<Target>) -> Result<Dur
     let elapsed = started.elapsed();
     // Checked after the clock stops, so verification is not part of the latency.
     if !status.is_success() {
-        return Err(format!("HTTP {status}: {}", String::from_utf8_lossy(&body[..body.len().min(300)])));
+        return Err(format!("HTTP {status}: {}", excerpt(&body)));
     }
     if !contains(&body, target.must_contain) {
-        return Err(format!(
-            "the body lacks `{}`: {}",
-            String::from_utf8_lossy(target.must_contain),
-            String::from_utf8_lossy(&body[..body.len().min(300)])
-        ));
+        return Err(format!("the body lacks `{}`: {}", String::from_utf8_lossy(target.must_contain), excerpt(&body)));
     }
     Ok(elapsed)
 }
@@ -294,7 +272,7 @@ impl Report<'_> {
 
         let failures: String =
             self.levels.iter().map(|l| l.pair.failure_lines(&format!("C={}", l.concurrency))).collect();
-        let _ = writeln!(out, "\n-- failures --\n{}", if failures.is_empty() { "none\n" } else { &failures });
+        out.push_str(&failures_section(&failures));
         out
     }
 

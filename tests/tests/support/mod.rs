@@ -14,6 +14,24 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+/// The test database: `TRACON_TEST_DATABASE_URL`, else `DATABASE_URL`; a test without one
+/// fails, saying how to get one.
+pub fn database_url() -> String {
+    std::env::var("TRACON_TEST_DATABASE_URL").or_else(|_| std::env::var("DATABASE_URL")).unwrap_or_else(|_| {
+        panic!("These tests need PostgreSQL: run ./scripts/test (it provisions one), or set TRACON_TEST_DATABASE_URL.")
+    })
+}
+
+/// A small deterministic generator: the same kill moments every run of a test.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    pub fn next(&mut self, below: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % below
+    }
+}
+
 fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -233,4 +251,115 @@ pub async fn accepted_run(
 /// Sends `request` and reads its answer as JSON.
 pub async fn json_of(request: reqwest::RequestBuilder) -> Value {
     request.send().await.unwrap().json().await.unwrap()
+}
+
+/// A crash matrix's server: `tracon-probe` on Postgres in a schema of its own, its OpenAI
+/// provider the mock model server, with short leases, heartbeats, retries and ticks so that
+/// work a kill interrupts is taken up again within seconds.
+pub struct CrashServer {
+    pub server: Tracon,
+    pub url: String,
+    pub schema: String,
+    endpoint: String,
+}
+
+impl CrashServer {
+    /// Starts it on [`database_url`] in the schema `prefix_<pid>`, answering from `mock`.
+    pub async fn start(mock: &tracon_tests::mock::MockServer, prefix: &str) -> CrashServer {
+        let endpoint = format!("{}/v1", mock.base_url());
+        let (schema, url) = (format!("{prefix}_{:x}", std::process::id()), database_url());
+        let server = Tracon::start_bin(Self::bin(), &Self::settings(&url, &schema, &endpoint)).await;
+        CrashServer { server, url, schema, endpoint }
+    }
+
+    fn bin() -> &'static std::path::Path {
+        std::path::Path::new(env!("CARGO_BIN_EXE_tracon-probe"))
+    }
+
+    fn settings<'a>(url: &'a str, schema: &'a str, endpoint: &'a str) -> [(&'static str, &'a str); 12] {
+        [
+            ("DATABASE_URL", url),
+            ("Tracon__PostgreSql__SchemaName", schema),
+            ("OPENAI_API_KEY", "k"),
+            ("Tracon__Providers__OpenAI__Endpoint", endpoint),
+            ("Tracon__Jobs__Concurrency", "8"),
+            ("Tracon__Jobs__LeaseSeconds", "2"),
+            ("Tracon__Jobs__MaxAttempts", "20"),
+            ("Tracon__Jobs__RetryBaseSeconds", "1"),
+            ("Tracon__Jobs__RetryMaxSeconds", "1"),
+            ("Tracon__RunReconciliation__HeartbeatSeconds", "1"),
+            ("Tracon__RunReconciliation__OrphanAfterSeconds", "3"),
+            ("Tracon__Scheduling__TickSeconds", "1"),
+        ]
+    }
+
+    /// Three kills of the server at pseudo-random moments (`rng`: `min_ms` plus up to
+    /// `spread_ms` after the last start), each followed by a restart on the same database:
+    /// per kill, the wait and what `measure` counted just before it.
+    pub async fn kill_three_times<F: Future<Output = i64>>(
+        &mut self,
+        rng: &mut Lcg,
+        (min_ms, spread_ms): (u64, u64),
+        measure: impl Fn() -> F,
+    ) -> Vec<(Duration, i64)> {
+        let mut kills = Vec::new();
+        for _ in 0..3 {
+            let wait = Duration::from_millis(min_ms + rng.next(spread_ms));
+            tokio::time::sleep(wait).await;
+            let measured = measure().await;
+            self.server.child.kill().unwrap(); // SIGKILL: no drain, leases and heartbeats stop mid-work
+            self.server.child.wait().unwrap();
+            kills.push((wait, measured));
+            self.server =
+                Tracon::start_bin(Self::bin(), &Self::settings(&self.url, &self.schema, &self.endpoint)).await;
+        }
+        kills
+    }
+
+    /// Waits (up to four minutes) until no job and no run is still open.
+    pub async fn until_all_ended(&self, pool: &sqlx::PgPool) {
+        until_all_ended(pool, &self.schema, Duration::from_secs(240), Duration::from_millis(250), || {
+            self.server.log_text()
+        })
+        .await;
+    }
+}
+
+/// The one number `sql` selects; 0 if it fails (a table not made yet).
+pub async fn count(pool: &sqlx::PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap_or(0)
+}
+
+/// The chain of runs from `first`: it, then each run that continued the one before after a
+/// crash (checked: only an `Orphaned` run is continued); with the last run's document.
+pub async fn run_chain(client: &reqwest::Client, server: &Tracon, first: &str) -> (Vec<String>, Value) {
+    let mut chain = vec![first.to_owned()];
+    loop {
+        let run = json_of(client.get(server.url(&format!("/api/runs/{}", chain.last().unwrap())))).await;
+        match run["continuedByRunId"].as_str() {
+            Some(next) => {
+                assert_eq!(run["error"]["errorClass"], "Orphaned", "only an interrupted run is continued: {run}");
+                chain.push(next.to_owned());
+            }
+            None => return (chain, run),
+        }
+    }
+}
+
+/// Every run's event log in `schema`, checked to end with one of `terminal`: how many logs
+/// there are, and how many have a gap or a duplicate.
+pub async fn event_logs(pool: &sqlx::PgPool, schema: &str, terminal: &[&str]) -> (usize, usize) {
+    let logs: Vec<(String, i64, i64, String)> = sqlx::query_as(&format!(
+        "SELECT e.run_id::text, count(*), max(e.sequence), \
+         (SELECT event_type FROM {schema}.run_events l WHERE l.run_id = e.run_id ORDER BY sequence DESC LIMIT 1) \
+         FROM {schema}.run_events e GROUP BY e.run_id"
+    ))
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    let gaps = logs.iter().filter(|(_, n, max, _)| n != max).count();
+    for (run, _, _, last) in &logs {
+        assert!(terminal.contains(&last.as_str()), "run {run}'s log ends with {last}");
+    }
+    (logs.len(), gaps)
 }

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::driver::Row;
+use crate::driver::{Param, Row};
 use chrono::{DateTime, Utc};
 use tracon_core::error::StoreError;
 use tracon_core::events::RecordedEvent;
@@ -136,6 +136,21 @@ impl FilterParams {
     fn of(f: &RunFilter) -> Result<Self, StoreError> {
         Ok(Self { status: f.status.map(status_text).transpose()?, labels: to_json(&f.labels)? })
     }
+
+    /// `$1`…`$8`: the tenant, then `filter` as these params carry it.
+    fn params<'a>(&'a self, tenant: &'a TenantId, filter: &'a RunFilter) -> Vec<Param<'a>> {
+        let p = params![
+            *tenant,
+            filter.agent,
+            self.status,
+            filter.session_id,
+            filter.user_id,
+            self.labels,
+            filter.from,
+            filter.to
+        ];
+        p.into()
+    }
 }
 
 impl PgRunStore {
@@ -228,18 +243,8 @@ impl RunStore for PgRunStore {
         filter.check_text()?;
         let f = FilterParams::of(filter)?;
         let (skip, take) = (skip as i64, take as i64);
-        let p = params![
-            tenant,
-            filter.agent,
-            f.status,
-            filter.session_id,
-            filter.user_id,
-            f.labels,
-            filter.from,
-            filter.to,
-            skip,
-            take
-        ];
+        let mut p = f.params(tenant, filter);
+        p.extend(params![skip, take]);
         let rows = self.db.query(sql::RUN_LIST, &p).await?;
         run_records(&rows, tenant)
     }
@@ -247,17 +252,7 @@ impl RunStore for PgRunStore {
     async fn stats(&self, tenant: &TenantId, filter: &RunFilter) -> Result<RunStats, StoreError> {
         filter.check_text()?;
         let f = FilterParams::of(filter)?;
-        let p = params![
-            tenant,
-            filter.agent,
-            f.status,
-            filter.session_id,
-            filter.user_id,
-            f.labels,
-            filter.from,
-            filter.to
-        ];
-        let rows = self.db.query(sql::RUN_STATS, &p).await?;
+        let rows = self.db.query(sql::RUN_STATS, &f.params(tenant, filter)).await?;
         let mut s = RunStats::default();
         for row in rows {
             add_stats_row(
