@@ -79,6 +79,9 @@ fn check_name(article_noun: &str, noun: &str, value: &str) -> Result<(), Invalid
 pub struct WorkflowName(String);
 
 impl WorkflowName {
+    /// The syntax [`Self::parse`] accepts (an agent name's), as a JSON Schema pattern.
+    pub const PATTERN: &'static str = AgentName::PATTERN;
+
     pub fn parse(value: &str) -> Result<Self, InvalidName> {
         check_name("A workflow", "workflow", value).map(|()| Self(value.to_owned()))
     }
@@ -303,6 +306,7 @@ mod pattern_tests {
             }
         };
         agree(AgentName::PATTERN, &|s| AgentName::parse(s).is_ok());
+        agree(WorkflowName::PATTERN, &|s| WorkflowName::parse(s).is_ok());
         agree(TenantId::PATTERN, &|s| TenantId::parse(s).is_ok());
         agree(SessionId::PATTERN, &|s| SessionId::parse(s).is_ok());
         agree(ToolName::PATTERN, &|s| ToolName::parse(s).is_ok());

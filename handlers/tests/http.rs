@@ -709,6 +709,7 @@ fn the_document_is_well_formed_for_generated_clients() {
         ("CreateRule", "toolName", ToolName::PATTERN),
         ("CreateRule", "agentName", AgentName::PATTERN),
         ("ScheduleInput", "agentName", AgentName::PATTERN),
+        ("ScheduleInput", "workflowName", tracon_core::names::WorkflowName::PATTERN),
         ("TriggerBody", "targetName", AgentName::PATTERN),
     ] {
         assert_eq!(schemas[schema]["properties"][field]["pattern"], pattern, "{schema}.{field}");

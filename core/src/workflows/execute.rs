@@ -157,6 +157,16 @@ async fn load(
     let mut found = None;
     loop {
         let list = store.list(tenant, run).await?;
+        if list.is_empty() && checkpoint.is_none() && chain.len() < MAX_BASES {
+            // A run continued after a crash that itself died before its first checkpoint
+            // stands where it started: at its predecessor's latest checkpoint.
+            let row = runtime.stores.runs.get_run(tenant, run).await?;
+            if let Some(previous) = row.and_then(|r| r.continued_from_run_id) {
+                chain.push(Vec::new());
+                run = previous;
+                continue;
+            }
+        }
         let index = match checkpoint {
             None if list.is_empty() => {
                 return Err(WorkflowError::NoCheckpoint(format!("Run {run} has no checkpoints to resume from.")));
@@ -219,9 +229,14 @@ async fn prepare(runtime: &Arc<Runtime>, mut start: WorkflowStart) -> Result<Pre
                 .ok_or_else(|| WorkflowError::NoCheckpoint(format!("Run {id} does not exist.")))?;
             let last = runs.last_sequence(&start.tenant, id).await?;
             let written = runtime.stores.checkpoints.list(&start.tenant, id).await?.len() as u32;
-            let (conversation, position) = match load(runtime, &start.tenant, id, None).await {
-                Ok((messages, position, _)) => (messages, position),
-                Err(WorkflowError::NoCheckpoint(_)) => fresh(message),
+            // A run with no checkpoint of its own yet (a continuation handed over before its
+            // first) still stands on its predecessor's: its first checkpoint names that base.
+            let (conversation, position, base) = match load(runtime, &start.tenant, id, None).await {
+                Ok((messages, position, at)) => (messages, position, (written == 0).then_some(at)),
+                Err(WorkflowError::NoCheckpoint(_)) => {
+                    let (conversation, position) = fresh(message);
+                    (conversation, position, None)
+                }
                 Err(e) => return Err(e),
             };
             return Ok(Prepared {
@@ -230,7 +245,7 @@ async fn prepare(runtime: &Arc<Runtime>, mut start: WorkflowStart) -> Result<Pre
                 start,
                 conversation,
                 position,
-                base: None,
+                base,
                 answer: None,
                 in_place: Some((last, written)),
             });

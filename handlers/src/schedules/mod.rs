@@ -46,9 +46,11 @@ pub struct ScheduleInput {
     pub name: String,
     /// The agent each occurrence runs (or `workflowName`: exactly one of the two).
     #[serde(default)]
+    #[schema(pattern = "^[a-z0-9][a-z0-9._-]{0,63}$")]
     pub agent_name: Option<String>,
     /// The workflow each occurrence runs as a queued workflow run (or `agentName`).
     #[serde(default)]
+    #[schema(pattern = "^[a-z0-9][a-z0-9._-]{0,63}$")]
     pub workflow_name: Option<String>,
     /// The message each run gets (at most 32 KiB).
     pub message: String,
