@@ -614,6 +614,18 @@ fn parse(id: &str) -> tracon_core::names::RunId {
 
 #[tokio::test]
 async fn an_interrupted_queued_workflow_is_continued_once_from_its_latest_checkpoint_as_a_new_run() {
+    interrupted_after_the_writers_checkpoint(false).await;
+}
+
+#[tokio::test]
+async fn a_continuation_that_died_before_its_first_checkpoint_is_continued_from_its_predecessors() {
+    interrupted_after_the_writers_checkpoint(true).await;
+}
+
+/// A queued `writer → reviewer` run whose attempt died after the writer's checkpoint; with
+/// `twice`, its continuation died too, before writing a checkpoint of its own. Either way the
+/// next attempt continues the chain from the writer's checkpoint: the writer does not run again.
+async fn interrupted_after_the_writers_checkpoint(twice: bool) {
     let w = world();
     save(&w.app, json!({"name": "pipeline", "kind": "Sequential", "agentNames": ["writer", "reviewer"]})).await;
     let tenant = tracon_core::names::TenantId::default_tenant();
@@ -661,8 +673,35 @@ async fn an_interrupted_queued_workflow_is_continued_once_from_its_latest_checkp
         base: None,
     };
     w.runtime.stores.checkpoints.save(&tenant, &checkpoint).await.unwrap();
+    let mut stalled = accepted.run_id;
+    if twice {
+        let last = runs.last_sequence(&tenant, stalled).await.unwrap();
+        let closed = tracon_core::runs::reconcile::close_orphan(
+            &w.runtime,
+            &tenant,
+            stalled,
+            long_ago,
+            last,
+            chrono::Utc::now(),
+        )
+        .await
+        .unwrap();
+        assert!(closed);
+        let row = tracon_core::runs::store::RunRecord {
+            continued_from_run_id: Some(stalled),
+            ..tracon_core::runs::store::RunRecord::opened(
+                tracon_core::names::RunId(uuid::Uuid::now_v7()),
+                "pipeline",
+                Some(1),
+                tracon_core::runs::store::RunStatus::Running,
+                long_ago,
+            )
+        };
+        assert!(runs.open_continuation(&tenant, stalled, &row).await.unwrap());
+        stalled = row.id;
+    }
     assert_eq!(w.runner.drain(10).await.unwrap(), 1);
-    let old = get(&w.app, &format!("/api/runs/{}", accepted.run_id)).await;
+    let old = get(&w.app, &format!("/api/runs/{stalled}")).await;
     assert_eq!(
         (old["status"].as_str(), old["error"]["errorType"].as_str()),
         (Some("Failed"), Some("orphaned")),
