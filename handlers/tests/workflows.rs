@@ -22,6 +22,7 @@ use tracon_core::model::{Message, ModelProvider, ModelRequest, ProviderError, Pr
 use tracon_core::ports::Platform;
 use tracon_core::pricing::{ModelPrice, Pricing};
 use tracon_core::runtime::{RunQueue, RuntimeBuilder, RuntimeSettings};
+use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
 use tracon_core::workflows::functions::{
     FailureKind, FunctionCall, FunctionError, FunctionOutput, RetryPolicy, TextFunction, WorkflowFunction,
 };
@@ -44,9 +45,21 @@ fn tool_answered(request: &ModelRequest) -> bool {
     request.messages.iter().any(|m| matches!(m, Message::Tool { .. }))
 }
 
+fn tool_result(request: &ModelRequest) -> String {
+    request
+        .messages
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
 /// The agents: `writer` drafts, `reviewer` reviews, `frontline` hands off to `billing`,
 /// `host` runs a group chat (writer, then reviewer, then done), `lead` plans and steers a
-/// Magentic team, `broken`'s provider fails.
+/// Magentic team, `clerk` calls `refund` (which needs a person's approval) and reports its
+/// result, `broken`'s provider fails.
 fn model(calls: Arc<AtomicU32>) -> ScriptedProvider {
     ScriptedProvider::from_fn("script", move |request: &ModelRequest| {
         calls.fetch_add(1, Ordering::SeqCst);
@@ -61,6 +74,8 @@ fn model(calls: Arc<AtomicU32>) -> ScriptedProvider {
             }
             "FRONT" => ScriptedTurn::text("passing you to billing"),
             "BILL" => ScriptedTurn::text("your refund is on its way"),
+            "CLERK" if !tool_answered(request) => ScriptedTurn::tool_call("refund", json!({"amount": 5})),
+            "CLERK" => ScriptedTurn::text(&format!("clerk: {}", tool_result(request))),
             "HOST" if !text.contains("[writer]") => ScriptedTurn::text("writer"),
             "HOST" if !text.contains("[reviewer]") => ScriptedTurn::text("Next: reviewer."),
             "HOST" => ScriptedTurn::text("DONE"),
@@ -105,6 +120,8 @@ struct World {
     runtime: Arc<tracon_core::runtime::Runtime>,
     model_calls: Arc<AtomicU32>,
     function_calls: Arc<AtomicU32>,
+    /// Refunds made (the approved tool's executions).
+    refunds: Arc<AtomicU32>,
 }
 
 fn world_with(settings: RuntimeSettings, failures: u32) -> World {
@@ -115,6 +132,18 @@ fn world_with(settings: RuntimeSettings, failures: u32) -> World {
     let price = ModelPrice { input_per_million: 1.0, output_per_million: 1.0, cached_input_per_million: None };
     let agent =
         |name: &str, instructions: &str| AgentDefinition::new(name, "script", "m").with_instructions(instructions);
+    let refunds = Arc::new(AtomicU32::new(0));
+    let made = refunds.clone();
+    let refund = ToolRegistration::new(
+        "refund",
+        "Refunds an order.",
+        json!({"type": "object", "properties": {"amount": {}}, "required": ["amount"]}),
+        tool_fn(move |args: Value, _| {
+            made.fetch_add(1, Ordering::SeqCst);
+            async move { Ok(ToolOutput::from(format!("refunded {}", args["amount"]))) }
+        }),
+    )
+    .map(|r| r.requires_approval(true));
     let retry = RetryPolicy { max_attempts: 3, initial_delay: Duration::from_millis(1), backoff_multiplier: 2.0 };
     let runtime = RuntimeBuilder::new(platform)
         .settings(settings)
@@ -127,6 +156,8 @@ fn world_with(settings: RuntimeSettings, failures: u32) -> World {
         .add_agent(agent("host", "HOST"))
         .add_agent(agent("lead", "LEAD"))
         .add_agent(agent("broken", "BROKEN"))
+        .add_tool(refund)
+        .add_agent(agent("clerk", "CLERK").with_tools(&["refund"]))
         .add_workflow_function(
             "word-count",
             "Appends a word count. Runs no model call.",
@@ -158,6 +189,7 @@ fn world_with(settings: RuntimeSettings, failures: u32) -> World {
         runtime,
         model_calls: calls,
         function_calls,
+        refunds,
     }
 }
 
@@ -729,4 +761,131 @@ async fn a_trigger_starts_a_queued_workflow_run() {
         "signingSecretConfigurationName": "Tracon:TriggerSecrets:Flow"});
     let reply = call(Method::PUT, "/api/triggers/other").json(Some(missing)).send(&w.app).await;
     assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.text());
+}
+
+/// Reads a run until it leaves `Running` (a mailbox decision resumes in the background).
+async fn settled(app: &Router, id: &str) -> Value {
+    for _ in 0..500 {
+        let run = get(app, &format!("/api/runs/{id}")).await;
+        if run["status"] != "Running" {
+            return run;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("run {id} never ended");
+}
+
+async fn decide(app: &Router, request: &str, approved: bool) -> (StatusCode, Value) {
+    let reply = call(Method::POST, &format!("/api/approvals/{request}/decision"))
+        .json(Some(json!({"approved": approved})))
+        .send(app)
+        .await;
+    (reply.status, reply.json_or_null())
+}
+
+#[tokio::test]
+async fn a_node_s_tool_approval_stops_the_workflow_and_the_decision_resumes_it_as_a_new_run() {
+    let w = world();
+    save(&w.app, json!({"name": "refunds", "kind": "Sequential", "agentNames": ["writer", "clerk", "reviewer"]})).await;
+    let (first, end, frames) = run(&w.app, "refunds", "the order").await;
+    assert_eq!(end["status"], "AwaitingApproval", "{end}");
+    let asked = named(&frames, "approvals")[0].as_array().unwrap().clone();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!((asked[0]["toolName"].as_str(), &asked[0]["arguments"]), (Some("refund"), &json!({"amount": 5})));
+    let request = asked[0]["requestId"].as_str().unwrap().to_owned();
+    assert_eq!(w.refunds.load(Ordering::SeqCst), 0, "nothing is refunded before the decision");
+
+    // The root and the clerk's run both wait; the request is in the mailbox under the node.
+    assert_eq!(get(&w.app, &format!("/api/runs/{first}")).await["status"], "AwaitingApproval");
+    let pending = get(&w.app, &format!("/api/approvals/{request}")).await;
+    let node = pending["runId"].as_str().unwrap().to_owned();
+    let node_run = get(&w.app, &format!("/api/runs/{node}")).await;
+    assert_eq!(
+        (node_run["status"].as_str(), node_run["parentRunId"].as_str()),
+        (Some("AwaitingApproval"), Some(first.as_str()))
+    );
+    let log_before = log(&w.app, &first).await;
+    assert_eq!(executors(&log_before, "executor.completed"), ["writer"]);
+    let calls_before = w.model_calls.load(Ordering::SeqCst);
+
+    // Deciding in band on the node's run is refused: the workflow resumes through the mailbox.
+    let in_band = call(Method::POST, "/api/agents/clerk/run")
+        .json(Some(json!({"approvals": [{"requestId": request, "approved": true}]})))
+        .send(&w.app)
+        .await;
+    assert_eq!(in_band.status, StatusCode::BAD_REQUEST, "{}", in_band.text());
+
+    let (status, decision) = decide(&w.app, &request, true).await;
+    assert_eq!(status, StatusCode::OK, "{decision}");
+    let second = decision["resumedRunId"].as_str().expect("the decision resumed the workflow").to_owned();
+    assert_ne!(second, first, "the decision opens a new run");
+    let resumed = settled(&w.app, &second).await;
+    assert_eq!(resumed["status"], "Completed", "{resumed}");
+    assert_eq!(w.refunds.load(Ordering::SeqCst), 1, "the approved call ran once");
+    // The writer did not run again: two more model calls, the clerk's answer and the reviewer's.
+    assert_eq!(w.model_calls.load(Ordering::SeqCst), calls_before + 2);
+    let log_after = log(&w.app, &second).await;
+    assert_eq!(executors(&log_after, "executor.completed"), ["clerk", "reviewer"]);
+    assert_eq!(named(&log_after, "workflow.started")[0]["resumedFrom"]["runId"], first.as_str());
+    let output = named(&log_after, "run.completed");
+    assert!(output.iter().any(|o| o.to_string().contains("review of clerk: refunded 5")), "{output:?}");
+
+    // Neither stopped run is rewritten; the request names the run that resumed its node.
+    assert_eq!(get(&w.app, &format!("/api/runs/{first}")).await["status"], "AwaitingApproval");
+    assert_eq!(get(&w.app, &format!("/api/runs/{node}")).await["status"], "AwaitingApproval");
+    let decided = get(&w.app, &format!("/api/approvals/{request}")).await;
+    assert_eq!(decided["status"], "Approved");
+    let again = decide(&w.app, &request, false).await;
+    assert_eq!(again.0, StatusCode::CONFLICT, "{}", again.1);
+    assert_eq!(w.refunds.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_denied_node_call_reaches_the_model_as_a_refusal_and_the_workflow_goes_on() {
+    let w = world();
+    save(&w.app, json!({"name": "refunds", "kind": "Sequential", "agentNames": ["clerk", "reviewer"]})).await;
+    let (_, end, frames) = run(&w.app, "refunds", "the order").await;
+    assert_eq!(end["status"], "AwaitingApproval", "{end}");
+    let request = named(&frames, "approvals")[0][0]["requestId"].as_str().unwrap().to_owned();
+    let (status, decision) = decide(&w.app, &request, false).await;
+    assert_eq!(status, StatusCode::OK, "{decision}");
+    let resumed = settled(&w.app, decision["resumedRunId"].as_str().unwrap()).await;
+    assert_eq!(resumed["status"], "Completed", "{resumed}");
+    assert_eq!(w.refunds.load(Ordering::SeqCst), 0, "a denied call never runs");
+    let log = log(&w.app, resumed["id"].as_str().unwrap()).await;
+    let output = named(&log, "run.completed");
+    assert!(output.iter().any(|o| o.to_string().contains("denied")), "{output:?}");
+}
+
+#[tokio::test]
+async fn a_concurrent_step_keeps_the_answers_of_nodes_that_finished_while_one_waits_for_approval() {
+    let w = world();
+    save(&w.app, json!({"name": "fanout", "kind": "Concurrent", "agentNames": ["writer", "clerk"]})).await;
+    let (first, end, frames) = run(&w.app, "fanout", "the order").await;
+    assert_eq!(end["status"], "AwaitingApproval", "{end}");
+    assert_eq!(executors(&log(&w.app, &first).await, "executor.completed"), ["writer"]);
+    let request = named(&frames, "approvals")[0][0]["requestId"].as_str().unwrap().to_owned();
+    let calls_before = w.model_calls.load(Ordering::SeqCst);
+    let (_, decision) = decide(&w.app, &request, true).await;
+    let second = decision["resumedRunId"].as_str().unwrap().to_owned();
+    let resumed = settled(&w.app, &second).await;
+    assert_eq!(resumed["status"], "Completed", "{resumed}");
+    // Only the clerk went on; the writer's answer came from the checkpoint.
+    assert_eq!(w.model_calls.load(Ordering::SeqCst), calls_before + 1);
+    let log = log(&w.app, &second).await;
+    assert_eq!(executors(&log, "executor.completed"), ["clerk"]);
+    let output = named(&log, "run.completed").iter().map(|o| o.to_string()).collect::<String>();
+    assert!(output.contains("draft of the order") && output.contains("clerk: refunded 5"), "{output}");
+}
+
+#[tokio::test]
+async fn with_checkpointing_off_a_node_that_needs_approval_fails_the_workflow_instead_of_hanging() {
+    let w = world_with(RuntimeSettings { workflow_checkpointing: false, ..RuntimeSettings::default() }, 0);
+    save(&w.app, json!({"name": "refunds", "kind": "Sequential", "agentNames": ["clerk"]})).await;
+    let (_, end, _) = run(&w.app, "refunds", "the order").await;
+    assert_eq!(end["status"], "Failed", "{end}");
+    assert_eq!(end["errorType"], "child_cannot_wait", "{end}");
+    assert_eq!(w.refunds.load(Ordering::SeqCst), 0);
+    let pending = get(&w.app, "/api/approvals/pending").await;
+    assert_eq!(pending, json!([]), "nothing waits for a decision that could resume nothing");
 }

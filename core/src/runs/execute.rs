@@ -86,9 +86,11 @@ pub struct Execution<'r> {
     env: CallEnv,
 }
 
-/// What a child run says when it would have to wait for someone.
-fn cannot_wait(end: &TurnEnd) -> Option<RunFailure> {
+/// What a child run says when it would have to wait for someone (a workflow's node `may_wait`
+/// for an approval).
+fn cannot_wait(end: &TurnEnd, may_wait: bool) -> Option<RunFailure> {
     let why = match end {
+        TurnEnd::AwaitingApproval(_) if may_wait => return None,
         TurnEnd::AwaitingApproval(requests) => {
             let tools: Vec<&str> = requests.iter().map(|r| r.tool_name.as_str()).collect();
             format!(
@@ -319,7 +321,7 @@ impl<'r> Execution<'r> {
             turn = self.iterate(&settings, turn).await;
         }
         if !self.env.tree.is_root()
-            && let Some(failure) = cannot_wait(&turn.end)
+            && let Some(failure) = cannot_wait(&turn.end, self.env.tree.may_wait)
         {
             turn.end = TurnEnd::Failed(failure);
         }

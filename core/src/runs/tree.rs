@@ -250,17 +250,26 @@ pub struct TreePlace {
     pub parent: Option<RunId>,
     pub depth: u32,
     pub budget: TreeBudget,
+    /// A workflow's agent node: it may stop for a person's approval (the workflow stops with
+    /// it and resumes once it is decided). Any other child cannot wait for one.
+    pub may_wait: bool,
 }
 
 impl TreePlace {
     /// The place of a root run started at `started_at`, its tree having spent `spent` so far.
     pub fn root(run_id: RunId, limits: Arc<AgentGraphSettings>, started_at: DateTime<Utc>, spent: Spent) -> Self {
-        Self { root: run_id, parent: None, depth: 0, budget: TreeBudget::resumed(limits, started_at, spent) }
+        Self {
+            root: run_id,
+            parent: None,
+            depth: 0,
+            budget: TreeBudget::resumed(limits, started_at, spent),
+            may_wait: false,
+        }
     }
 
     /// The place of a child `self`'s run starts.
     pub fn child_of(&self, parent: RunId) -> Self {
-        Self { root: self.root, parent: Some(parent), depth: self.depth + 1, budget: self.budget.clone() }
+        Self { root: self.root, parent: Some(parent), depth: self.depth + 1, budget: self.budget.clone(), may_wait: false }
     }
 
     pub fn is_root(&self) -> bool {

@@ -51,6 +51,19 @@ pub struct Position {
     /// The request a person is to answer, when the run stopped to ask.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<InputRequest>,
+    /// The agent nodes whose runs stopped for a person's approval of a tool call, when the
+    /// run stopped with them: once every request of theirs is decided, each goes on as its
+    /// own run's approval resumption.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<NodeApproval>,
+}
+
+/// An agent node stopped for approval: its executor and the run that stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeApproval {
+    pub executor_id: String,
+    pub run_id: RunId,
 }
 
 /// A count left out of a checkpoint while it is zero (the default it reads back as).

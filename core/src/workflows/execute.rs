@@ -18,17 +18,17 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::checkpoints::{Checkpoint, CheckpointRef, ENVELOPE, InputRequest, Position};
+use super::checkpoints::{Checkpoint, CheckpointRef, ENVELOPE, InputRequest, NodeApproval, Position};
 use super::definition::{Participant, WorkflowDefinition, WorkflowKind, WorkflowNodeKind};
 use super::functions::{FunctionCall, FunctionOutput, Role, WorkflowMessage};
 use crate::attribution::Attribution;
 use crate::engine::{CancelWatch, Emitter};
 use crate::error::StoreError;
-use crate::events::RunEvent;
+use crate::events::{ApprovalRequest, RunEvent};
 use crate::failure::{ErrorClass, RunFailure};
 use crate::identity::Caller;
 use crate::model::Usage;
-use crate::names::{AgentName, RunId, TenantId};
+use crate::names::{AgentName, RunId, SessionId, TenantId};
 use crate::ports::{millis_between, new_id};
 use crate::pricing::CostSnapshot;
 use crate::recorder::Recorder;
@@ -80,6 +80,17 @@ pub struct Resume {
     /// Where a run with no checkpoint starts over from (a crash before the first one);
     /// without it, no checkpoint is a [`WorkflowError::NoCheckpoint`].
     pub fallback: Option<String>,
+    /// The agent nodes the checkpoint holds as stopped for approval, each going on as its
+    /// own run's approval resumption (every one of their requests decided).
+    pub approved: Vec<NodeResume>,
+}
+
+/// An agent node that stopped for a person's approval, going on: the approval resumption of
+/// the run that stopped, in that run's session.
+pub struct NodeResume {
+    pub executor_id: String,
+    pub resume: crate::runs::request::Resume,
+    pub session_id: Option<SessionId>,
 }
 
 /// A person's answer to a workflow's request.
@@ -115,6 +126,8 @@ struct Prepared {
     /// Where the conversation before this run is ([`Checkpoint::base`] of its first checkpoint).
     base: Option<CheckpointRef>,
     answer: Option<Answer>,
+    /// Nodes that stopped for approval, going on.
+    approved: Vec<NodeResume>,
     /// A run going on in place: its last event's sequence and the checkpoints it has.
     in_place: Option<(u64, u32)>,
 }
@@ -139,6 +152,20 @@ pub async fn start(runtime: &Arc<Runtime>, start: WorkflowStart, live: bool) -> 
         let _ = done.send(run(task_runtime, prepared, task_cancel, Some(tx)).await);
     }));
     Ok(Launched::Live(LiveRun { run_id, started_at, session_id: None, events, cancel, outcome }))
+}
+
+/// Starts a workflow run in the background, on the platform's spawner: its id now, its end
+/// in its record (a decision in the approval mailbox resumes a workflow this way).
+pub async fn spawn(runtime: &Arc<Runtime>, start: WorkflowStart) -> Result<RunId, WorkflowError> {
+    let prepared = prepare(runtime, start).await?;
+    let run_id = prepared.run_id;
+    let (guard, cancel) = runtime.drain.enter(run_id);
+    let task_runtime = runtime.clone();
+    runtime.platform.spawner.spawn(Box::pin(async move {
+        let _guard = guard;
+        run(task_runtime, prepared, cancel, None).await;
+    }));
+    Ok(run_id)
 }
 
 /// The most resumes one conversation is followed back through.
@@ -205,6 +232,7 @@ async fn prepare(runtime: &Arc<Runtime>, mut start: WorkflowStart) -> Result<Pre
     let fresh = |text: String| (vec![WorkflowMessage::user(text)], Position::default());
     let mut base = None;
     let mut answer = None;
+    let mut approved = Vec::new();
     let mut continued_from = None;
     let mut once = false;
     let (conversation, position) = match std::mem::replace(&mut start.input, Input::Message(String::new())) {
@@ -219,6 +247,7 @@ async fn prepare(runtime: &Arc<Runtime>, mut start: WorkflowStart) -> Result<Pre
                 position: prepared.1,
                 base: None,
                 answer: None,
+                approved: Vec::new(),
                 in_place: None,
             });
         }
@@ -247,6 +276,7 @@ async fn prepare(runtime: &Arc<Runtime>, mut start: WorkflowStart) -> Result<Pre
                 position,
                 base,
                 answer: None,
+                approved: Vec::new(),
                 in_place: Some((last, written)),
             });
         }
@@ -254,7 +284,17 @@ async fn prepare(runtime: &Arc<Runtime>, mut start: WorkflowStart) -> Result<Pre
             continued_from = Some(resume.from);
             once = resume.once;
             match load(runtime, &start.tenant, resume.from, resume.checkpoint).await {
-                Ok((messages, position, at)) => {
+                Ok((messages, mut position, at)) => {
+                    let stopped = std::mem::take(&mut position.approvals);
+                    let unknown = resume.approved.iter().find(|n| {
+                        !stopped.iter().any(|s| s.executor_id == n.executor_id && s.run_id == n.resume.from_run)
+                    });
+                    if let Some(n) = unknown {
+                        return Err(WorkflowError::Conflict(format!(
+                            "Run {} is not waiting for the approval of node '{}' (run {}).",
+                            resume.from, n.executor_id, n.resume.from_run
+                        )));
+                    }
                     if let Some(given) = &resume.answer {
                         let pending = position.request.as_ref().map(|r| r.request_id);
                         if pending != Some(given.request_id) {
@@ -266,6 +306,7 @@ async fn prepare(runtime: &Arc<Runtime>, mut start: WorkflowStart) -> Result<Pre
                     }
                     base = Some(at);
                     answer = resume.answer;
+                    approved = resume.approved;
                     (messages, position)
                 }
                 Err(WorkflowError::NoCheckpoint(_)) if resume.fallback.is_some() => {
@@ -294,7 +335,7 @@ async fn prepare(runtime: &Arc<Runtime>, mut start: WorkflowStart) -> Result<Pre
         }
         _ => runs.create_run(&start.tenant, &row, None).await?,
     }
-    Ok(Prepared { run_id, started_at, start, conversation, position, base, answer, in_place: None })
+    Ok(Prepared { run_id, started_at, start, conversation, position, base, answer, approved, in_place: None })
 }
 
 /// How a super-step left the run.
@@ -304,8 +345,17 @@ enum Step {
     Yield,
     Finished(String),
     Ask(InputRequest),
+    /// Agent nodes stopped for a person's approval of a tool call.
+    AwaitApproval(Vec<Stopped>),
     Failed(RunFailure),
     Canceled(RunFailure),
+}
+
+/// An agent node whose run stopped for approval, and what it asks.
+struct Stopped {
+    executor_id: String,
+    run_id: RunId,
+    requests: Vec<ApprovalRequest>,
 }
 
 /// A node's answer.
@@ -332,6 +382,8 @@ struct Walk {
     deadline: Option<chrono::DateTime<chrono::Utc>>,
     base: Option<CheckpointRef>,
     answer: Option<Answer>,
+    /// Nodes that stopped for approval, each taken by its node's next start.
+    approved: Mutex<Vec<NodeResume>>,
     emitter: Emitter,
     subtree: Subtree,
     cancel: CancellationToken,
@@ -347,7 +399,7 @@ fn run(
     tx: Option<mpsc::Sender<RunEvent>>,
 ) -> BoxFuture<'static, RunOutcome> {
     Box::pin(async move {
-        let Prepared { run_id, started_at, start, conversation, position, base, answer, in_place } = prepared;
+        let Prepared { run_id, started_at, start, conversation, position, base, answer, approved, in_place } = prepared;
         let clock = runtime.platform.clock.clone();
         let store = runtime.stores.runs.clone();
         let recorder = Recorder::new(
@@ -408,6 +460,7 @@ fn run(
             deadline: start.deadline,
             base,
             answer,
+            approved: Mutex::new(approved),
             emitter,
             subtree: Subtree { place, root_log: recorder.clone() },
             cancel: cancel.clone(),
@@ -484,6 +537,7 @@ impl Walk {
             if let Some(limit) = self.subtree.place.budget.exhausted(self.runtime.platform.clock.now()) {
                 return Step::Failed(limit.failure());
             }
+            let before = self.position.clone();
             let step = match self.def.kind {
                 WorkflowKind::Sequential => self.sequential().await,
                 WorkflowKind::Concurrent => self.concurrent().await,
@@ -513,6 +567,29 @@ impl Walk {
                     self.position.request = Some(request.clone());
                     self.checkpoint().await;
                     return Step::Ask(request);
+                }
+                Step::AwaitApproval(stopped) => {
+                    if !self.runtime.settings.workflow_checkpointing {
+                        let nodes: Vec<&str> = stopped.iter().map(|s| s.executor_id.as_str()).collect();
+                        return Step::Failed(RunFailure::new(
+                            ErrorClass::InputUnavailable,
+                            format!(
+                                "The node '{}' needs a person's approval, but checkpointing is off (Tracon:Workflows:EnableCheckpointing): there would be nothing to resume from.",
+                                nodes.join("', '")
+                            ),
+                        ));
+                    }
+                    // The step the nodes stopped in is taken again when they go on (a
+                    // `Concurrent` step keeps the answers of the nodes that finished).
+                    if self.def.kind != WorkflowKind::Concurrent {
+                        self.position = before;
+                    }
+                    self.position.approvals = stopped
+                        .iter()
+                        .map(|s| NodeApproval { executor_id: s.executor_id.clone(), run_id: s.run_id })
+                        .collect();
+                    self.checkpoint().await;
+                    return Step::AwaitApproval(stopped);
                 }
                 end => return end,
             }
@@ -621,6 +698,7 @@ impl Walk {
                     }
                 }
             }
+            let mut stopped = Vec::new();
             while let Some((p, waited)) = running.next().await {
                 match self.finish_agent(&p.id, step, waited).await {
                     Ok(a) => {
@@ -628,12 +706,17 @@ impl Walk {
                         self.position.pending.retain(|id| id != &p.id);
                         self.checkpoint().await;
                     }
+                    // The others go on answering; the step stops once they have.
+                    Err(Step::AwaitApproval(mut s)) => stopped.append(&mut s),
                     Err(end) => {
                         // The others are stopped; their runs end `Canceled`.
                         self.cancel.cancel();
                         return end;
                     }
                 }
+            }
+            if !stopped.is_empty() {
+                return Step::AwaitApproval(stopped);
             }
         }
         // Merged in the participants' order, each under its name.
@@ -828,9 +911,21 @@ impl Walk {
             .await
             .map_err(|e| refused(format!("the agent '{agent}' {}", describe(&e))))?;
         let compiled = if tools.is_empty() { compiled } else { Arc::new(compiled.with_tools(tools)) };
-        let request =
+        let mut request =
             RunRequest::new(self.tenant.clone(), name, message, self.caller.clone(), self.attribution.clone());
-        let place = self.subtree.place.child_of(self.run_id);
+        let resumed = {
+            let mut approved = crate::sync::lock(&self.approved);
+            approved.iter().position(|n| n.executor_id == executor_id).map(|i| approved.remove(i))
+        };
+        if let Some(node) = resumed {
+            // The node goes on where its run stopped: the conversation is that run's session.
+            request.message = String::new();
+            request.session_id = node.session_id;
+            request.resume = Some(node.resume);
+        }
+        let mut place = self.subtree.place.child_of(self.run_id);
+        // An agent node may stop for approval where the workflow can stop with it.
+        place.may_wait = runtime.settings.workflow_checkpointing;
         let options = Options { place: Some(&place), agent: Some(compiled), replay_of: None };
         let mut prepared = prepare_in(runtime, request, None, options)
             .await
@@ -877,6 +972,11 @@ impl Walk {
                 .await;
                 Ok(Answered { text: outcome.text, run_id: outcome.run_id })
             }
+            RunStatus::AwaitingApproval if !past_deadline => Err(Step::AwaitApproval(vec![Stopped {
+                executor_id: executor_id.to_owned(),
+                run_id: outcome.run_id,
+                requests: outcome.approvals,
+            }])),
             RunStatus::Canceled if !past_deadline => {
                 let error = outcome.failure.unwrap_or_else(RunFailure::canceled);
                 self.executor_failed(executor_id, step, Some(outcome.run_id), &error).await;
@@ -1102,6 +1202,11 @@ impl Walk {
                 requests.push(request);
                 RunEvent::RunAwaitingInput { requests: requests.clone() }
             }
+            Step::AwaitApproval(stopped) => {
+                outcome.status = RunStatus::AwaitingApproval;
+                outcome.approvals = stopped.into_iter().flat_map(|s| s.requests).collect();
+                RunEvent::RunAwaitingApproval { requests: outcome.approvals.clone() }
+            }
             Step::Failed(f) => {
                 outcome.status = RunStatus::Failed;
                 outcome.failure = Some(f.clone());
@@ -1135,17 +1240,20 @@ impl Walk {
         }
         emitter.send_live(terminal).await;
         outcome.event_writes = recorder.store_writes();
-        if outcome.status == RunStatus::AwaitingInput {
-            let data = json!({
-                "runId": self.run_id,
-                "workflowName": self.def.name,
-                "requests": requests,
-            });
-            crate::webhooks::sources::publisher(runtime)
-                .publish_logged(&self.tenant, crate::webhooks::WORKFLOW_REQUEST_PENDING, data)
-                .await;
-        } else {
-            crate::webhooks::sources::publish_run_end(runtime, &self.tenant, &self.def.name, &outcome).await;
+        match outcome.status {
+            // Each stopped node's run announced its own requests (`approval.pending`).
+            RunStatus::AwaitingApproval => {}
+            RunStatus::AwaitingInput => {
+                let data = json!({
+                    "runId": self.run_id,
+                    "workflowName": self.def.name,
+                    "requests": requests,
+                });
+                crate::webhooks::sources::publisher(runtime)
+                    .publish_logged(&self.tenant, crate::webhooks::WORKFLOW_REQUEST_PENDING, data)
+                    .await;
+            }
+            _ => crate::webhooks::sources::publish_run_end(runtime, &self.tenant, &self.def.name, &outcome).await,
         }
         outcome
     }

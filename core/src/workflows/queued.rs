@@ -213,6 +213,7 @@ impl QueuedWorkflows {
                 answer: None,
                 once: true,
                 fallback: Some(queued.message.clone()),
+                approved: Vec::new(),
             })));
         }
         Ok(Taken::Ended(Box::new(latest)))

@@ -16,6 +16,7 @@ use tracon_core::names::{AgentName, RunId, SessionId, TenantId};
 use tracon_core::ports::new_id;
 use tracon_core::runs::launch::{Delivery, Start, launch};
 use tracon_core::runs::request::{Resume, RunRequest, StartError};
+use tracon_core::workflows::approvals as workflow_approvals;
 use uuid::Uuid;
 
 use super::{ApprovalView, DecisionBody, DecisionResult, InBandDecision, MAX_REASON, approval_not_found, request_id};
@@ -49,6 +50,9 @@ pub async fn decide(
     let (resumed, pending) = match resumption(&state, &tenant, &caller, decided.run_id).await? {
         Resumption::Waiting(pending) => (None, pending),
         Resumption::Claimed(request) => (start_in_background(&state, *request).await, 0),
+        Resumption::Workflow(claimed) => {
+            (crate::workflows::run::resume_approved(&state, &tenant, caller, *claimed).await, 0)
+        }
         Resumption::Done => (None, 0),
     };
     let approval = state.runtime.stores.approvals.get(&tenant, id).await?.unwrap_or(decided);
@@ -156,6 +160,8 @@ pub(crate) enum Resumption {
     Waiting(usize),
     /// This caller won the resumption: the run to start.
     Claimed(Box<RunRequest>),
+    /// The run is a workflow's agent node and this caller won the workflow's resumption.
+    Workflow(Box<workflow_approvals::Claimed>),
     /// Another decider resumed it already.
     Done,
 }
@@ -168,6 +174,12 @@ pub(crate) async fn resumption(
     caller: &Caller,
     stopped: RunId,
 ) -> ApiResult<Resumption> {
+    match workflow_approvals::resumption(&state.runtime, tenant, stopped).await? {
+        workflow_approvals::Resumption::NotANode => {}
+        workflow_approvals::Resumption::Waiting(n) => return Ok(Resumption::Waiting(n)),
+        workflow_approvals::Resumption::Done => return Ok(Resumption::Done),
+        workflow_approvals::Resumption::Claimed(claimed) => return Ok(Resumption::Workflow(claimed)),
+    }
     let store = &state.runtime.stores.approvals;
     let records = store.list_for_run(tenant, stopped).await?;
     let waiting = records.iter().filter(|r| r.status == ApprovalStatus::Pending).count();
@@ -268,6 +280,13 @@ pub(crate) async fn in_band(
     let Some(stopped) = records.first().map(|r| r.run_id) else {
         return Err(invalid("'approvals' names no request.".into()));
     };
+    // A workflow's node goes on with its workflow, which the mailbox resumes.
+    if state.runtime.stores.runs.get_run(tenant, stopped).await?.is_some_and(|r| r.parent_run_id.is_some()) {
+        return Err(invalid(
+            "These requests are a workflow node's; decide them through /api/approvals/{id}/decision, which resumes the workflow."
+                .into(),
+        ));
+    }
     let missing: Vec<Uuid> = store
         .list_for_run(tenant, stopped)
         .await?
@@ -287,7 +306,7 @@ pub(crate) async fn in_band(
     }
     match resumption(state, tenant, caller, stopped).await? {
         Resumption::Claimed(request) => Ok(*request),
-        Resumption::Waiting(_) | Resumption::Done => {
+        Resumption::Waiting(_) | Resumption::Done | Resumption::Workflow(_) => {
             Err(ApiError::new(StatusCode::CONFLICT, "already_resumed", "Another request resumed this run first."))
         }
     }

@@ -15,8 +15,9 @@ use tracon_core::runs::admission::{Admission, Attributed, admit};
 use tracon_core::runs::launch::Launched;
 use tracon_core::runs::store::RunStatus;
 use tracon_core::workflows::InputRequest;
+use tracon_core::workflows::approvals::Claimed;
 use tracon_core::workflows::checkpoints::Position;
-use tracon_core::workflows::execute::{Answer, Input, Resume, WorkflowStart, start};
+use tracon_core::workflows::execute::{Answer, Input, Resume, WorkflowStart, spawn, start};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
@@ -144,6 +145,7 @@ pub async fn resume(
         answer: None,
         once: false,
         fallback: None,
+        approved: Vec::new(),
     });
     let stored = load(&state, &tenant, &workflow).await?;
     launch(&state, tenant, caller, &headers, stored.definition, Some(stored.version), input).await
@@ -179,10 +181,70 @@ pub async fn respond(
         ));
     };
     let answer = Answer { request_id: asked.request_id, text: body.response };
-    let input =
-        Input::Resume(Resume { from: run_id, checkpoint: None, answer: Some(answer), once: true, fallback: None });
+    let input = Input::Resume(Resume {
+        from: run_id,
+        checkpoint: None,
+        answer: Some(answer),
+        once: true,
+        fallback: None,
+        approved: Vec::new(),
+    });
     let stored = load(&state, &tenant, &workflow).await?;
     launch(&state, tenant, caller, &headers, stored.definition, Some(stored.version), input).await
+}
+
+/// Resumes a workflow whose stopped nodes' approvals are all decided (the mailbox's last
+/// decision claimed it): a **new** run from the checkpoint the workflow stopped at, in the
+/// background where the host lets work outlive the response, otherwise to its end before the
+/// answer. Its id, or `None` (logged) when it could not start.
+pub(crate) async fn resume_approved(
+    state: &AppState,
+    tenant: &TenantId,
+    caller: tracon_core::identity::Caller,
+    claimed: Claimed,
+) -> Option<RunId> {
+    let Claimed { root, nodes } = claimed;
+    let stored = match load(state, tenant, &root.agent_name).await {
+        Ok(stored) => stored,
+        Err(e) => {
+            tracing::warn!(run_id = %root.id, error = ?e, "the approved workflow could not resume: its definition is gone");
+            return None;
+        }
+    };
+    let input = Input::Resume(Resume {
+        from: root.id,
+        checkpoint: None,
+        answer: None,
+        once: true,
+        fallback: None,
+        approved: nodes,
+    });
+    let workflow = WorkflowStart {
+        tenant: tenant.clone(),
+        caller,
+        // The cost of the resumed workflow belongs to whoever started it.
+        attribution: tracon_core::attribution::Attribution {
+            user_id: root.user_id.clone(),
+            labels: root.labels.clone(),
+        },
+        definition: stored.definition,
+        version: Some(stored.version),
+        input,
+        deadline: None,
+    };
+    let runtime = &state.runtime;
+    let started = if state.http.background_outlives_response {
+        spawn(runtime, workflow).await
+    } else {
+        start(runtime, workflow, false).await.map(|launched| launched.run_id())
+    };
+    match started {
+        Ok(run_id) => Some(run_id),
+        Err(e) => {
+            tracing::warn!(from_run = %root.id, error = %e, "the approved workflow could not resume");
+            None
+        }
+    }
 }
 
 /// A checkpoint as listed: where the run stood, not its content.
