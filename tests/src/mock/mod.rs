@@ -5,8 +5,11 @@
 //! `{base_url}/v1` and an Anthropic provider at `{base_url}`. Responses are chosen by the
 //! request's `model`: a script is a list of [`MockTurn`]s, and the turn that answers is the
 //! number of assistant messages already in the request, so concurrent conversations sharing
-//! one script each walk it from the start (past the end the last turn repeats). A model with
-//! no script answers [`DEFAULT_TEXT`].
+//! one script each walk it from the start (past the end the last turn repeats). A script set
+//! with [`MockSelect::ByRequest`] ([`MockServer::script_in_order`]) is answered by request
+//! count instead: the N-th request to the model since the script was set gets turn N (from
+//! 0; past the end the last turn repeats), for callers that send one fresh user message each
+//! time, such as a workflow's manager. A model with no script answers [`DEFAULT_TEXT`].
 //!
 //! Routes:
 //!
@@ -14,7 +17,7 @@
 //! |---|---|
 //! | `POST /v1/chat/completions` | OpenAI Chat Completions, streamed or whole |
 //! | `POST /v1/messages` | Anthropic Messages, streamed or whole; needs `x-api-key` and `anthropic-version` |
-//! | `POST /_mock/scripts/{model}` | body `{"turns": [MockTurn, …]}` replaces the model's script |
+//! | `POST /_mock/scripts/{model}` | body `{"turns": [MockTurn, …], "select"?: "byAssistantMessages" \| "byRequest"}` replaces the model's script (and restarts its request count) |
 //! | `DELETE /_mock/scripts/{model}` | removes it |
 //! | `GET /_mock/requests/{model}` | the recorded requests, oldest first ([`MockServer::requests`]) |
 //! | `DELETE /_mock/requests/{model}` | forgets them |
@@ -49,7 +52,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-pub use script::{DEFAULT_INPUT_TOKENS, DEFAULT_TEXT, MockFinish, MockToolCall, MockTurn, MockUsage};
+pub use script::{DEFAULT_INPUT_TOKENS, DEFAULT_TEXT, MockFinish, MockSelect, MockToolCall, MockTurn, MockUsage};
 
 /// Server-wide timing, for benchmarks. A turn's own `delayMs` / `chunkDelayMs` win.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -104,9 +107,23 @@ impl MockServer {
         format!("http://{}", self.addr)
     }
 
-    /// Replaces the script of `model`.
+    /// Replaces the script of `model`: the turn that answers is the number of assistant
+    /// messages already in the request ([`MockSelect::ByAssistantMessages`]).
     pub fn script(&self, model: &str, turns: Vec<MockTurn>) {
-        lock(&self.state.scripts).insert(model.to_owned(), turns);
+        self.script_with(model, turns, MockSelect::ByAssistantMessages);
+    }
+
+    /// Replaces the script of `model`, answered by request count
+    /// ([`MockSelect::ByRequest`]): the N-th request to `model` from now on gets turn N (from
+    /// 0), whatever the request holds; past the end the last turn repeats.
+    pub fn script_in_order(&self, model: &str, turns: Vec<MockTurn>) {
+        self.script_with(model, turns, MockSelect::ByRequest);
+    }
+
+    /// Replaces the script of `model`, its turns picked as `select` says; the request count
+    /// starts again from 0.
+    pub fn script_with(&self, model: &str, turns: Vec<MockTurn>, select: MockSelect) {
+        lock(&self.state.scripts).insert(model.to_owned(), script::Script::new(turns, select));
     }
 
     /// Removes the script of `model`; it answers the default turn again.
@@ -147,7 +164,7 @@ impl Drop for MockServer {
 
 struct Shared {
     config: MockConfig,
-    scripts: Mutex<HashMap<String, Vec<MockTurn>>>,
+    scripts: Mutex<HashMap<String, script::Script>>,
     requests: Mutex<HashMap<String, Vec<Value>>>,
     /// Cancelled on shutdown: stops the listener and releases held-open requests.
     shutdown: CancellationToken,
@@ -201,14 +218,16 @@ fn router(state: Arc<Shared>) -> Router {
 #[serde(deny_unknown_fields)]
 struct ScriptBody {
     turns: Vec<MockTurn>,
+    #[serde(default)]
+    select: MockSelect,
 }
 
 async fn put_script(State(state): State<Arc<Shared>>, Path(model): Path<String>, body: Bytes) -> Response {
     match serde_json::from_slice::<ScriptBody>(&body) {
         Ok(script) => {
             let turns = script.turns.len();
-            lock(&state.scripts).insert(model.clone(), script.turns);
-            axum::Json(json!({"model": model, "turns": turns})).into_response()
+            lock(&state.scripts).insert(model.clone(), script::Script::new(script.turns, script.select));
+            axum::Json(json!({"model": model, "turns": turns, "select": script.select})).into_response()
         }
         Err(e) => {
             (StatusCode::BAD_REQUEST, axum::Json(json!({"error": format!("invalid script: {e}")}))).into_response()
@@ -306,9 +325,9 @@ async fn answer(state: Arc<Shared>, format: Format, headers: HeaderMap, raw: Byt
         }
     }
 
-    let (turn, earlier_calls) = {
-        let scripts = lock(&state.scripts);
-        script::select(scripts.get(&model).map(Vec::as_slice).unwrap_or_default(), script::assistant_messages(&body))
+    let (turn, earlier_calls) = match lock(&state.scripts).get_mut(&model) {
+        Some(script) => script.answer(&body),
+        None => script::select(&[], 0),
     };
     if !state.sleep(turn.delay_ms.unwrap_or(state.config.latency_ms)).await {
         return format.error(503);

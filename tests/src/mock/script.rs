@@ -186,16 +186,57 @@ impl MockTurn {
     }
 }
 
-/// Which turn of `turns` answers a conversation that already holds `assistant_messages`
-/// assistant messages (the last turn repeats), and the number of tool calls made before it
-/// (so default call ids stay unique within a conversation).
-pub fn select(turns: &[MockTurn], assistant_messages: usize) -> (MockTurn, usize) {
+/// How a script picks the turn that answers a request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MockSelect {
+    /// Turn N answers a request whose conversation already holds N assistant messages, so
+    /// concurrent conversations sharing the script each walk it from the start. The default.
+    #[default]
+    ByAssistantMessages,
+    /// Turn N answers the N-th request (from 0) the model got since the script was set,
+    /// whatever the request holds: for callers that send one fresh message each time (a
+    /// workflow manager, whose transcript is inlined in a single user message).
+    ByRequest,
+}
+
+/// Which turn of `turns` answers as the `position`-th one (the last turn repeats), and the
+/// number of tool calls made before it (so default call ids stay unique within a
+/// conversation, or across the requests of a [`MockSelect::ByRequest`] script). `position`
+/// is the assistant messages already in the request, or the request's number.
+pub fn select(turns: &[MockTurn], position: usize) -> (MockTurn, usize) {
     let Some(last) = turns.last() else {
         return (MockTurn::default_answer(), 0);
     };
     let at = |k: usize| turns.get(k).unwrap_or(last);
-    let earlier_calls = (0..assistant_messages).map(|k| at(k).tool_calls.len()).sum();
-    (at(assistant_messages).clone(), earlier_calls)
+    let earlier_calls = (0..position).map(|k| at(k).tool_calls.len()).sum();
+    (at(position).clone(), earlier_calls)
+}
+
+/// A model's script: its turns, how a request picks one, and how many requests it answered.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Script {
+    pub turns: Vec<MockTurn>,
+    pub select: MockSelect,
+    /// Requests answered since the script was set ([`MockSelect::ByRequest`] counts on it).
+    pub served: usize,
+}
+
+impl Script {
+    pub fn new(turns: Vec<MockTurn>, select: MockSelect) -> Self {
+        Self { turns, select, served: 0 }
+    }
+
+    /// The turn that answers a request with `body` (counting the request), and the tool
+    /// calls before it.
+    pub fn answer(&mut self, body: &Value) -> (MockTurn, usize) {
+        let position = match self.select {
+            MockSelect::ByAssistantMessages => assistant_messages(body),
+            MockSelect::ByRequest => self.served,
+        };
+        self.served += 1;
+        select(&self.turns, position)
+    }
 }
 
 /// The number of messages with role `assistant` in a request body (both formats).
@@ -312,6 +353,38 @@ mod tests {
             assert_eq!(f.concat(), s);
         }
         assert_eq!(fragments(""), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn by_request_the_nth_request_gets_turn_n_whatever_it_holds_and_the_last_turn_repeats() {
+        let turns = vec![
+            MockTurn::text("plan"),
+            MockTurn::tool_call("look", json!({})),
+            MockTurn::text("pick"),
+            MockTurn::text("done"),
+        ];
+        let one_user_message = json!({"messages": [{"role": "user", "content": "task"}]});
+        let mut script = Script::new(turns.clone(), MockSelect::ByRequest);
+        let answers: Vec<(MockTurn, usize)> = (0..6).map(|_| script.answer(&one_user_message)).collect();
+        assert_eq!(
+            answers.iter().map(|(t, _)| t.clone()).collect::<Vec<_>>(),
+            [&turns[..], &[turns[3].clone(), turns[3].clone()]].concat()
+        );
+        // Call numbers go on across requests: the second turn's call was number 1.
+        assert_eq!(answers.iter().map(|(_, calls)| *calls).collect::<Vec<_>>(), [0, 0, 1, 1, 1, 1]);
+        assert_eq!(script.served, 6);
+
+        // The default mode answers the same body with the first turn every time.
+        let mut by_messages = Script::new(turns.clone(), MockSelect::default());
+        assert_eq!(MockSelect::default(), MockSelect::ByAssistantMessages);
+        assert!((0..3).all(|_| by_messages.answer(&one_user_message).0 == turns[0]));
+        let two_assistant = json!({"messages": [{"role": "assistant"}, {"role": "user"}, {"role": "assistant"}]});
+        assert_eq!(by_messages.answer(&two_assistant).0, turns[2]);
+
+        // An empty script answers the default turn in either mode.
+        assert_eq!(Script::new(Vec::new(), MockSelect::ByRequest).answer(&one_user_message).0, MockTurn::default_answer());
+        assert_eq!(serde_json::to_value(MockSelect::ByRequest).unwrap(), json!("byRequest"));
+        assert_eq!(serde_json::from_value::<MockSelect>(json!("byAssistantMessages")).unwrap(), MockSelect::default());
     }
 
     #[test]
