@@ -269,7 +269,13 @@ impl TreePlace {
 
     /// The place of a child `self`'s run starts.
     pub fn child_of(&self, parent: RunId) -> Self {
-        Self { root: self.root, parent: Some(parent), depth: self.depth + 1, budget: self.budget.clone(), may_wait: false }
+        Self {
+            root: self.root,
+            parent: Some(parent),
+            depth: self.depth + 1,
+            budget: self.budget.clone(),
+            may_wait: false,
+        }
     }
 
     pub fn is_root(&self) -> bool {

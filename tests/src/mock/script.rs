@@ -382,7 +382,10 @@ mod tests {
         assert_eq!(by_messages.answer(&two_assistant).0, turns[2]);
 
         // An empty script answers the default turn in either mode.
-        assert_eq!(Script::new(Vec::new(), MockSelect::ByRequest).answer(&one_user_message).0, MockTurn::default_answer());
+        assert_eq!(
+            Script::new(Vec::new(), MockSelect::ByRequest).answer(&one_user_message).0,
+            MockTurn::default_answer()
+        );
         assert_eq!(serde_json::to_value(MockSelect::ByRequest).unwrap(), json!("byRequest"));
         assert_eq!(serde_json::from_value::<MockSelect>(json!("byAssistantMessages")).unwrap(), MockSelect::default());
     }
