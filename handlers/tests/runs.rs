@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -731,6 +731,9 @@ impl RunStore for Broken {
     }
     async fn read_events(&self, _: &TenantId, _: RunId, _: u64, _: usize) -> Result<Vec<RecordedEvent>, StoreError> {
         Ok(Vec::new())
+    }
+    async fn answers(&self, _: &TenantId, _: &[RunId]) -> Result<BTreeMap<RunId, String>, StoreError> {
+        self.down()
     }
     async fn record_tool_call(&self, _: &TenantId, _: &ToolCallRecord) -> Result<(), StoreError> {
         self.down()

@@ -19,10 +19,12 @@ use tracon_core::definition::AgentDefinition;
 use tracon_core::jobs::{JobRunner, JobSettings};
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{Message, ModelProvider, ModelRequest, ProviderError, ProviderErrorKind};
+use tracon_core::names::{RunId, TenantId};
 use tracon_core::ports::Platform;
 use tracon_core::pricing::{ModelPrice, Pricing};
 use tracon_core::runtime::{RunQueue, RuntimeBuilder, RuntimeSettings};
 use tracon_core::tools::{ToolOutput, ToolRegistration, tool_fn};
+use tracon_core::workflows::checkpoints::ENVELOPE;
 use tracon_core::workflows::functions::{
     FailureKind, FunctionCall, FunctionError, FunctionOutput, RetryPolicy, TextFunction, WorkflowFunction,
 };
@@ -576,6 +578,47 @@ async fn resuming_from_an_earlier_checkpoint_opens_a_new_run_that_repeats_only_w
 }
 
 #[tokio::test]
+async fn a_checkpoint_holds_agents_answers_by_reference_and_a_resume_reads_them_back_from_their_runs() {
+    let w = world();
+    save(&w.app, json!({"name": "pipeline", "kind": "Sequential", "agentNames": ["writer", "reviewer"]})).await;
+    let (first, end, _) = run(&w.app, "pipeline", "the intro").await;
+    assert_eq!(end["status"], "Completed");
+    let tenant = TenantId::default_tenant();
+    let root = RunId(first.parse().unwrap());
+    let stored = w.runtime.stores.checkpoints.list(&tenant, root).await.unwrap();
+    assert_eq!(stored.iter().map(|c| c.envelope).collect::<Vec<_>>(), [ENVELOPE, ENVELOPE]);
+    // The caller's input is held as text; each agent's answer only as the run that recorded it.
+    let held: Vec<(Option<&str>, &str, bool)> = stored
+        .iter()
+        .flat_map(|c| &c.messages)
+        .map(|m| (m.executor_id.as_deref(), m.text.as_str(), m.run_id.is_some()))
+        .collect();
+    assert_eq!(held, [(None, "the intro", false), (Some("writer"), "", true), (Some("reviewer"), "", true)]);
+
+    // A resume reads the writer's answer back from its run: the reviewer gets it.
+    let calls = w.model_calls.load(Ordering::SeqCst);
+    let after_writer = stored[0].id;
+    let (_, end, _) =
+        stream(&w.app, &format!("/api/workflows/runs/{first}/resume"), json!({"checkpointId": after_writer})).await;
+    assert_eq!(end["text"], "review of draft of the intro", "{end}");
+    assert_eq!(w.model_calls.load(Ordering::SeqCst), calls + 1);
+
+    // An answer no run recorded makes the checkpoint unreadable instead of resuming without it.
+    let mut dangling = stored[0].clone();
+    let gone = RunId(uuid::Uuid::now_v7());
+    dangling.messages[1].run_id = Some(gone);
+    dangling.id = uuid::Uuid::now_v7();
+    dangling.sequence = 3;
+    w.runtime.stores.checkpoints.save(&tenant, &dangling).await.unwrap();
+    let reply =
+        call(Method::POST, &format!("/api/workflows/runs/{first}/resume")).json(Some(json!({}))).send(&w.app).await;
+    assert_eq!(reply.status, StatusCode::CONFLICT, "{}", reply.text());
+    let problem = reply.json();
+    assert_eq!(problem["errorType"], "checkpoint_unreadable");
+    assert!(problem["detail"].as_str().unwrap().contains(&format!("node 'writer' (run {gone})")), "{problem}");
+}
+
+#[tokio::test]
 async fn a_workflow_run_answers_as_one_json_document_when_asked() {
     let w = world();
     save(&w.app, json!({"name": "pipeline", "kind": "Sequential", "agentNames": ["writer"]})).await;
@@ -686,11 +729,13 @@ async fn interrupted_after_the_writers_checkpoint(twice: bool) {
     let long_ago = chrono::Utc::now() - chrono::Duration::hours(1);
     let runs = &w.runtime.stores.runs;
     assert_eq!(runs.start_queued(&tenant, accepted.run_id, long_ago).await.unwrap(), Some(false));
+    // Written as the first envelope generation wrote it: the writer's answer with its run and
+    // its text inline (that run is not in this store; the text is read as it stands).
     let checkpoint = tracon_core::workflows::Checkpoint {
         id: uuid::Uuid::now_v7(),
         run_id: accepted.run_id,
         sequence: 1,
-        envelope: tracon_core::workflows::checkpoints::ENVELOPE,
+        envelope: 1,
         created_at: long_ago,
         position: tracon_core::workflows::checkpoints::Position { super_step: 1, next_node: 1, ..Default::default() },
         messages: vec![
@@ -698,7 +743,7 @@ async fn interrupted_after_the_writers_checkpoint(twice: bool) {
             tracon_core::workflows::functions::WorkflowMessage {
                 role: tracon_core::workflows::functions::Role::Assistant,
                 executor_id: Some("writer".into()),
-                run_id: None,
+                run_id: Some(RunId(uuid::Uuid::now_v7())),
                 text: "draft of the intro".into(),
             },
         ],

@@ -165,6 +165,10 @@ pub const EVENTS_APPEND: &str = "WITH ins AS (INSERT INTO run_events (tenant_id,
      FROM unnest($3::bigint[], $4::text[], $5::timestamptz[], $6::bytea[]) AS u(seq, kind, at, payload) RETURNING 1) \
      UPDATE runs SET heartbeat_at = $7 WHERE tenant_id = $1 AND id = $2 AND EXISTS (SELECT 1 FROM ins)";
 
+/// The `RunCompleted` events of the runs `$2` (a workflow's agents' answers, read back on resume).
+pub const EVENTS_ANSWERS: &str = "SELECT run_id, sequence, occurred_at, payload FROM run_events \
+     WHERE tenant_id = $1 AND run_id = ANY($2) AND event_type = 'RunCompleted'";
+
 pub const EVENTS_READ: &str = "SELECT sequence, occurred_at, payload FROM run_events \
      WHERE tenant_id = $1 AND run_id = $2 AND sequence > $3 ORDER BY sequence LIMIT $4";
 
@@ -917,6 +921,7 @@ mod tests {
             RUN_CANCEL_FLAG,
             EVENTS_APPEND,
             EVENTS_READ,
+            EVENTS_ANSWERS,
             TOOL_LATE,
             TOOL_LIST,
             SESSION_GET,

@@ -26,6 +26,7 @@ pub mod triggers;
 pub mod webhooks;
 mod workflows;
 pub use workflows::{
+    agents_answers_are_read_back_by_run_for_completed_runs_within_their_tenant,
     checkpoints_are_kept_in_order_per_run_and_tenant, checkpoints_are_purged_by_whole_runs_once_the_newest_is_old,
     workflow_definitions_keep_every_version_within_their_tenant,
 };
@@ -1377,6 +1378,7 @@ macro_rules! store_contract_tests {
             workflow_definitions_keep_every_version_within_their_tenant,
             checkpoints_are_kept_in_order_per_run_and_tenant,
             checkpoints_are_purged_by_whole_runs_once_the_newest_is_old,
+            agents_answers_are_read_back_by_run_for_completed_runs_within_their_tenant,
         );
     };
 }

@@ -1,12 +1,16 @@
 //! The workflow stores' contract: definitions kept by version like agents', and checkpoints
 //! kept in order per run and tenant.
 
+use std::collections::BTreeMap;
+
 use chrono::Duration;
 
 use super::fixtures::{a, b, t0};
-use super::{conflict, not_found};
+use super::{conflict, ended, event, not_found, run_row};
 use crate::error::StoreError;
+use crate::events::{RecordedEvent, RunEvent};
 use crate::names::{RunId, WorkflowName};
+use crate::runs::store::RunStatus;
 use crate::stores::Stores;
 use crate::workflows::checkpoints::{Checkpoint, CheckpointRef, ENVELOPE, InputRequest, Position};
 use crate::workflows::definition::{WorkflowDefinition, WorkflowKind};
@@ -135,4 +139,44 @@ pub async fn checkpoints_are_purged_by_whole_runs_once_the_newest_is_old(s: Stor
     assert_eq!(removed, 3);
     assert!(c.list(&a(), old).await.unwrap().is_empty());
     assert_eq!(c.list(&b(), fresh).await.unwrap().len(), 2);
+}
+
+/// What a checkpoint's reference to an agent's answer reads back: the text of each completed
+/// run's `RunCompleted`, in one call, for the caller's tenant only.
+pub async fn agents_answers_are_read_back_by_run_for_completed_runs_within_their_tenant(s: Stores) {
+    let r = &s.runs;
+    let completed = |sequence: u64, text: &str| RecordedEvent {
+        sequence,
+        timestamp: t0(),
+        event: RunEvent::RunCompleted {
+            text: text.into(),
+            usage: None,
+            cost: None,
+            finish_reason: None,
+            client_tool_calls: Vec::new(),
+        },
+    };
+    let open = |tenant, agent: &'static str| async move {
+        let row = run_row(agent, t0());
+        r.create_run(&tenant, &row, None).await.unwrap();
+        row.id
+    };
+    let (first, second, failed, running) =
+        (open(a(), "w").await, open(a(), "w").await, open(a(), "w").await, open(a(), "w").await);
+    let theirs = open(b(), "w").await;
+    r.finish_run(&a(), first, &ended(RunStatus::Completed), &[event(1, "thinking"), completed(2, "first answer")])
+        .await
+        .unwrap();
+    r.finish_run(&a(), second, &ended(RunStatus::Completed), &[completed(1, "second answer")]).await.unwrap();
+    r.finish_run(&a(), failed, &ended(RunStatus::Failed), &[event(1, "half an answer")]).await.unwrap();
+    r.append_events(&a(), running, &[event(1, "still going")], t0()).await.unwrap();
+    r.finish_run(&b(), theirs, &ended(RunStatus::Completed), &[completed(1, "theirs")]).await.unwrap();
+
+    let missing = RunId(uuid::Uuid::now_v7());
+    let asked = [second, first, failed, running, theirs, missing];
+    let answers = r.answers(&a(), &asked).await.unwrap();
+    let expected = BTreeMap::from([(first, "first answer".to_owned()), (second, "second answer".to_owned())]);
+    assert_eq!(answers, expected, "completed runs only, and only the caller's");
+    assert_eq!(r.answers(&b(), &asked).await.unwrap(), BTreeMap::from([(theirs, "theirs".to_owned())]));
+    assert!(r.answers(&a(), &[]).await.unwrap().is_empty());
 }

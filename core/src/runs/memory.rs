@@ -1,7 +1,7 @@
 //! Runs in process memory (the newest `max_runs` of them): the zero-setup default and the
 //! contract suite's reference.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
@@ -11,7 +11,7 @@ use super::store::{
     RunStatus, RunStore, StaleRun, ToolCallRecord,
 };
 use crate::error::StoreError;
-use crate::events::RecordedEvent;
+use crate::events::{RecordedEvent, RunEvent};
 use crate::names::{RunId, TenantId};
 use crate::sync::lock;
 
@@ -205,6 +205,18 @@ impl RunStore for MemoryRunStore {
             e.row.heartbeat_at = Some(now);
             Ok(())
         })
+    }
+
+    async fn answers(&self, tenant: &TenantId, runs: &[RunId]) -> Result<BTreeMap<RunId, String>, StoreError> {
+        let inner = lock(&self.inner);
+        let answer = |run: &RunId| {
+            let entry = inner.rows.get(&(tenant.clone(), *run))?;
+            entry.events.iter().rev().find_map(|e| match &e.event {
+                RunEvent::RunCompleted { text, .. } => Some((*run, text.clone())),
+                _ => None,
+            })
+        };
+        Ok(runs.iter().filter_map(answer).collect())
     }
 
     async fn read_events(

@@ -402,6 +402,10 @@ pub trait RunStore: Send + Sync {
 
     /// The sequence of the run's last stored event (0 without events, or for a missing run).
     async fn last_sequence(&self, tenant: &TenantId, run: RunId) -> Result<u64, StoreError>;
+    /// The answers of `runs` in one round trip: the text of each one's `RunCompleted` event. A run that has not completed, does not exist or is another
+    /// tenant's is absent. A workflow checkpoint refers to its agents' answers by run id; this
+    /// reads them back when the workflow resumes.
+    async fn answers(&self, tenant: &TenantId, runs: &[RunId]) -> Result<BTreeMap<RunId, String>, StoreError>;
 
     async fn record_tool_call(&self, tenant: &TenantId, call: &ToolCallRecord) -> Result<(), StoreError>;
     /// The step ledger's write before a tool round (one round trip): the model step that asked

@@ -4,8 +4,11 @@
 //! step ends). It holds the workflow's own position and pending work, and only the messages
 //! produced since the previous checkpoint — never the whole conversation: the conversation at
 //! a checkpoint is its run's earlier checkpoints' messages, then its own, after the run it
-//! resumed from (`base`). Agents' answers carry the id of the run that recorded them. So
-//! storage grows with the work, not with its square.
+//! resumed from (`base`). An agent's answer is held by *reference*: the id of the run that
+//! recorded it, without its text, which that run's log holds already (read back on resume with
+//! [`crate::runs::store::RunStore::answers`]). Only what exists nowhere else — the caller's
+//! input, a person's answer, a function's output — is held as text. So storage grows with the
+//! work, not with its square, and an answer is never stored twice.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -20,8 +23,11 @@ use crate::error::StoreError;
 use crate::names::{RunId, TenantId};
 use crate::sync::lock;
 
-/// The envelope generation this build writes and reads.
-pub const ENVELOPE: u32 = 1;
+/// The envelope generation this build writes. Generation 1 (every message with its text) is
+/// still read; generation 2 holds agents' answers by reference.
+pub const ENVELOPE: u32 = 2;
+/// The oldest envelope generation this build reads.
+pub const OLDEST_READ: u32 = 1;
 /// The most checkpoints the memory store keeps per run; the oldest go first.
 pub const MEMORY_KEEPS: usize = 50;
 
@@ -101,7 +107,8 @@ pub struct Checkpoint {
     pub envelope: u32,
     pub created_at: DateTime<Utc>,
     pub position: Position,
-    /// The messages produced since the run's previous checkpoint.
+    /// The messages produced since the run's previous checkpoint; an agent's answer (a message
+    /// with a `run_id`) without its text ([`WorkflowMessage::by_reference`]).
     pub messages: Vec<WorkflowMessage>,
     /// On a resumed run's first checkpoint: where its conversation before this one is.
     #[serde(default, skip_serializing_if = "Option::is_none")]

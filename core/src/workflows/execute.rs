@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::checkpoints::{Checkpoint, CheckpointRef, ENVELOPE, InputRequest, NodeApproval, Position};
+use super::checkpoints::{Checkpoint, CheckpointRef, ENVELOPE, InputRequest, NodeApproval, OLDEST_READ, Position};
 use super::definition::{Participant, WorkflowDefinition, WorkflowKind, WorkflowNodeKind};
 use super::functions::{FunctionCall, FunctionOutput, Role, WorkflowMessage};
 use crate::attribution::Attribution;
@@ -203,9 +203,9 @@ async fn load(
                 WorkflowError::NoCheckpoint(format!("Run {run} has no checkpoint {id} (it may have been removed)."))
             })?,
         };
-        if let Some(c) = list.iter().find(|c| c.envelope != ENVELOPE) {
+        if let Some(c) = list.iter().find(|c| !(OLDEST_READ..=ENVELOPE).contains(&c.envelope)) {
             return Err(WorkflowError::Unreadable(format!(
-                "Checkpoint {} was written in envelope generation {}; this build reads generation {ENVELOPE}.",
+                "Checkpoint {} was written in envelope generation {}; this build reads generations {OLDEST_READ} to {ENVELOPE}.",
                 c.id, c.envelope
             )));
         }
@@ -220,9 +220,40 @@ async fn load(
             None => break,
         }
     }
-    let messages = chain.into_iter().rev().flatten().collect();
+    let mut messages: Vec<WorkflowMessage> = chain.into_iter().rev().flatten().collect();
     let (position, at) = found.ok_or_else(|| WorkflowError::NoCheckpoint(format!("Run {from} has no checkpoints.")))?;
+    read_answers(runtime, tenant, &mut messages).await?;
     Ok((messages, position, at))
+}
+
+/// The most answers one read asks the run store for.
+const ANSWERS_PER_READ: usize = 500;
+
+/// Puts back the text of the agents' answers a checkpoint holds by reference (a message with a
+/// `run_id` and no text): each is its run's recorded answer, read in one round trip per
+/// [`ANSWERS_PER_READ`] of them. An answer no run recorded makes the conversation unreadable
+/// rather than silently shorter.
+async fn read_answers(
+    runtime: &Runtime,
+    tenant: &TenantId,
+    messages: &mut [WorkflowMessage],
+) -> Result<(), WorkflowError> {
+    let referred: Vec<RunId> = messages.iter().filter(|m| m.text.is_empty()).filter_map(|m| m.run_id).collect();
+    let mut answers = BTreeMap::new();
+    for batch in referred.chunks(ANSWERS_PER_READ) {
+        answers.extend(runtime.stores.runs.answers(tenant, batch).await?);
+    }
+    for m in messages.iter_mut().filter(|m| m.text.is_empty()) {
+        let Some(run) = m.run_id else { continue };
+        let answer = answers.get(&run).ok_or_else(|| {
+            WorkflowError::Unreadable(format!(
+                "The answer of node '{}' (run {run}) that a checkpoint refers to is not recorded.",
+                m.executor_id.as_deref().unwrap_or_default()
+            ))
+        })?;
+        m.text.clone_from(answer);
+    }
+    Ok(())
 }
 
 async fn prepare(runtime: &Arc<Runtime>, mut start: WorkflowStart) -> Result<Prepared, WorkflowError> {
@@ -818,7 +849,8 @@ impl Walk {
             let step = self.next_step();
             let prompt = self.prompt(PLAN);
             match self.agent(&manager, &manager, "Manager", prompt, step, Vec::new()).await {
-                Ok(a) => self.push(Role::Assistant, &manager, Some(a.run_id), format!("Plan:\n{}", a.text)),
+                // Held as text: the plan is the manager's answer under a heading, not the answer.
+                Ok(a) => self.push(Role::Assistant, &manager, None, format!("Plan:\n{}", a.text)),
                 Err(end) => return end,
             }
             self.position.stalls = 0;
@@ -1116,7 +1148,7 @@ impl Walk {
             envelope: ENVELOPE,
             created_at: clock.now(),
             position: self.position.clone(),
-            messages: self.conversation[self.saved..].to_vec(),
+            messages: self.conversation[self.saved..].iter().map(WorkflowMessage::by_reference).collect(),
             base: self.base,
         };
         match self.runtime.stores.checkpoints.save(&self.tenant, &checkpoint).await {

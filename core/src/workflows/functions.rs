@@ -29,15 +29,24 @@ pub struct WorkflowMessage {
     /// The executor that produced it (none for the caller's input).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executor_id: Option<String>,
-    /// The run an agent's answer was recorded in.
+    /// The run that recorded this message as its answer: the text is that run's answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<RunId>,
+    /// Left out of a checkpoint for an answer held by reference (see `run_id`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub text: String,
 }
 
 impl WorkflowMessage {
     pub fn user(text: impl Into<String>) -> Self {
         Self { role: Role::User, executor_id: None, run_id: None, text: text.into() }
+    }
+
+    /// The message as a checkpoint holds it: an agent's answer (a message with a `run_id`,
+    /// whose text is that run's answer) without its text, every other message whole.
+    pub fn by_reference(&self) -> Self {
+        let text = if self.run_id.is_some() { String::new() } else { self.text.clone() };
+        Self { text, ..self.clone() }
     }
 }
 

@@ -21,6 +21,7 @@
 // A report tool: its output is the point.
 #![allow(clippy::print_stdout)]
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -118,6 +119,9 @@ impl RunStore for Counting {
         n: usize,
     ) -> Result<Vec<RecordedEvent>, StoreError> {
         delegate!(self, Vec::new(), s => s.read_events(t, id, after, n))
+    }
+    async fn answers(&self, t: &TenantId, runs: &[RunId]) -> Result<BTreeMap<RunId, String>, StoreError> {
+        delegate!(self, BTreeMap::new(), s => s.answers(t, runs))
     }
     async fn record_tool_call(&self, t: &TenantId, c: &ToolCallRecord) -> Result<(), StoreError> {
         delegate!(self, (), s => s.record_tool_call(t, c))

@@ -4,12 +4,13 @@
 //! heartbeat. Run input, event payloads and tool arguments and results are protected
 //! values (see [`crate::protect`]).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::driver::{Param, Row};
 use chrono::{DateTime, Utc};
 use tracon_core::error::StoreError;
-use tracon_core::events::RecordedEvent;
+use tracon_core::events::{RecordedEvent, RunEvent};
 use tracon_core::names::{RunId, TenantId};
 use tracon_core::runs::store::{
     CancelOutcome, ModelStep, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, RunStore, StaleRun,
@@ -287,6 +288,25 @@ impl RunStore for PgRunStore {
             .await
             .map_err(duplicate_event)?;
         if done == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+    }
+
+    async fn answers(&self, tenant: &TenantId, runs: &[RunId]) -> Result<BTreeMap<RunId, String>, StoreError> {
+        if runs.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let ids: Vec<uuid::Uuid> = runs.iter().map(|r| r.0).collect();
+        let rows = self.db.query(sql::EVENTS_ANSWERS, &params![tenant.as_str(), ids]).await?;
+        let mut answers = BTreeMap::new();
+        for row in &rows {
+            let run = RunId(row.get("run_id")?);
+            let payload: Vec<u8> = row.get("payload")?;
+            let recorded =
+                open_event(&self.protection, tenant, run, row.get("sequence")?, row.get("occurred_at")?, &payload)?;
+            if let RunEvent::RunCompleted { text, .. } = recorded.event {
+                answers.insert(run, text);
+            }
+        }
+        Ok(answers)
     }
 
     async fn read_events(
