@@ -278,6 +278,17 @@ async fn start_lambda_with(schema: &str, mock: &MockServer, extra: &[(String, St
     host.wait_ready(Duration::from_secs(180)).await
 }
 
+/// The Worker and the Lambda functions, started together on one fresh schema (migrated):
+/// the schema and both hosts.
+async fn worker_and_lambda(mock: &MockServer, prefix: &str) -> (String, Host, Host) {
+    let schema = unique(prefix);
+    migrate(&schema);
+    let application_name = unique("tracon_worker");
+    let (worker, lambda) =
+        tokio::join!(start_worker(&schema, mock, &application_name, &[]), start_lambda(&schema, mock));
+    (schema, worker, lambda)
+}
+
 // ---- streams -------------------------------------------------------------------------------
 
 /// An SSE response read frame by frame as the bytes arrive.
@@ -411,17 +422,28 @@ async fn round_trip(host: &Host, mock: &MockServer, model: &str) -> (String, Str
     (run_id, log)
 }
 
-/// The local server on the same schema reads the run back exactly.
-async fn read_back_locally(schema: &str, run_id: &str, log: &str) {
+/// The local server on the schema the serverless hosts use (migrated by their deploy step).
+async fn local_server(schema: &str) -> Tracon {
     let url = database_url();
-    let local = Tracon::start(&[
+    Tracon::start(&[
         ("DATABASE_URL", url.as_str()),
         ("Tracon__PostgreSql__SchemaName", schema),
         ("Tracon__PostgreSql__AutoApplyMigrations", "false"),
     ])
-    .await;
-    let run: Value =
-        client().get(local.url(&format!("/api/runs/{run_id}"))).send().await.unwrap().json().await.unwrap();
+    .await
+}
+
+/// `GET {path}` on the local server (it takes no token), as JSON.
+async fn local_json(local: &Tracon, path: &str) -> Value {
+    let res = client().get(local.url(path)).send().await.unwrap();
+    assert_eq!(res.status(), 200, "GET {path} on the local server");
+    res.json().await.unwrap()
+}
+
+/// The local server on the same schema reads the run back exactly.
+async fn read_back_locally(schema: &str, run_id: &str, log: &str) {
+    let local = local_server(schema).await;
+    let run = local_json(&local, &format!("/api/runs/{run_id}")).await;
     assert_eq!(run["status"], "Completed");
     let local_log =
         client().get(local.url(&format!("/api/runs/{run_id}/events"))).send().await.unwrap().text().await.unwrap();
@@ -565,11 +587,7 @@ async fn the_lambda_functions_stream_a_run_keep_it_in_postgres_and_serve_one_gro
 #[tokio::test]
 async fn a_run_on_the_worker_is_cancelled_through_lambda_and_the_worker_sees_it_canceled() {
     let mock = MockServer::start(MockConfig::default()).await.unwrap();
-    let schema = unique("x");
-    migrate(&schema);
-    let application_name = unique("tracon_worker");
-    let (worker, lambda) =
-        tokio::join!(start_worker(&schema, &mock, &application_name, &[]), start_lambda(&schema, &mock));
+    let (_, worker, lambda) = worker_and_lambda(&mock, "x").await;
     mock.script("cross-model", vec![MockTurn::text("This answer never gets to its end.").hang_after_chunks(1)]);
     create_agent(&worker, &agent("cross", "cross-model")).await;
 
@@ -823,9 +841,13 @@ fn hs_key(secret: &str) -> EncodingKey {
 
 /// A whole run stream: its frames and the raw text.
 async fn run_stream(host: &Host, agent: &str, body: Value) -> (Vec<Frame>, String) {
-    let mut live =
-        Live::open(authed(client().post(host.url(Group::Agents, &format!("/api/agents/{agent}/run")))).json(&body))
-            .await;
+    stream_from(host, &format!("/api/agents/{agent}/run"), body).await
+}
+
+/// The whole stream of `POST {path}` in the agents group (an agent's or a workflow's run, a
+/// person's answer to a workflow): its frames and the raw text.
+async fn stream_from(host: &Host, path: &str, body: Value) -> (Vec<Frame>, String) {
+    let mut live = Live::open(authed(client().post(host.url(Group::Agents, path))).json(&body)).await;
     let frames = live.rest().await;
     (frames, live.raw)
 }
