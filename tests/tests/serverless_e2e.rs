@@ -4,7 +4,9 @@
 //! the same database afterwards. All three hosts share one schema per test. On the Worker
 //! also: JWT bearer tokens verified with WebCrypto (keys from a JWKS served by the test on
 //! loopback, from a PEM, from a shared secret), and approvals resumed through the mailbox
-//! (in the background, under `waitUntil`) and in-band.
+//! (in the background, under `waitUntil`) and in-band. Across hosts: a run on the Worker
+//! cancelled through Lambda, and a workflow on the Worker that asks a person, answered through
+//! Lambda.
 //!
 //! Needs what `./scripts/test` provides: `TRACON_TEST_DATABASE_URL`, the Worker bundles in
 //! `adapters/worker/dist/` (built by `adapters/worker/build.sh`), wrangler in
@@ -33,7 +35,7 @@ use futures::StreamExt;
 use jsonwebtoken::{Algorithm, EncodingKey};
 use jwt_keys::{EC_PRIVATE, OTHER_RSA_PRIVATE, RSA_PRIVATE, RSA_PUBLIC};
 use serde_json::{Value, json};
-use support::{Frame, Tracon, parse_frames, text_of, tracon_bin};
+use support::{Frame, Tracon, last_user_message, parse_frames, text_of, tracon_bin};
 use tracon_tests::mock::{MockConfig, MockServer, MockTurn};
 
 const TOKEN: &str = "serverless-e2e-token-0123456789";
@@ -278,6 +280,17 @@ async fn start_lambda_with(schema: &str, mock: &MockServer, extra: &[(String, St
     host.wait_ready(Duration::from_secs(180)).await
 }
 
+/// The Worker and the Lambda functions, started together on one fresh schema (migrated):
+/// the schema and both hosts.
+async fn worker_and_lambda(mock: &MockServer, prefix: &str) -> (String, Host, Host) {
+    let schema = unique(prefix);
+    migrate(&schema);
+    let application_name = unique("tracon_worker");
+    let (worker, lambda) =
+        tokio::join!(start_worker(&schema, mock, &application_name, &[]), start_lambda(&schema, mock));
+    (schema, worker, lambda)
+}
+
 // ---- streams -------------------------------------------------------------------------------
 
 /// An SSE response read frame by frame as the bytes arrive.
@@ -411,17 +424,28 @@ async fn round_trip(host: &Host, mock: &MockServer, model: &str) -> (String, Str
     (run_id, log)
 }
 
-/// The local server on the same schema reads the run back exactly.
-async fn read_back_locally(schema: &str, run_id: &str, log: &str) {
+/// The local server on the schema the serverless hosts use (migrated by their deploy step).
+async fn local_server(schema: &str) -> Tracon {
     let url = database_url();
-    let local = Tracon::start(&[
+    Tracon::start(&[
         ("DATABASE_URL", url.as_str()),
         ("Tracon__PostgreSql__SchemaName", schema),
         ("Tracon__PostgreSql__AutoApplyMigrations", "false"),
     ])
-    .await;
-    let run: Value =
-        client().get(local.url(&format!("/api/runs/{run_id}"))).send().await.unwrap().json().await.unwrap();
+    .await
+}
+
+/// `GET {path}` on the local server (it takes no token), as JSON.
+async fn local_json(local: &Tracon, path: &str) -> Value {
+    let res = client().get(local.url(path)).send().await.unwrap();
+    assert_eq!(res.status(), 200, "GET {path} on the local server");
+    res.json().await.unwrap()
+}
+
+/// The local server on the same schema reads the run back exactly.
+async fn read_back_locally(schema: &str, run_id: &str, log: &str) {
+    let local = local_server(schema).await;
+    let run = local_json(&local, &format!("/api/runs/{run_id}")).await;
     assert_eq!(run["status"], "Completed");
     let local_log =
         client().get(local.url(&format!("/api/runs/{run_id}/events"))).send().await.unwrap().text().await.unwrap();
@@ -565,11 +589,7 @@ async fn the_lambda_functions_stream_a_run_keep_it_in_postgres_and_serve_one_gro
 #[tokio::test]
 async fn a_run_on_the_worker_is_cancelled_through_lambda_and_the_worker_sees_it_canceled() {
     let mock = MockServer::start(MockConfig::default()).await.unwrap();
-    let schema = unique("x");
-    migrate(&schema);
-    let application_name = unique("tracon_worker");
-    let (worker, lambda) =
-        tokio::join!(start_worker(&schema, &mock, &application_name, &[]), start_lambda(&schema, &mock));
+    let (_, worker, lambda) = worker_and_lambda(&mock, "x").await;
     mock.script("cross-model", vec![MockTurn::text("This answer never gets to its end.").hang_after_chunks(1)]);
     create_agent(&worker, &agent("cross", "cross-model")).await;
 
@@ -596,6 +616,109 @@ async fn a_run_on_the_worker_is_cancelled_through_lambda_and_the_worker_sees_it_
     assert_eq!(run["status"], "Canceled");
     let run = get_json(lambda.url(Group::Runs, &format!("/api/runs/{run_id}"))).await;
     assert_eq!(run["status"], "Canceled");
+}
+
+// ---- a workflow that asks a person, across hosts -----------------------------------------------
+
+const DRAFT: &str = "Version 2 adds workflows.";
+const PERSON: &str = "Approved; mention the migration guide.";
+const EDITED: &str = "Version 2 adds workflows; see the migration guide.";
+
+/// A `Sequential` workflow started on the Worker — an agent drafts, the built-in `human-input`
+/// node asks a person, another agent edits — stops `AwaitingInput` with a checkpoint. Through
+/// Lambda's agents function the request is listed and answered: a **new** run (continuing the
+/// first) resumes from the checkpoint and completes; the drafter did not run again and the
+/// editor was given the person's answer. The local server on the same schema reads both runs'
+/// trees and checkpoints as the serverless hosts wrote them.
+#[tokio::test]
+async fn a_workflow_on_the_worker_asks_a_person_and_the_answer_through_lambda_resumes_it_without_repeating_a_node() {
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    let (schema, worker, lambda) = worker_and_lambda(&mock, "i").await;
+    mock.script("drafter-model", vec![MockTurn::text(DRAFT).with_usage(20, 8)]);
+    mock.script("editor-model", vec![MockTurn::text(EDITED).with_usage(30, 5)]);
+    create_agent(&worker, &agent("drafter", "drafter-model")).await;
+    create_agent(&worker, &agent("editor", "editor-model")).await;
+    let res = authed(client().post(worker.url(Group::Agents, "/api/workflows")))
+        .json(&json!({"name": "note", "kind": "Sequential", "nodes": [{"name": "drafter", "kind": "Agent"},
+            {"name": "human-input", "kind": "Function"}, {"name": "editor", "kind": "Agent"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
+
+    // ---- On the Worker: the draft, then the question; the run stops.
+    let (frames, raw) = stream_from(&worker, "/api/workflows/note/run", json!({"message": "Write the note"})).await;
+    let first = frames[0].data["runId"].as_str().unwrap_or_else(|| panic!("{raw}")).to_owned();
+    let done = frames.last().unwrap();
+    assert_eq!((done.event.as_str(), done.data["status"].as_str()), ("done", Some("AwaitingInput")), "{raw}");
+    let asked = &done.data["requests"];
+    assert_eq!(
+        (asked[0]["executorId"].as_str(), asked[0]["prompt"].as_str()),
+        (Some("human-input"), Some(DRAFT)),
+        "the node asks with its input, the draft: {raw}"
+    );
+    let request_id = asked[0]["requestId"].as_str().unwrap().to_owned();
+
+    // ---- Through Lambda: the request listed, then answered; the answer streams the new run.
+    let listed = get_json(lambda.url(Group::Agents, &format!("/api/workflows/runs/{first}/requests"))).await;
+    assert_eq!(&listed, asked, "Lambda lists what the Worker's run asked");
+    let respond = format!("/api/workflows/runs/{first}/requests/{request_id}/respond");
+    let (frames, raw) = stream_from(&lambda, &respond, json!({"response": PERSON})).await;
+    let second = frames[0].data["runId"].as_str().unwrap_or_else(|| panic!("{raw}\n{}", lambda.log_text())).to_owned();
+    assert_ne!(second, first, "the answer opens a new run");
+    let done = frames.last().unwrap();
+    assert_eq!(
+        (done.event.as_str(), done.data["status"].as_str(), done.data["text"].as_str()),
+        ("done", Some("Completed"), Some(EDITED)),
+        "{raw}\n{}",
+        lambda.log_text()
+    );
+    let ran: Vec<&str> = frames
+        .iter()
+        .filter(|f| f.data["kind"] == "executorCompleted")
+        .map(|f| f.data["executorId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ran, ["human-input", "editor"], "nothing before the question runs again: {raw}");
+    assert_eq!(mock.requests("drafter-model").len(), 1, "the drafter's model was called once, on the Worker");
+    let edited = mock.requests("editor-model");
+    assert_eq!(edited.len(), 1);
+    assert_eq!(last_user_message(&edited[0]), PERSON, "the editor's input is the person's answer");
+    let second_run = get_json(lambda.url(Group::Runs, &format!("/api/runs/{second}"))).await;
+    assert_eq!(second_run["continuedFromRunId"], first.as_str(), "{second_run}");
+    let first_run = get_json(worker.url(Group::Runs, &format!("/api/runs/{first}"))).await;
+    assert_eq!(
+        (first_run["status"].as_str(), first_run["continuedByRunId"].as_str()),
+        (Some("AwaitingInput"), Some(second.as_str())),
+        "the asking run stays as it was, naming its continuation: {first_run}"
+    );
+    // Answered once: the Worker refuses a second answer.
+    let again = authed(client().post(worker.url(Group::Agents, &respond))).json(&json!({"response": "No."}));
+    assert_eq!(again.send().await.unwrap().status(), 409);
+
+    // ---- The local server reads both runs' trees and checkpoints as the hosts wrote them.
+    let local = local_server(&schema).await;
+    let both = [(&first, "AwaitingInput", "drafter", 28, [1, 1]), (&second, "Completed", "editor", 35, [2, 3])];
+    for (run, status, node, tokens, steps) in both {
+        let tree = local_json(&local, &format!("/api/runs/{run}/tree")).await;
+        let members: Vec<(&str, &str, u64)> = tree["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["agentName"].as_str().unwrap(), r["status"].as_str().unwrap(), r["depth"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(members, [("note", status, 0), (node, "Completed", 1)], "{tree}");
+        assert_eq!(tree["totalUsage"]["totalTokens"], tokens, "{tree}");
+        assert_eq!(tree, get_json(lambda.url(Group::Runs, &format!("/api/runs/{run}/tree"))).await);
+        let checkpoints = local_json(&local, &format!("/api/workflows/runs/{run}/checkpoints")).await;
+        let super_steps: Vec<u64> =
+            checkpoints.as_array().unwrap().iter().map(|c| c["superStep"].as_u64().unwrap()).collect();
+        assert_eq!(super_steps, steps, "a checkpoint per super-step, the resumed run counting on: {checkpoints}");
+        let listed = get_json(lambda.url(Group::Agents, &format!("/api/workflows/runs/{run}/checkpoints"))).await;
+        assert_eq!(checkpoints, listed);
+    }
+    let asked_at = local_json(&local, &format!("/api/workflows/runs/{first}/checkpoints")).await;
+    assert_eq!(asked_at[1]["position"]["request"]["requestId"], request_id.as_str(), "{asked_at}");
+    assert_no_fatal_log(&worker);
 }
 
 // ---- JWT bearer tokens on the Worker --------------------------------------------------------
@@ -823,9 +946,13 @@ fn hs_key(secret: &str) -> EncodingKey {
 
 /// A whole run stream: its frames and the raw text.
 async fn run_stream(host: &Host, agent: &str, body: Value) -> (Vec<Frame>, String) {
-    let mut live =
-        Live::open(authed(client().post(host.url(Group::Agents, &format!("/api/agents/{agent}/run")))).json(&body))
-            .await;
+    stream_from(host, &format!("/api/agents/{agent}/run"), body).await
+}
+
+/// The whole stream of `POST {path}` in the agents group (an agent's or a workflow's run, a
+/// person's answer to a workflow): its frames and the raw text.
+async fn stream_from(host: &Host, path: &str, body: Value) -> (Vec<Frame>, String) {
+    let mut live = Live::open(authed(client().post(host.url(Group::Agents, path))).json(&body)).await;
     let frames = live.rest().await;
     (frames, live.raw)
 }

@@ -168,11 +168,25 @@ pub fn parse_frames(body: &str) -> Vec<Frame> {
 
 /// `POST /api/agents/{agent}/run` and the whole stream.
 pub async fn run(server: &Tracon, agent: &str, body: Value) -> (reqwest::StatusCode, Vec<Frame>, String) {
-    let res =
-        reqwest::Client::new().post(server.url(&format!("/api/agents/{agent}/run"))).json(&body).send().await.unwrap();
+    stream(server, &format!("/api/agents/{agent}/run"), body).await
+}
+
+/// `POST {path}` with `body` (an agent's or a workflow's run, a resume, an answer) and the
+/// whole stream: its status, frames and raw text.
+pub async fn stream(server: &Tracon, path: &str, body: Value) -> (reqwest::StatusCode, Vec<Frame>, String) {
+    let res = reqwest::Client::new().post(server.url(path)).json(&body).send().await.unwrap();
     let status = res.status();
     let text = res.text().await.unwrap();
     (status, parse_frames(&text), text)
+}
+
+/// The text of the last user message in a request the mock model recorded
+/// ([`tracon_tests::mock::MockServer::requests`]): what an agent node was given to answer.
+pub fn last_user_message(request: &Value) -> String {
+    let messages = request["body"]["messages"].as_array().unwrap_or_else(|| panic!("no messages: {request}"));
+    let user =
+        messages.iter().rev().find(|m| m["role"] == "user").unwrap_or_else(|| panic!("no user message: {request}"));
+    user["content"].as_str().unwrap_or_else(|| panic!("not text: {user}")).to_owned()
 }
 
 pub fn text_of(frames: &[Frame]) -> String {
