@@ -140,16 +140,25 @@ async fn magentic_team_replans_after_two_stalls_and_answers(server: &Tracon, moc
     assert_eq!(status, 200, "{raw}");
     let steps = expected_steps();
 
-    // ---- The live frames: the run, each node's end in order with its answer, the answer.
-    // (Each node's start is checked in the recorded log below: an agent node's
-    // `executorInvoked` is recorded but, unlike a function node's, not sent live.)
+    // ---- The live frames: the run, each node's start and end in order with its answer, the
+    // answer.
     assert_eq!(frames.first().unwrap().event, "run", "{raw}");
     let root = frames[0].data["runId"].as_str().unwrap().to_owned();
     let completed = updates(&frames, "executorCompleted");
-    let ended: Vec<(&str, u64)> =
-        completed.iter().map(|c| (c["executorId"].as_str().unwrap(), c["superStep"].as_u64().unwrap())).collect();
-    let expected: Vec<(&str, u64)> = steps.iter().zip(1..).map(|((node, _), step)| (node.executor, step)).collect();
-    assert_eq!(ended, expected, "one node a super-step: {raw}");
+    let invoked = updates(&frames, "executorInvoked");
+    let at = |frames: &[&Value]| -> Vec<(String, u64)> {
+        frames
+            .iter()
+            .map(|c| (c["executorId"].as_str().unwrap().to_owned(), c["superStep"].as_u64().unwrap()))
+            .collect()
+    };
+    let expected: Vec<(String, u64)> =
+        steps.iter().zip(1..).map(|((node, _), step)| (node.executor.to_owned(), step)).collect();
+    assert_eq!(at(&completed), expected, "one node a super-step: {raw}");
+    assert_eq!(at(&invoked), expected, "each node's start goes out live too: {raw}");
+    for (start, end) in invoked.iter().zip(&completed) {
+        assert_eq!(start["runId"], end["runId"], "{raw}");
+    }
     assert!(updates(&frames, "executorFailed").is_empty(), "{raw}");
     assert_eq!((completed[5]["text"].as_str(), completed[7]["text"].as_str()), (Some(DRAFT), Some(REVIEW)));
     let done = frames.last().unwrap();

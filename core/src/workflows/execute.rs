@@ -722,7 +722,10 @@ impl Walk {
             let mut running = futures::stream::FuturesUnordered::new();
             for (p, s) in pending.iter().zip(started) {
                 match s {
-                    Ok(child) => running.push(async move { (p, child.wait().await) }),
+                    Ok((child, invoked)) => {
+                        self.emitter.send_live(invoked).await;
+                        running.push(async move { (p, child.wait().await) });
+                    }
                     Err(end) => {
                         self.cancel.cancel();
                         return end;
@@ -914,12 +917,15 @@ impl Walk {
         step: u32,
         tools: Vec<Arc<ToolRegistration>>,
     ) -> Result<Answered, Step> {
-        let child = self.start_agent(executor_id, agent, kind, message, step, tools).await?;
+        let (child, invoked) = self.start_agent(executor_id, agent, kind, message, step, tools).await?;
+        self.emitter.send_live(invoked).await;
         let waited = child.wait().await;
         self.finish_agent(executor_id, step, waited).await
     }
 
-    /// Opens an agent node's run (under the root) and starts it.
+    /// Opens an agent node's run (under the root) and starts it; its `ExecutorInvoked`, recorded
+    /// in the root's log, for the caller to send to the live stream (nodes of one `Concurrent`
+    /// step start together, so this cannot hold the emitter).
     async fn start_agent(
         &self,
         executor_id: &str,
@@ -928,7 +934,7 @@ impl Walk {
         message: String,
         step: u32,
         tools: Vec<Arc<ToolRegistration>>,
-    ) -> Result<Child, Step> {
+    ) -> Result<(Child, RunEvent), Step> {
         let runtime = &self.runtime;
         let refused = |message: String| {
             Step::Failed(RunFailure::new(
@@ -971,7 +977,7 @@ impl Walk {
             run_id: Some(run_id),
         };
         self.record_invoked(&invoked).await;
-        Ok(Child::spawn(runtime, prepared, self.cancel.child_token(), run_id))
+        Ok((Child::spawn(runtime, prepared, self.cancel.child_token(), run_id), invoked))
     }
 
     /// Records how an agent node ended; its answer, or the run's end.
