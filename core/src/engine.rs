@@ -39,7 +39,9 @@ use crate::runs::store::{ModelStep, RunStore, ToolCallRecord};
 use crate::runtime::Runtime;
 use crate::tools::pipeline::{self, CallEnv, CallOutcome, Gate};
 
-/// Watches the store's cancel flag, so a cancel issued through any instance stops the run.
+/// Watches the store's cancel flag, so a cancel issued through any instance stops the run —
+/// and so does reconciliation closing the run under this executor (it stalled past the
+/// heartbeat limit): the run's continuation goes on elsewhere, and this one must not.
 pub struct CancelWatch {
     store: Arc<dyn RunStore>,
     clock: Arc<dyn Clock>,

@@ -24,7 +24,8 @@ use tracon_core::attribution::HeaderLabels;
 use tracon_core::definition::AgentDefinition;
 use tracon_core::definitions::{DefinitionStore, StoredDefinition};
 use tracon_core::error::StoreError;
-use tracon_core::events::RecordedEvent;
+use tracon_core::events::{RecordedEvent, RunEvent};
+use tracon_core::failure::{ErrorClass, RunFailure};
 use tracon_core::model::scripted::{ScriptedProvider, ScriptedTurn};
 use tracon_core::model::{FinishReason, Message, ModelEvent, ModelProvider, ModelRequest, ModelStream, ProviderError};
 use tracon_core::names::{AgentName, RunId, TenantId};
@@ -353,6 +354,8 @@ struct TwoInstances {
     /// Kept for the run's lifetime.
     _first: Router,
     second: Router,
+    /// What both share.
+    stores: Stores,
     permits: Arc<Semaphore>,
     live: Live,
     id: String,
@@ -362,17 +365,17 @@ async fn two_instances(chunks: usize) -> TwoInstances {
     let stores = Stores::in_memory();
     let (g, permits) = gated(chunks);
     let first = app(&Options { stores: stores.clone(), gated: Some(g), ..Options::default() });
-    let second = app(&Options { stores, ..Options::default() });
+    let second = app(&Options { stores: stores.clone(), ..Options::default() });
     let mut live = Live::open(&first, req(Method::POST, "/api/agents/slow/run", Some(json!({"message": "go"})))).await;
     let id = live.next().await.unwrap().data["runId"].as_str().unwrap().to_owned();
     permits.add_permits(1);
     assert_eq!(live.next().await.unwrap().data["text"], "c0 ");
-    TwoInstances { _first: first, second, permits, live, id }
+    TwoInstances { _first: first, second, stores, permits, live, id }
 }
 
 #[tokio::test]
 async fn a_cancel_through_a_second_instance_stops_the_run_within_one_chunk() {
-    let TwoInstances { _first, second, permits, live, id } = two_instances(10).await;
+    let TwoInstances { _first, second, permits, live, id, .. } = two_instances(10).await;
 
     let (status, body) = json_of(&second, req(Method::POST, &format!("/api/runs/{id}/cancel"), None)).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
@@ -394,7 +397,7 @@ async fn a_cancel_through_a_second_instance_stops_the_run_within_one_chunk() {
 
 #[tokio::test]
 async fn a_cancel_through_a_second_instance_stops_a_run_whose_model_has_gone_silent() {
-    let TwoInstances { _first, second, permits: _, live, id } = two_instances(10).await;
+    let TwoInstances { _first, second, live, id, .. } = two_instances(10).await;
 
     // No further chunk ever comes: only the poll of the store's flag can stop the run.
     let (status, body) = json_of(&second, req(Method::POST, &format!("/api/runs/{id}/cancel"), None)).await;
@@ -407,8 +410,39 @@ async fn a_cancel_through_a_second_instance_stops_a_run_whose_model_has_gone_sil
 }
 
 #[tokio::test]
+async fn a_run_closed_under_its_stalled_executor_stops_and_writes_nothing_after_the_close() {
+    let TwoInstances { _first, second, stores, permits, live, id } = two_instances(10).await;
+    // Reconciliation on another instance gives the executor up (its heartbeat is stale) and
+    // closes the run; the executor then wakes up with the model still answering.
+    let (tenant, run) = (TenantId::default_tenant(), RunId(id.parse().unwrap()));
+    let last = stores.runs.last_sequence(&tenant, run).await.unwrap();
+    let failure = RunFailure::new(ErrorClass::Orphaned, "The run's executor stopped responding.");
+    let closing = RecordedEvent {
+        sequence: last + 1,
+        timestamp: chrono::Utc::now(),
+        event: RunEvent::RunFailed { error: failure.clone() },
+    };
+    let end = RunEnd::failed(chrono::Utc::now(), 1, failure);
+    let later = chrono::Utc::now() + chrono::Duration::hours(1);
+    assert!(stores.runs.close_stale(&tenant, run, later, &end, &[closing]).await.unwrap());
+    permits.add_permits(9);
+
+    let rest = live.rest().await;
+    let texts = rest.iter().filter(|f| f.data["kind"] == "text").count();
+    assert!(texts <= 1, "it stops within one chunk, got {texts} more");
+    let stopped = rest.last().unwrap();
+    assert_eq!((stopped.event.as_str(), stopped.data["status"].as_str()), ("error", Some("Canceled")));
+    // The run stays as reconciliation closed it: its log ends with the close, nothing after.
+    let (_, row) = json_of(&second, req(Method::GET, &format!("/api/runs/{id}"), None)).await;
+    assert_eq!((row["status"].as_str(), row["error"]["errorClass"].as_str()), (Some("Failed"), Some("Orphaned")));
+    let (_, log) = send(&second, req(Method::GET, &format!("/api/runs/{id}/events"), None)).await;
+    let log = frames(&log);
+    assert_eq!(log.last().map(|f| (f.event.as_str(), f.id)), Some(("run.failed", Some(last + 1))), "{log:?}");
+}
+
+#[tokio::test]
 async fn a_follower_on_another_instance_sees_what_a_silent_model_already_said() {
-    let TwoInstances { _first, second, permits, live, id } = two_instances(3).await;
+    let TwoInstances { _first, second, permits, live, id, .. } = two_instances(3).await;
 
     // The model now says nothing more; the batch is written on the run's poll tick.
     let mut log = Live::open(&second, req(Method::GET, &format!("/api/runs/{id}/events"), None)).await;

@@ -142,7 +142,9 @@ pub const RUN_CANCEL: &str = "WITH target AS (SELECT status FROM runs WHERE tena
 pub const RUN_START_QUEUED: &str = "UPDATE runs SET status = 'Running', started_at = $3, heartbeat_at = $3 \
      WHERE tenant_id = $1 AND id = $2 AND status = 'Queued' RETURNING cancel_requested";
 
-pub const RUN_CANCEL_FLAG: &str = "SELECT cancel_requested FROM runs WHERE tenant_id = $1 AND id = $2";
+/// Whether the run's executor is to stop: a cancel was asked, or the run was closed under it.
+pub const RUN_CANCEL_FLAG: &str = "SELECT cancel_requested OR status NOT IN ('Running', 'Queued') \
+     FROM runs WHERE tenant_id = $1 AND id = $2";
 
 pub const RUN_HEARTBEAT: &str =
     "UPDATE runs SET heartbeat_at = $3 WHERE tenant_id = $1 AND id = $2 AND status = 'Running'";

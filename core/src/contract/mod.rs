@@ -521,6 +521,11 @@ pub async fn stale_runs_are_found_across_tenants_and_closed_once(s: Stores) {
     assert_eq!((read.status, read.error.map(|e| e.error_class)), (RunStatus::Failed, Some(ErrorClass::Orphaned)));
     let events = r.read_events(&a(), quiet.id, 0, 10).await.unwrap();
     assert_eq!(events.iter().map(|e| e.sequence).collect::<Vec<_>>(), [1, 2, 3]);
+    // An executor that wakes up under a closed run reads that it is to stop; a running or
+    // queued run's executor does not.
+    assert!(r.is_cancel_requested(&a(), quiet.id).await.unwrap());
+    assert!(!r.is_cancel_requested(&a(), fresh.id).await.unwrap());
+    assert!(!r.is_cancel_requested(&a(), queued.id).await.unwrap());
     assert_eq!(events[2].event, RunEvent::RunFailed { error: failure });
     // A run that heartbeats again is no longer stale and is not closed.
     r.heartbeat(&b(), theirs.id, t0()).await.unwrap();

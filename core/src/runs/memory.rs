@@ -378,7 +378,9 @@ impl RunStore for MemoryRunStore {
     }
 
     async fn is_cancel_requested(&self, tenant: &TenantId, run: RunId) -> Result<bool, StoreError> {
-        Ok(lock(&self.inner).rows.get(&(tenant.clone(), run)).is_some_and(|e| e.row.cancel_requested))
+        let stop =
+            |e: &RunEntry| e.row.cancel_requested || !matches!(e.row.status, RunStatus::Running | RunStatus::Queued);
+        Ok(lock(&self.inner).rows.get(&(tenant.clone(), run)).is_some_and(stop))
     }
 
     async fn heartbeat(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<(), StoreError> {

@@ -460,6 +460,10 @@ pub trait RunStore: Send + Sync {
     /// Sets the cancel flag of a queued or running run (a queued one stops as its worker
     /// starts it). `NotFound` for a run that does not exist.
     async fn request_cancel(&self, tenant: &TenantId, run: RunId) -> Result<CancelOutcome, StoreError>;
+    /// Whether the run's executor is to stop: a cancel was asked, or the run is no longer
+    /// running — reconciliation closed it under an executor it had given up on (a process that
+    /// stalled past the heartbeat limit and woke up), which must then stop rather than go on
+    /// beside the run that continues it. `false` for a missing run.
     async fn is_cancel_requested(&self, tenant: &TenantId, run: RunId) -> Result<bool, StoreError>;
 
     /// Moves a running run's heartbeat to `now` (its executor is alive). A run that is not
