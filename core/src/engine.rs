@@ -536,7 +536,11 @@ pub async fn model_turn(
 
 /// The run event of what happened on a model call's way to an answer.
 fn note_event(note: Note) -> RunEvent {
-    let error_type = |kind| ErrorClass::of_provider(kind).error_type().to_owned();
+    // An open breaker is named as such: nothing was called, so it is not the provider's error.
+    let error_type = |kind| match kind {
+        ProviderErrorKind::BreakerOpen => "breaker_open".to_owned(),
+        kind => ErrorClass::of_provider(kind).error_type().to_owned(),
+    };
     match note {
         Note::Retried { provider, model, attempt, kind, delay } => RunEvent::ModelRetried {
             provider,

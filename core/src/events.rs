@@ -216,7 +216,8 @@ pub enum RunEvent {
         delay_ms: u64,
     },
     /// A model call moved on to the next link of its binding's fallback chain: the link it
-    /// left failed with `errorType` (after its retries), or its circuit breaker was open.
+    /// left failed with `errorType` (after its retries), or its circuit breaker was open
+    /// (`breaker_open`: it was not called).
     #[serde(rename_all = "camelCase")]
     ModelFallback {
         from_provider: String,
