@@ -237,6 +237,8 @@ pub struct CompiledAgent {
     pub provider: Arc<dyn ModelProvider>,
     /// The binding's fallback chain, in order.
     pub fallbacks: Vec<ModelLink>,
+    /// What a JSON `responseFormat` holds the answers to (none for text).
+    pub structured: Option<Arc<crate::structured::StructuredCheck>>,
     pub tools: Vec<Arc<ToolRegistration>>,
     pub tool_specs: Arc<[ToolSpec]>,
     pub max_iterations: u32,
@@ -274,6 +276,7 @@ impl CompiledAgent {
             culture: self.culture.clone(),
             provider: self.provider.clone(),
             fallbacks: self.fallbacks.clone(),
+            structured: self.structured.clone(),
             tools: self.tools.clone(),
             tool_specs: self.tool_specs.clone(),
             max_iterations: self.max_iterations,
@@ -349,6 +352,16 @@ pub fn compile(
         CompileFailure::Invalid(vec![Problem::new(ProblemCode::UnknownProvider, path, "unknown provider")])
     };
     let provider = providers.get(&def.model.provider).cloned().ok_or_else(|| unknown("model.provider"))?;
+    // The schema was checked with the definition; a failure here is the same problem.
+    let structured = crate::structured::StructuredCheck::of(def.model.response_format.as_ref())
+        .map_err(|e| {
+            CompileFailure::Invalid(vec![Problem::new(
+                ProblemCode::InvalidResponseFormat,
+                "model.responseFormat.schema",
+                e,
+            )])
+        })?
+        .map(Arc::new);
     let mut fallbacks = Vec::with_capacity(def.model.fallbacks.len());
     for (i, link) in def.model.fallbacks.iter().enumerate() {
         let binding = def.model.for_link(link);
@@ -377,6 +390,7 @@ pub fn compile(
         culture: culture_key,
         provider,
         fallbacks,
+        structured,
         tools: regs,
         tool_specs,
     })

@@ -119,7 +119,15 @@ pub struct ModelBinding {
     /// a failure ends the run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fallbacks: Vec<FallbackLink>,
+    /// With a JSON `responseFormat`: how many times a run that is not streamed to its caller
+    /// asks the model again when its answer is not valid JSON for the format (0 to
+    /// [`MAX_REPAIR_ATTEMPTS`]; none by default). See [`crate::structured`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_repair_attempts: Option<u32>,
 }
+
+/// The most repair turns a binding may ask for.
+pub const MAX_REPAIR_ATTEMPTS: u32 = 3;
 
 /// The most fallback links a binding may have.
 pub const MAX_FALLBACKS: usize = 4;
@@ -161,6 +169,7 @@ impl ModelBinding {
             provider_settings: link.provider_settings.clone(),
             allow_concurrent_tool_calls: self.allow_concurrent_tool_calls,
             fallbacks: Vec::new(),
+            max_repair_attempts: self.max_repair_attempts,
         }
     }
 
@@ -548,6 +557,23 @@ impl AgentDefinition {
             ));
         }
         check_route(&mut p, "model", m);
+        if let Some(n) = m.max_repair_attempts {
+            let structured =
+                matches!(m.response_format, Some(ResponseFormat::Json | ResponseFormat::JsonSchema { .. }));
+            if n > MAX_REPAIR_ATTEMPTS {
+                p.push(Problem::new(
+                    ProblemCode::OutOfRange,
+                    "model.maxRepairAttempts",
+                    format!("maxRepairAttempts is 0 to {MAX_REPAIR_ATTEMPTS}."),
+                ));
+            } else if n > 0 && !structured {
+                p.push(Problem::new(
+                    ProblemCode::InvalidResponseFormat,
+                    "model.maxRepairAttempts",
+                    "maxRepairAttempts needs a JSON responseFormat (json or jsonSchema) to check answers against.",
+                ));
+            }
+        }
         for (i, link) in m.fallbacks.iter().enumerate() {
             // The link's own values only: what it inherits was checked as the primary's.
             let own = ModelBinding::default().for_link(link);

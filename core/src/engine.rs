@@ -125,6 +125,11 @@ impl Emitter {
     }
 
     /// Whether the run must stop: its token fired, or the store says someone asked.
+    /// Whether the run streams to a caller as it goes (its text reaches someone at once).
+    pub fn is_live(&self) -> bool {
+        self.tx.is_some()
+    }
+
     pub async fn should_stop(&mut self) -> bool {
         if self.cancel.is_cancelled() {
             return true;

@@ -226,6 +226,15 @@ pub enum RunEvent {
         to_model: String,
         error_type: String,
     },
+    /// The model's answer was not the structured output the binding asks for (see
+    /// [`crate::structured`]): `problems` say why; with `repairing` the model is asked again.
+    #[serde(rename_all = "camelCase")]
+    ResponseRejected {
+        /// The rejection, from 1.
+        attempt: u32,
+        problems: Vec<String>,
+        repairing: bool,
+    },
     /// A checkpoint was written at the end of a super-step.
     #[serde(rename_all = "camelCase")]
     WorkflowCheckpointed {
@@ -305,6 +314,7 @@ impl RunEvent {
             Self::WorkflowCheckpointed { .. } => "workflow.checkpointed",
             Self::ModelRetried { .. } => "model.retried",
             Self::ModelFallback { .. } => "model.fallback",
+            Self::ResponseRejected { .. } => "response.rejected",
             Self::RunAwaitingInput { .. } => "run.awaiting_input",
         }
     }
@@ -336,6 +346,7 @@ impl RunEvent {
             Self::WorkflowCheckpointed { .. } => "WorkflowCheckpointed",
             Self::ModelRetried { .. } => "ModelRetried",
             Self::ModelFallback { .. } => "ModelFallback",
+            Self::ResponseRejected { .. } => "ResponseRejected",
             Self::RunAwaitingInput { .. } => "RunAwaitingInput",
         }
     }

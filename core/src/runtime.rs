@@ -199,6 +199,8 @@ pub struct Runtime {
     /// How model calls get to an answer: retries, fallback links, the shared circuit breaker,
     /// this instance's concurrency slots.
     pub models: crate::model::resilience::ModelCalls,
+    /// The host's own check of structured answers, after the built-in ones.
+    pub response_validator: Option<Arc<dyn crate::structured::ResponseValidator>>,
     /// Where queued runs go: set once by a host that runs a job consumer
     /// ([`Runtime::set_queue`]); without one a run cannot be queued.
     queue: OnceLock<RunQueue>,
@@ -248,6 +250,7 @@ pub struct RuntimeBuilder {
     custom_job_handlers: Vec<Arc<dyn crate::jobs::JobHandler>>,
     loop_evaluators: BTreeMap<String, Arc<dyn crate::harness::LoopEvaluator>>,
     workflow_functions: crate::workflows::functions::FunctionRegistry,
+    response_validator: Option<Arc<dyn crate::structured::ResponseValidator>>,
     errors: Vec<String>,
 }
 
@@ -278,8 +281,17 @@ impl RuntimeBuilder {
             custom_job_handlers: Vec::new(),
             loop_evaluators: BTreeMap::new(),
             workflow_functions: Default::default(),
+            response_validator: None,
             errors: Vec::new(),
         }
+    }
+
+    /// The host's own check of structured answers (the spec's `IStructuredResponseValidator`):
+    /// runs after the JSON and schema checks on every answer of an agent with a JSON
+    /// `responseFormat`; a refusal rejects the answer (see [`crate::structured`]).
+    pub fn response_validator(mut self, validator: Arc<dyn crate::structured::ResponseValidator>) -> Self {
+        self.response_validator = Some(validator);
+        self
     }
 
     /// Registers a harness-loop criterion written in code, for definitions to name as
@@ -486,6 +498,7 @@ impl RuntimeBuilder {
         );
         Ok(Runtime {
             models,
+            response_validator: self.response_validator,
             gatekeeper,
             quota_sinks,
             webhooks: Arc::new(self.webhooks),

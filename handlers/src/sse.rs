@@ -16,8 +16,8 @@
 //! | `ExecutorFailed` | `update` `{kind: "executorFailed", executorId, superStep, runId, error}` |
 //! | `RunAwaitingInput` (a workflow asks a person) | `done` `{runId, status: "AwaitingInput", requests: [{requestId, executorId, prompt}]}` |
 //!
-//! `MessageCompleted`, `WorkflowStarted`, `WorkflowCheckpointed`, `ModelRetried` and
-//! `ModelFallback` belong to the recorded log only.
+//! `MessageCompleted`, `WorkflowStarted`, `WorkflowCheckpointed`, `ModelRetried`,
+//! `ModelFallback` and `ResponseRejected` belong to the recorded log only.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -223,7 +223,8 @@ pub fn put_live_frames(buf: &mut BytesMut, run_id: RunId, session_id: Option<&st
         | RunEvent::WorkflowStarted { .. }
         | RunEvent::WorkflowCheckpointed { .. }
         | RunEvent::ModelRetried { .. }
-        | RunEvent::ModelFallback { .. } => {}
+        | RunEvent::ModelFallback { .. }
+        | RunEvent::ResponseRejected { .. } => {}
         RunEvent::ExecutorInvoked { executor_id, executor_kind, super_step, run_id } => put_frame(
             buf,
             "update",

@@ -321,6 +321,9 @@ impl<'r> Execution<'r> {
         if let Some(settings) = self.agent.definition.harness.as_ref().and_then(|h| h.r#loop.clone()) {
             turn = self.iterate(&settings, turn).await;
         }
+        if let Some(check) = self.agent.structured.clone() {
+            turn = self.hold_to_format(&check, turn).await;
+        }
         if !self.env.tree.is_root()
             && let Some(failure) = cannot_wait(&turn.end, self.env.tree.may_wait)
         {
@@ -378,26 +381,73 @@ impl<'r> Execution<'r> {
                 .await;
             let Some((_, feedback)) = asked else { break };
             let feedback = Message::user(feedback.as_deref().unwrap_or(crate::harness::DEFAULT_FEEDBACK));
-            self.record_iteration(&turn, &feedback).await;
-            let (new_from, usage, called, model) = (turn.new_from, turn.usage, turn.called, turn.model.clone());
-            let rerouted = turn.rerouted.take();
-            let start = TurnStart::User { prelude: Vec::new(), message: feedback };
-            let mut next = self.one_turn(std::mem::take(&mut turn.messages), start).await;
-            next.new_from = new_from;
-            if let Some(earlier) = usage {
-                next.usage.get_or_insert_with(Default::default).add(&earlier);
-            }
-            next.called |= called;
-            next.model = next.model.or(model);
-            next.rerouted = crate::engine::Rerouted::merge(next.rerouted, rerouted);
-            turn = next;
+            turn = self.follow_up(turn, feedback).await;
             iteration += 1;
         }
         turn
     }
 
-    /// An iteration's answer and the feedback that starts the next, as two ledger steps.
-    async fn record_iteration(&self, turn: &TurnResult, feedback: &Message) {
+    /// Holds an answered turn to the binding's JSON `responseFormat` ([`crate::structured`]):
+    /// an answer that holds becomes the run's answer (the JSON alone); one that does not is
+    /// recorded as `ResponseRejected` and, while repair turns are left and nobody is reading
+    /// the answer as it streams, sent back to the model with the reasons; otherwise the run
+    /// fails `structured_response_rejected`.
+    async fn hold_to_format(&mut self, check: &crate::structured::StructuredCheck, mut turn: TurnResult) -> TurnResult {
+        let repairs =
+            if self.emitter.is_live() { 0 } else { self.agent.definition.model.max_repair_attempts.unwrap_or(0) };
+        let host = self.runtime.response_validator.clone();
+        let mut attempt = 0;
+        while matches!(turn.end, TurnEnd::Answered) {
+            let problems = match check.check(&self.agent.name, &turn.text, host.as_ref()) {
+                crate::structured::Checked::Holds(answer) => {
+                    turn.text = answer;
+                    break;
+                }
+                crate::structured::Checked::Rejected(problems) => problems,
+            };
+            attempt += 1;
+            let repairing = attempt <= repairs;
+            self.emitter.emit(RunEvent::ResponseRejected { attempt, problems: problems.clone(), repairing }).await;
+            if !repairing {
+                let failure = RunFailure::new(
+                    ErrorClass::StructuredResponseRejected,
+                    format!(
+                        "The model's answer is not {} ({}).",
+                        check.wanted(),
+                        if attempt > 1 { format!("after {} repair turns", attempt - 1) } else { problems.join(" ") }
+                    ),
+                );
+                turn.end = TurnEnd::Failed(failure);
+                // A refused answer is never the run's answer (the log keeps what the model said).
+                turn.text.clear();
+                break;
+            }
+            turn = self.follow_up(turn, Message::user(check.repair_prompt(&problems))).await;
+        }
+        turn
+    }
+
+    /// One more turn of the same run, `message` after the answer so far (a loop's feedback, a
+    /// repair): both go to the step ledger first, and the new turn's tallies add to the old.
+    async fn follow_up(&mut self, mut turn: TurnResult, message: Message) -> TurnResult {
+        self.record_follow_up(&turn, &message).await;
+        let (new_from, usage, called, model) = (turn.new_from, turn.usage, turn.called, turn.model.clone());
+        let rerouted = turn.rerouted.take();
+        let start = TurnStart::User { prelude: Vec::new(), message };
+        let mut next = self.one_turn(std::mem::take(&mut turn.messages), start).await;
+        next.new_from = new_from;
+        if let Some(earlier) = usage {
+            next.usage.get_or_insert_with(Default::default).add(&earlier);
+        }
+        next.called |= called;
+        next.model = next.model.or(model);
+        next.rerouted = crate::engine::Rerouted::merge(next.rerouted, rerouted);
+        next
+    }
+
+    /// An answer and the message that follows it (a loop's feedback, a repair), as two ledger
+    /// steps.
+    async fn record_follow_up(&self, turn: &TurnResult, feedback: &Message) {
         let ledger = &self.env.ledger;
         if !ledger.enabled {
             return;
