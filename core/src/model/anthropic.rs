@@ -336,15 +336,7 @@ impl MessagesStreamParser {
 
     /// The stream ended; one that ended before `message_stop` was cut off.
     pub fn finish(self) -> Result<Vec<ModelEvent>, ProviderError> {
-        if self.stopped {
-            Ok(Vec::new())
-        } else {
-            Err(ProviderError::new(
-                super::ProviderErrorKind::Transport,
-                "StreamInterrupted",
-                "the stream ended before message_stop",
-            ))
-        }
+        if self.stopped { Ok(Vec::new()) } else { Err(ProviderError::stream_interrupted("message_stop")) }
     }
 
     fn read_usage(&mut self, u: &Value) {
