@@ -139,7 +139,9 @@ pub fn build_body(request: &ModelRequest, default_max_tokens: u32) -> Value {
             Message::Assistant { text, tool_calls, reasoning } => {
                 let mut content = Vec::new();
                 for r in reasoning {
-                    if let Some(sig) = &r.signature {
+                    // A Gemini thought signature (a conversation that moved providers) means
+                    // nothing here and would be refused.
+                    if let Some(sig) = r.signature.as_ref().filter(|s| !super::google::is_gemini_signature(s)) {
                         content.push(json!({"type": "thinking", "thinking": r.text, "signature": sig}));
                     }
                 }

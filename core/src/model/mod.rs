@@ -8,12 +8,14 @@
 //!
 //! Built in: [`openai::OpenAiProvider`] (OpenAI and compatible Chat Completions, and the
 //! Responses API through [`openai_responses`]), [`anthropic::AnthropicProvider`] (Messages
-//! API) and [`scripted::ScriptedProvider`] (deterministic, for tests and the keyless demo).
+//! API), [`google::GoogleProvider`] (the Gemini Developer API) and
+//! [`scripted::ScriptedProvider`] (deterministic, for tests and the keyless demo).
 
 pub mod anthropic;
 pub mod error;
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod fetch;
+pub mod google;
 pub mod openai;
 pub mod openai_responses;
 pub mod registry;

@@ -55,6 +55,22 @@ pub(crate) fn endpoint_url(endpoint: &str, what: &str) -> Result<reqwest::Url, S
     Ok(url)
 }
 
+/// `base` with `segments` appended (each escaped as one segment, so a model or deployment
+/// name can never add a path of its own) and one query pair.
+pub(crate) fn url_under(
+    base: &reqwest::Url,
+    segments: &[&str],
+    (key, value): (&str, &str),
+) -> Result<reqwest::Url, ProviderError> {
+    let mut url = base.clone();
+    url.path_segments_mut()
+        .map_err(|()| ProviderError::protocol("the endpoint cannot take a path"))?
+        .pop_if_empty()
+        .extend(segments);
+    url.query_pairs_mut().append_pair(key, value);
+    Ok(url)
+}
+
 /// Largest error body read for the log when a provider answers with a failure status.
 const MAX_ERROR_BODY: usize = 8 * 1024;
 
