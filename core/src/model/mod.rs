@@ -8,10 +8,12 @@
 //!
 //! Built in: [`openai::OpenAiProvider`] (OpenAI and compatible Chat Completions, and the
 //! Responses API through [`openai_responses`]), [`anthropic::AnthropicProvider`] (Messages
-//! API), [`google::GoogleProvider`] (the Gemini Developer API) and
+//! API), [`google::GoogleProvider`] (the Gemini Developer API), [`azure::AzureOpenAiProvider`]
+//! (Azure OpenAI Chat Completions, on the OpenAI body and parser) and
 //! [`scripted::ScriptedProvider`] (deterministic, for tests and the keyless demo).
 
 pub mod anthropic;
+pub mod azure;
 pub mod error;
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod fetch;
