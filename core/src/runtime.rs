@@ -63,6 +63,9 @@ pub struct RuntimeSettings {
     /// `Tracon:Workflows:EnableCheckpointing` (true): workflow runs write a checkpoint at
     /// every super-step boundary; off, a workflow that asks a person fails instead of waiting.
     pub workflow_checkpointing: bool,
+    /// Retries, the circuit breaker and the concurrency limit of model calls
+    /// (`Tracon:ModelRetry:*`, `Tracon:CircuitBreaker:*`, `Tracon:ModelConcurrency:*`).
+    pub resilience: crate::model::resilience::ResilienceSettings,
 }
 
 /// `Tracon:RunReconciliation:*`: an executing run moves its heartbeat every `heartbeat`
@@ -117,6 +120,7 @@ impl Default for RuntimeSettings {
             sub_agents: crate::runs::tree::SubAgentDefaults::default(),
             loop_judge: None,
             workflow_checkpointing: true,
+            resilience: crate::model::resilience::ResilienceSettings::default(),
         }
     }
 }
@@ -159,6 +163,7 @@ impl RuntimeSettings {
             },
             session_ownership: crate::sessions::ownership::SessionOwnership::from_config(config)?,
             workflow_checkpointing: config.bool("Tracon:Workflows:EnableCheckpointing")?.unwrap_or(true),
+            resilience: crate::model::resilience::ResilienceSettings::from_config(config)?,
         })
     }
 }
@@ -191,6 +196,9 @@ pub struct Runtime {
     pub drain: Arc<Drain>,
     /// The functions a workflow's function nodes may name.
     pub workflow_functions: crate::workflows::functions::FunctionRegistry,
+    /// How model calls get to an answer: retries, fallback links, the shared circuit breaker,
+    /// this instance's concurrency slots.
+    pub models: crate::model::resilience::ModelCalls,
     /// Where queued runs go: set once by a host that runs a job consumer
     /// ([`Runtime::set_queue`]); without one a run cannot be queued.
     queue: OnceLock<RunQueue>,
@@ -471,7 +479,13 @@ impl RuntimeBuilder {
             max_attempts: self.webhooks.max_attempts,
             quiet: self.webhooks.quiet.clone(),
         })));
+        let models = crate::model::resilience::ModelCalls::new(
+            self.settings.resilience,
+            stores.breakers.clone(),
+            self.platform.clock.clone(),
+        );
         Ok(Runtime {
+            models,
             gatekeeper,
             quota_sinks,
             webhooks: Arc::new(self.webhooks),

@@ -14,6 +14,7 @@
 
 pub mod anthropic;
 pub mod azure;
+pub mod breaker;
 pub mod error;
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod fetch;
@@ -21,6 +22,7 @@ pub mod google;
 pub mod openai;
 pub mod openai_responses;
 pub mod registry;
+pub mod resilience;
 pub mod scripted;
 mod sse;
 
@@ -127,6 +129,20 @@ impl ModelRequest {
             response_format: binding.response_format.clone(),
             provider_settings: binding.provider_settings.clone(),
             parallel_tool_calls: binding.allow_concurrent_tool_calls,
+        }
+    }
+
+    /// The same call through a fallback link: its model and settings (the conversation, the
+    /// tools and the response format stay).
+    pub fn rebound(&self, binding: &ModelBinding) -> Self {
+        Self {
+            model: binding.model.clone(),
+            temperature: binding.temperature,
+            top_p: binding.top_p,
+            max_output_tokens: binding.max_output_tokens,
+            reasoning_effort: binding.reasoning_effort,
+            provider_settings: binding.provider_settings.clone(),
+            ..self.clone()
         }
     }
 

@@ -91,9 +91,18 @@ pub(crate) async fn send_classified(
     if status.is_success() {
         return Ok(response);
     }
+    let retry_after = header(&response, "retry-after");
     let body = send_future(whole_body(response)).await.unwrap_or_default();
     let text = String::from_utf8_lossy(&body[..body.len().min(MAX_ERROR_BODY)]).into_owned();
-    Err(classify(status.as_u16(), &text))
+    Err(classify(status.as_u16(), &text).with_retry_after(retry_after.as_deref()))
+}
+
+/// A response header's value, when it is text.
+fn header(response: &Reply, name: &str) -> Option<String> {
+    #[cfg(not(target_arch = "wasm32"))]
+    return response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    #[cfg(target_arch = "wasm32")]
+    return response.header(name);
 }
 
 /// Whether the answer is a whole JSON document rather than an event stream.
@@ -101,7 +110,7 @@ pub(crate) fn is_json(response: &Reply) -> bool {
     #[cfg(not(target_arch = "wasm32"))]
     let content_type = response.headers().get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
     #[cfg(target_arch = "wasm32")]
-    let content_type = response.content_type();
+    let content_type = response.header("content-type");
     content_type.is_some_and(|t| t.trim_start().to_ascii_lowercase().starts_with("application/json"))
 }
 

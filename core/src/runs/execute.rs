@@ -314,6 +314,7 @@ impl<'r> Execution<'r> {
                 called: false,
                 text: String::new(),
                 finish: None,
+                rerouted: None,
             };
         }
         let mut turn = self.one_turn(history, start).await;
@@ -379,6 +380,7 @@ impl<'r> Execution<'r> {
             let feedback = Message::user(feedback.as_deref().unwrap_or(crate::harness::DEFAULT_FEEDBACK));
             self.record_iteration(&turn, &feedback).await;
             let (new_from, usage, called, model) = (turn.new_from, turn.usage, turn.called, turn.model.clone());
+            let rerouted = turn.rerouted.take();
             let start = TurnStart::User { prelude: Vec::new(), message: feedback };
             let mut next = self.one_turn(std::mem::take(&mut turn.messages), start).await;
             next.new_from = new_from;
@@ -387,6 +389,7 @@ impl<'r> Execution<'r> {
             }
             next.called |= called;
             next.model = next.model.or(model);
+            next.rerouted = crate::engine::Rerouted::merge(next.rerouted, rerouted);
             turn = next;
             iteration += 1;
         }
@@ -467,16 +470,27 @@ impl<'r> Execution<'r> {
         let (run_id, tenant) = (self.run_id, self.request.tenant.clone());
         let agent = self.agent.clone();
         let clock = runtime.platform.clock.clone();
-        let provider_name = agent.provider.name().to_owned();
+        let provider_name =
+            turn.rerouted.as_ref().map_or_else(|| agent.provider.name().to_owned(), |r| r.provider.clone());
         let model = turn.model.clone().or_else(|| Some(agent.definition.model.model.clone()));
         // The model calls of the attempts before a hand-over count too.
-        if let Some(earlier) = self.continuation.as_ref().and_then(|c| c.in_place.as_ref()).and_then(|p| p.usage) {
+        let earlier = self.continuation.as_ref().and_then(|c| c.in_place.as_ref()).and_then(|p| p.usage);
+        if let Some(earlier) = earlier {
             turn.usage.get_or_insert_with(Default::default).add(&earlier);
         }
         if matches!(end, TurnEnd::Yielded) {
             return self.hand_over(turn).await;
         }
-        let cost = runtime.pricing.cost(&provider_name, model.as_deref().unwrap_or_default(), turn.usage.as_ref());
+        let cost = match &turn.rerouted {
+            None => runtime.pricing.cost(&provider_name, model.as_deref().unwrap_or_default(), turn.usage.as_ref()),
+            // Each call at the prices of the model that answered it; an earlier attempt's at the
+            // agent's own.
+            Some(r) => {
+                let before =
+                    runtime.pricing.cost(agent.provider.name(), &agent.definition.model.model, earlier.as_ref());
+                crate::pricing::add_cost(r.cost.clone(), before.as_ref())
+            }
+        };
         let mut outcome = RunOutcome {
             run_id,
             started_at: self.started_at,

@@ -29,6 +29,7 @@
 //! | `DELETE /_mock/scripts/{model}` | removes it |
 //! | `GET /_mock/requests/{model}` | the recorded requests, oldest first ([`MockServer::requests`]) |
 //! | `DELETE /_mock/requests/{model}` | forgets them |
+//! | `PUT /_mock/chaos` | body [`MockChaos`]: a share of requests fails (429, 500, a broken stream, a stall); `DELETE` turns it off, `GET` reports ([`ChaosReport`]) |
 //! | `POST /_mock/release/{model}` | streams of the model held by `hangAfterChunks` go on to the end ([`MockServer::release`]) |
 //! | `GET /_mock/health` | 200 |
 //!
@@ -37,6 +38,7 @@
 
 mod anthropic;
 mod azure;
+mod chaos;
 mod google;
 mod openai;
 mod responses;
@@ -63,6 +65,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub use chaos::{ChaosReport, Fault, MockChaos};
 pub use script::{DEFAULT_INPUT_TOKENS, DEFAULT_TEXT, MockFinish, MockSelect, MockToolCall, MockTurn, MockUsage};
 
 /// Server-wide timing, for benchmarks. A turn's own `delayMs` / `chunkDelayMs` win.
@@ -98,6 +101,7 @@ impl MockServer {
             shutdown: CancellationToken::new(),
             releases: Mutex::default(),
             ids: AtomicU64::new(0),
+            chaos: Mutex::default(),
         });
         let signal = state.shutdown.clone().cancelled_owned();
         let app = router(state.clone());
@@ -156,6 +160,16 @@ impl MockServer {
     /// Lets the streams of `model` held by `hangAfterChunks` go on to their end, now and
     /// from then on (a stream that reaches its hang point after this does not stall). A
     /// test uses it to see frames arrive while the model is still mid-answer, then finish.
+    /// Sets the injected faults ([`MockChaos`]); `None` turns them off. The report restarts.
+    pub fn chaos(&self, setting: Option<MockChaos>) {
+        lock(&self.state.chaos).set(setting);
+    }
+
+    /// What the injected faults did so far.
+    pub fn chaos_report(&self) -> ChaosReport {
+        lock(&self.state.chaos).report()
+    }
+
     pub fn release(&self, model: &str) {
         self.state.release_token(model).cancel();
     }
@@ -185,6 +199,8 @@ struct Shared {
     /// Per model, cancelled by a release: streams held by `hangAfterChunks` go on.
     releases: Mutex<HashMap<String, CancellationToken>>,
     ids: AtomicU64,
+    /// Injected faults ([`MockChaos`]).
+    chaos: Mutex<chaos::Chaos>,
 }
 
 impl Shared {
@@ -220,6 +236,7 @@ fn router(state: Arc<Shared>) -> Router {
         .route("/_mock/health", get(|| async { axum::Json(json!({"status": "ok"})) }))
         .route("/_mock/scripts/{*model}", post(put_script).delete(delete_script))
         .route("/_mock/requests/{*model}", get(get_requests).delete(delete_requests))
+        .route("/_mock/chaos", get(get_chaos).put(put_chaos).delete(delete_chaos))
         .route(
             "/_mock/release/{*model}",
             post(|State(state): State<Arc<Shared>>, Path(model): Path<String>| async move {
@@ -250,6 +267,28 @@ async fn put_script(State(state): State<Arc<Shared>>, Path(model): Path<String>,
             (StatusCode::BAD_REQUEST, axum::Json(json!({"error": format!("invalid script: {e}")}))).into_response()
         }
     }
+}
+
+async fn put_chaos(State(state): State<Arc<Shared>>, body: Bytes) -> Response {
+    match serde_json::from_slice::<MockChaos>(&body) {
+        Ok(setting) if (0.0..=1.0).contains(&setting.rate) => {
+            lock(&state.chaos).set(Some(setting));
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(_) => (StatusCode::BAD_REQUEST, axum::Json(json!({"error": "rate is between 0 and 1"}))).into_response(),
+        Err(e) => {
+            (StatusCode::BAD_REQUEST, axum::Json(json!({"error": format!("invalid chaos: {e}")}))).into_response()
+        }
+    }
+}
+
+async fn get_chaos(State(state): State<Arc<Shared>>) -> axum::Json<ChaosReport> {
+    axum::Json(lock(&state.chaos).report())
+}
+
+async fn delete_chaos(State(state): State<Arc<Shared>>) -> StatusCode {
+    lock(&state.chaos).set(None);
+    StatusCode::NO_CONTENT
 }
 
 async fn delete_script(State(state): State<Arc<Shared>>, Path(model): Path<String>) -> StatusCode {
@@ -436,6 +475,11 @@ async fn answer(state: Arc<Shared>, call: Call, raw: Bytes) -> Response {
         return refused;
     }
 
+    let fault = lock(&state.chaos).draw(&model);
+    if let Some((fault, retry_after)) = fault {
+        return faulted(&state, format, fault, retry_after).await;
+    }
+
     let (turn, earlier_calls) = match lock(&state.scripts).get_mut(&model) {
         Some(script) => script.answer(&body),
         None => script::select(&[], 0),
@@ -492,6 +536,33 @@ async fn answer(state: Arc<Shared>, call: Call, raw: Bytes) -> Response {
     let chunk_delay = Duration::from_millis(turn.chunk_delay_ms.unwrap_or(state.config.chunk_delay_ms));
     let hold = resolved.hang_after_chunks.map(|n| (n, state.release_token(&model)));
     event_stream(frames, chunk_delay, hold, state.shutdown.clone())
+}
+
+/// The answer of a request [`MockChaos`] picked for `fault`.
+async fn faulted(state: &Shared, format: Format, fault: Fault, retry_after: Option<u64>) -> Response {
+    match fault {
+        Fault::RateLimited => {
+            let mut response = format.error(429);
+            if let Some(seconds) = retry_after {
+                response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(seconds));
+            }
+            response
+        }
+        Fault::ServerError => format.error(500),
+        Fault::Reset => {
+            let broken = stream::once(async {
+                Err::<Bytes, _>(io::Error::new(io::ErrorKind::ConnectionReset, "the mock broke the connection"))
+            });
+            Response::builder()
+                .header(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")
+                .body(Body::from_stream(broken))
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+        }
+        Fault::Stall => {
+            state.shutdown.cancelled().await;
+            format.error(503)
+        }
+    }
 }
 
 fn unix_now() -> u64 {
