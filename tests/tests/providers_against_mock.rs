@@ -390,6 +390,10 @@ async fn the_new_providers_classify_http_failures_and_keep_their_key_out_of_the_
                 // The mock quoted the refused key back; it was redacted, not merely absent.
                 assert!(err.detail.contains("[redacted]"), "{}: {}", provider.name(), err.detail);
             }
+            if status == 429 && provider.name() == "google" {
+                // Google's RetryInfo in the body stands in for a Retry-After header.
+                assert_eq!(err.retry_after, Some(std::time::Duration::from_secs(1)));
+            }
         }
     }
 }

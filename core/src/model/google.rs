@@ -192,15 +192,20 @@ impl ModelProvider for GoogleProvider {
 
 /// Google answers a wrong key with `400 INVALID_ARGUMENT` and the reason `API_KEY_INVALID`:
 /// that is a credential refused (not retried, reported as authentication), not a bad request.
+/// A `429` says when to come back in its body (`RetryInfo.retryDelay`, `"37s"`), not in a
+/// `Retry-After` header: it becomes the error's `retry_after` all the same.
 fn classify(status: u16, body: &str) -> ProviderError {
     let mut e = ProviderError::from_status(status, body);
-    let key_refused = serde_json::from_str::<Value>(body).ok().is_some_and(|v| {
-        v.pointer("/error/details").and_then(Value::as_array).is_some_and(|details| {
-            details.iter().any(|d| d.get("reason").and_then(Value::as_str) == Some("API_KEY_INVALID"))
-        })
-    });
-    if status == 400 && key_refused {
+    let parsed = serde_json::from_str::<Value>(body).ok();
+    let details = parsed.as_ref().and_then(|v| v.pointer("/error/details")).and_then(Value::as_array);
+    let details = details.map(Vec::as_slice).unwrap_or_default();
+    if status == 400 && details.iter().any(|d| d.get("reason").and_then(Value::as_str) == Some("API_KEY_INVALID")) {
         e.kind = ProviderErrorKind::Unauthorized;
+    }
+    let delay = details.iter().find_map(|d| d.get("retryDelay").and_then(Value::as_str));
+    if let Some(seconds) = delay.and_then(|d| d.strip_suffix('s')).and_then(|s| s.parse::<f64>().ok()) {
+        // Whole seconds, rounded up: coming back early only earns another 429.
+        e = e.with_retry_after(Some(&(seconds.max(0.0).ceil() as u64).to_string()));
     }
     e
 }
@@ -739,6 +744,12 @@ mod tests {
             json!({"error": {"code": 400, "message": "Invalid JSON payload", "status": "INVALID_ARGUMENT"}});
         assert_eq!(classify(400, &bad_request.to_string()).kind, ProviderErrorKind::Rejected);
         assert_eq!(classify(429, "{}").kind, ProviderErrorKind::RateLimited);
+        assert_eq!(classify(429, "{}").retry_after, None);
+        let quota = json!({"error": {"code": 429, "message": "You exceeded your current quota.", "status": "RESOURCE_EXHAUSTED",
+            "details": [{"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": []},
+                        {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "36.4s"}]}});
+        let e = classify(429, &quota.to_string());
+        assert_eq!((e.kind, e.retry_after), (ProviderErrorKind::RateLimited, Some(std::time::Duration::from_secs(37))));
     }
 
     #[test]

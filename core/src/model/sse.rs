@@ -94,7 +94,9 @@ pub(crate) async fn send_classified(
     let retry_after = header(&response, "retry-after");
     let body = send_future(whole_body(response)).await.unwrap_or_default();
     let text = String::from_utf8_lossy(&body[..body.len().min(MAX_ERROR_BODY)]).into_owned();
-    Err(classify(status.as_u16(), &text).with_retry_after(retry_after.as_deref()))
+    let error = classify(status.as_u16(), &text);
+    // The header, when there is one, wins; otherwise what `classify` read from the body stays.
+    Err(if retry_after.is_some() { error.with_retry_after(retry_after.as_deref()) } else { error })
 }
 
 /// A response header's value, when it is text.

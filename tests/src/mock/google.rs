@@ -122,7 +122,12 @@ pub fn error_body(status: u16) -> Value {
         500..=599 => ("INTERNAL", "An internal error has occurred. (mock)"),
         _ => ("FAILED_PRECONDITION", "Precondition check failed. (mock)"),
     };
-    json!({"error": {"code": status, "message": message, "status": name}})
+    let mut body = json!({"error": {"code": status, "message": message, "status": name}});
+    if status == 429 {
+        // Google says when to come back in the body, not in a Retry-After header.
+        body["error"]["details"] = json!([{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1s"}]);
+    }
+    body
 }
 
 /// What Google answers a key it does not know: `400`, reason `API_KEY_INVALID` (not a 401).
