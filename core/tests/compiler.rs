@@ -10,6 +10,8 @@ use tracon_core::catalog::CatalogError;
 use tracon_core::definition::{AgentDefinition, AgentParameter, FallbackLink, ParameterKind};
 use tracon_core::model::ModelProvider;
 use tracon_core::model::anthropic::AnthropicProvider;
+use tracon_core::model::azure::AzureOpenAiProvider;
+use tracon_core::model::google::GoogleProvider;
 use tracon_core::model::scripted::ScriptedProvider;
 use tracon_core::names::{AgentName, TenantId};
 use tracon_core::ports::tokio_rt;
@@ -88,6 +90,35 @@ async fn every_compile_error_kind_is_reported_with_its_field() {
     let mut got = codes(&rt, &many).await;
     got.sort_by_key(|c| format!("{c:?}"));
     assert_eq!(got.len(), 4, "{got:?}");
+}
+
+#[tokio::test]
+async fn google_settings_and_any_azure_setting_fail_compilation() {
+    let rt = RuntimeBuilder::new(tokio_rt::platform())
+        .add_provider(Arc::new(GoogleProvider::new(reqwest::Client::new(), "k".into(), None).unwrap()))
+        .add_provider(Arc::new(
+            AzureOpenAiProvider::new(reqwest::Client::new(), "https://r.openai.azure.com", "k".into(), None).unwrap(),
+        ))
+        .build()
+        .unwrap();
+
+    let mut g = AgentDefinition::new("g", "google", "gemini-2.5-flash");
+    g.provider_settings_insert("google.safety.harassment", json!("BLOCK_ONLY_HIGH"));
+    g.provider_settings_insert("google.safety.civicIntegrity", json!("OFF"));
+    g.provider_settings_insert("google.thinking.budgetTokens", json!(512));
+    g.provider_settings_insert("google.thinking.includeThoughts", json!(true));
+    assert!(codes(&rt, &g).await.is_empty());
+    g.provider_settings_insert("google.safety.hateSpeech", json!("BLOCK_SOME"));
+    g.provider_settings_insert("google.thinking.budgetTokens", json!(70_000));
+    assert_eq!(codes(&rt, &g).await, vec![ProblemCode::InvalidProviderSetting; 2]);
+    let mut unknown = AgentDefinition::new("g2", "google", "gemini-2.5-flash");
+    unknown.provider_settings_insert("google.safety.everything", json!("OFF"));
+    assert_eq!(codes(&rt, &unknown).await, vec![ProblemCode::UnknownProviderSetting]);
+
+    let mut a = AgentDefinition::new("a", "azure-openai", "support-production");
+    assert!(codes(&rt, &a).await.is_empty());
+    a.provider_settings_insert("azure.dataSources", json!([]));
+    assert_eq!(codes(&rt, &a).await, vec![ProblemCode::UnknownProviderSetting]);
 }
 
 #[tokio::test]

@@ -148,7 +148,9 @@ pub fn build_body(request: &ModelRequest, default_max_tokens: u32) -> Value {
             Message::Assistant { text, tool_calls, reasoning } => {
                 let mut content = Vec::new();
                 for r in reasoning {
-                    if let Some(sig) = &r.signature {
+                    // A Gemini thought signature (a conversation that moved providers) means
+                    // nothing here and would be refused.
+                    if let Some(sig) = r.signature.as_ref().filter(|s| !super::google::is_gemini_signature(s)) {
                         content.push(json!({"type": "thinking", "thinking": r.text, "signature": sig}));
                     }
                 }
@@ -385,15 +387,7 @@ impl MessagesStreamParser {
 
     /// The stream ended; one that ended before `message_stop` was cut off.
     pub fn finish(self) -> Result<Vec<ModelEvent>, ProviderError> {
-        if self.stopped {
-            Ok(Vec::new())
-        } else {
-            Err(ProviderError::new(
-                super::ProviderErrorKind::Transport,
-                "StreamInterrupted",
-                "the stream ended before message_stop",
-            ))
-        }
+        if self.stopped { Ok(Vec::new()) } else { Err(ProviderError::stream_interrupted("message_stop")) }
     }
 
     fn read_usage(&mut self, u: &Value) {

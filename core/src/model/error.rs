@@ -67,6 +67,12 @@ impl ProviderError {
         Self::new(ProviderErrorKind::Protocol, "ProtocolError", detail)
     }
 
+    /// The stream ended before the provider said it was done: a transport failure, not an
+    /// answer (`detail` says what was missing).
+    pub fn stream_interrupted(detail: &str) -> Self {
+        Self::new(ProviderErrorKind::Transport, "StreamInterrupted", format!("the stream ended before {detail}"))
+    }
+
     pub fn content_filtered() -> Self {
         Self::new(
             ProviderErrorKind::ContentFiltered,

@@ -6,16 +6,21 @@
 //! every failure into a [`ProviderError`]. The turn engine owns everything around the call:
 //! timeouts, cancellation, the tool loop.
 //!
-//! Built in: [`openai::OpenAiProvider`] (OpenAI and compatible Chat Completions),
-//! [`anthropic::AnthropicProvider`] (Messages API) and [`scripted::ScriptedProvider`]
-//! (deterministic, for tests and the keyless demo).
+//! Built in: [`openai::OpenAiProvider`] (OpenAI and compatible Chat Completions, and the
+//! Responses API through [`openai_responses`]), [`anthropic::AnthropicProvider`] (Messages
+//! API), [`google::GoogleProvider`] (the Gemini Developer API), [`azure::AzureOpenAiProvider`]
+//! (Azure OpenAI Chat Completions, on the OpenAI body and parser) and
+//! [`scripted::ScriptedProvider`] (deterministic, for tests and the keyless demo).
 
 pub mod anthropic;
+pub mod azure;
 pub mod breaker;
 pub mod error;
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod fetch;
+pub mod google;
 pub mod openai;
+pub mod openai_responses;
 pub mod registry;
 pub mod resilience;
 pub mod scripted;
