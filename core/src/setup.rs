@@ -21,7 +21,7 @@ use crate::model::ModelProvider;
 use crate::model::anthropic::AnthropicProvider;
 use crate::model::azure::AzureOpenAiProvider;
 use crate::model::google::GoogleProvider;
-use crate::model::openai::OpenAiProvider;
+use crate::model::openai::{OpenAiProvider, StructuredSupport};
 use crate::model::scripted::{SCRIPTED, ScriptedProvider};
 use crate::ports::Platform;
 use crate::pricing::Pricing;
@@ -158,7 +158,14 @@ pub fn providers_from_config(config: &Config, client: &reqwest::Client) -> Resul
             format!("Compatible provider '{name}' needs an Endpoint (Tracon__Providers__Compatible__{name}__Endpoint).")
         })?;
         let api_key = config.get(&key("ApiKey")).map(str::to_owned);
-        let provider = OpenAiProvider::compatible(client.clone(), &name, endpoint, api_key)?;
+        let structured = match config.get(&key("StructuredOutput")) {
+            None => StructuredSupport::default(),
+            Some(v) => StructuredSupport::parse(v).ok_or_else(|| {
+                format!("Tracon__Providers__Compatible__{name}__StructuredOutput is JsonSchema, JsonObject or Instructions, not '{v}'.")
+            })?,
+        };
+        let provider =
+            OpenAiProvider::compatible(client.clone(), &name, endpoint, api_key)?.with_structured_support(structured);
         // Only a server that implements /responses gets the second route; off by default.
         if config.bool(&key("EnableResponsesSurface")).map_err(|e| e.to_string())?.unwrap_or(false) {
             out.push(Arc::new(provider.responses_surface()));

@@ -64,7 +64,7 @@ impl AzureOpenAiProvider {
             .client
             .post(self.url(&request.model)?)
             .header("api-key", &self.api_key)
-            .json(&ChatBody::new(request, Flavor::OpenAi));
+            .json(&ChatBody::new(request, Flavor::OpenAi, super::openai::StructuredSupport::JsonSchema));
         match openai::stream_chat(builder, classify).await {
             Err(e) if e.kind == ProviderErrorKind::ContentFiltered => {
                 // Which categories tripped is worth a log line; the run learns only that it was filtered.

@@ -43,6 +43,32 @@ pub enum Flavor {
     Compatible,
 }
 
+/// What a compatible server does with a JSON `responseFormat`
+/// (`Tracon:Providers:Compatible:<name>:StructuredOutput`). Whatever it does, the answer is
+/// checked and repaired by [`crate::structured`]; this only decides what the server is asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StructuredSupport {
+    /// `response_format: {"type": "json_schema", …}` (OpenAI itself, vLLM, recent Ollama).
+    #[default]
+    JsonSchema,
+    /// Only `{"type": "json_object"}`: the schema goes into the system prompt.
+    JsonObject,
+    /// No `response_format` at all: the system prompt asks for the JSON (and its schema).
+    Instructions,
+}
+
+impl StructuredSupport {
+    /// `JsonSchema`, `JsonObject` or `Instructions`, any case.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value.to_ascii_lowercase().as_str() {
+            "jsonschema" => Some(Self::JsonSchema),
+            "jsonobject" => Some(Self::JsonObject),
+            "instructions" => Some(Self::Instructions),
+            _ => None,
+        }
+    }
+}
+
 /// Which OpenAI API a provider calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Surface {
@@ -59,10 +85,17 @@ pub struct OpenAiProvider {
     api_key: Option<String>,
     flavor: Flavor,
     surface: Surface,
+    structured: StructuredSupport,
     client: reqwest::Client,
 }
 
 impl OpenAiProvider {
+    /// What the server is asked for a JSON `responseFormat` (a compatible server's setting).
+    pub fn with_structured_support(mut self, structured: StructuredSupport) -> Self {
+        self.structured = structured;
+        self
+    }
+
     /// The official OpenAI endpoint (`base_url` overridable for proxies and tests).
     pub fn openai(client: reqwest::Client, api_key: String, base_url: Option<String>) -> Self {
         Self {
@@ -71,6 +104,7 @@ impl OpenAiProvider {
             api_key: Some(api_key),
             flavor: Flavor::OpenAi,
             surface: Surface::ChatCompletions,
+            structured: StructuredSupport::JsonSchema,
             client,
         }
     }
@@ -99,6 +133,7 @@ impl OpenAiProvider {
             api_key,
             flavor: Flavor::Compatible,
             surface: Surface::ChatCompletions,
+            structured: StructuredSupport::JsonSchema,
             client,
         })
     }
@@ -118,6 +153,7 @@ impl OpenAiProvider {
             api_key: self.api_key.clone(),
             flavor: self.flavor,
             surface: Surface::Responses,
+            structured: self.structured,
             client: self.client.clone(),
         }
     }
@@ -179,7 +215,7 @@ impl OpenAiProvider {
             Surface::ChatCompletions => self
                 .client
                 .post(format!("{}/chat/completions", self.base_url))
-                .json(&ChatBody::new(request, self.flavor)),
+                .json(&ChatBody::new(request, self.flavor, self.structured)),
             Surface::Responses => self
                 .client
                 .post(format!("{}/responses", self.base_url))
@@ -249,7 +285,7 @@ struct StreamOptions {
 #[serde(tag = "role", rename_all = "lowercase")]
 enum WireMessage<'a> {
     System {
-        content: &'a str,
+        content: Cow<'a, str>,
     },
     User {
         content: &'a str,
@@ -311,10 +347,24 @@ struct WireJsonSchema<'a> {
 }
 
 impl<'a> ChatBody<'a> {
-    pub fn new(request: &'a ModelRequest, flavor: Flavor) -> Self {
+    pub fn new(request: &'a ModelRequest, flavor: Flavor, structured: StructuredSupport) -> Self {
         let mut messages = Vec::with_capacity(request.messages.len() + 1);
-        if let Some(system) = &request.system {
-            messages.push(WireMessage::System { content: system });
+        // A server that cannot be given the schema is told it in the system prompt.
+        let told = match (&request.response_format, structured) {
+            (Some(format @ (ResponseFormat::Json | ResponseFormat::JsonSchema { .. })), s)
+                if s != StructuredSupport::JsonSchema =>
+            {
+                Some(json_instructions(format))
+            }
+            _ => None,
+        };
+        match (&request.system, told) {
+            (Some(system), None) => messages.push(WireMessage::System { content: Cow::Borrowed(system) }),
+            (Some(system), Some(told)) => {
+                messages.push(WireMessage::System { content: Cow::Owned(format!("{system}\n\n{told}")) })
+            }
+            (None, Some(told)) => messages.push(WireMessage::System { content: Cow::Owned(told) }),
+            (None, None) => {}
         }
         for m in &request.messages {
             messages.push(match m {
@@ -345,10 +395,12 @@ impl<'a> ChatBody<'a> {
             Flavor::OpenAi => (request.max_output_tokens, None),
             Flavor::Compatible => (None, request.max_output_tokens),
         };
-        let response_format = match &request.response_format {
-            None | Some(ResponseFormat::Text) => None,
-            Some(ResponseFormat::Json) => Some(WireResponseFormat::JsonObject),
-            Some(ResponseFormat::JsonSchema { name, schema, description, strict }) => {
+        let response_format = match (&request.response_format, structured) {
+            (None | Some(ResponseFormat::Text), _) | (_, StructuredSupport::Instructions) => None,
+            (Some(ResponseFormat::Json), _) | (_, StructuredSupport::JsonObject) => {
+                Some(WireResponseFormat::JsonObject)
+            }
+            (Some(ResponseFormat::JsonSchema { name, schema, description, strict }), StructuredSupport::JsonSchema) => {
                 Some(WireResponseFormat::JsonSchema {
                     json_schema: WireJsonSchema { name, schema, description: description.as_deref(), strict: *strict },
                 })
@@ -374,7 +426,24 @@ impl<'a> ChatBody<'a> {
 /// The request body as JSON (for inspection and tests; the provider serialises
 /// [`ChatBody`] directly).
 pub fn build_body(request: &ModelRequest, flavor: Flavor) -> Value {
-    serde_json::to_value(ChatBody::new(request, flavor)).unwrap_or(Value::Null)
+    build_body_for(request, flavor, StructuredSupport::JsonSchema)
+}
+
+/// [`build_body`] for a server with `structured` support.
+pub fn build_body_for(request: &ModelRequest, flavor: Flavor, structured: StructuredSupport) -> Value {
+    serde_json::to_value(ChatBody::new(request, flavor, structured)).unwrap_or(Value::Null)
+}
+
+/// What the system prompt says when the server cannot be handed the JSON format itself.
+fn json_instructions(format: &ResponseFormat) -> String {
+    match format {
+        ResponseFormat::JsonSchema { schema, .. } => {
+            format!(
+                "Answer with only a JSON value that matches this JSON Schema, with no prose and no code fence:\n{schema}"
+            )
+        }
+        _ => "Answer with only a JSON value, with no prose and no code fence.".to_owned(),
+    }
 }
 
 #[derive(Default)]
@@ -664,6 +733,48 @@ mod tests {
     use crate::definition::ReasoningEffort;
     use crate::model::ToolSpec;
     use serde_json::json;
+
+    #[test]
+    fn a_compatible_server_is_asked_for_json_as_far_as_it_supports_it() {
+        let schema = json!({"type": "object", "properties": {"id": {"type": "integer"}}});
+        let mut r = ModelRequest::from_binding(&ModelBinding {
+            provider: "local".into(),
+            model: "m".into(),
+            response_format: Some(ResponseFormat::JsonSchema {
+                name: "order".into(),
+                schema,
+                description: None,
+                strict: None,
+            }),
+            ..Default::default()
+        });
+        r.system = Some("You track orders.".into());
+        r.messages = vec![Message::user("order 7?")];
+        let native = build_body_for(&r, Flavor::Compatible, StructuredSupport::JsonSchema);
+        assert_eq!(native["response_format"]["type"], "json_schema");
+        assert_eq!(native["messages"][0]["content"], "You track orders.");
+        let object = build_body_for(&r, Flavor::Compatible, StructuredSupport::JsonObject);
+        assert_eq!(object["response_format"], json!({"type": "json_object"}));
+        let told = object["messages"][0]["content"].as_str().unwrap();
+        assert!(told.starts_with("You track orders.\n\nAnswer with only a JSON value that matches"), "{told}");
+        assert!(told.contains(r#""id":{"type":"integer"}"#), "{told}");
+        let prompted = build_body_for(&r, Flavor::Compatible, StructuredSupport::Instructions);
+        assert!(prompted.get("response_format").is_none());
+        assert_eq!(prompted["messages"][0]["content"], object["messages"][0]["content"]);
+        // Without a system prompt the instruction is the system message; text asks for nothing.
+        r.system = None;
+        assert!(
+            build_body_for(&r, Flavor::Compatible, StructuredSupport::Instructions)["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .starts_with("Answer with only")
+        );
+        r.response_format = Some(ResponseFormat::Text);
+        let plain = build_body_for(&r, Flavor::Compatible, StructuredSupport::Instructions);
+        assert_eq!(plain["messages"][0]["role"], "user");
+        assert_eq!(StructuredSupport::parse("jsonObject"), Some(StructuredSupport::JsonObject));
+        assert_eq!(StructuredSupport::parse("xml"), None);
+    }
 
     #[test]
     fn body_maps_messages_tools_and_options() {
