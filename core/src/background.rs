@@ -104,10 +104,13 @@ pub struct TickReport {
     pub jobs_woken: usize,
     /// Runs whose heartbeat expired, closed `Failed` with error class `Orphaned`.
     pub runs_reconciled: usize,
+    /// Expired answers removed from the response cache.
+    pub cached_answers_removed: u64,
 }
 
 /// One tick: enqueue due schedules, wake due jobs through `transport`, reconcile orphaned
-/// runs. Each part's failure is logged and the others still run.
+/// runs, remove expired cached answers. Each part's failure is logged and the others still
+/// run.
 pub async fn tick(runtime: &Arc<Runtime>, transport: &dyn JobTransport) -> TickReport {
     let mut report = TickReport::default();
     match crate::schedules::due::enqueue_due(runtime, transport, TICK_BATCH).await {
@@ -131,11 +134,16 @@ pub async fn tick(runtime: &Arc<Runtime>, transport: &dyn JobTransport) -> TickR
         Ok(n) => report.runs_reconciled = n,
         Err(e) => tracing::warn!(error = ?e, "the tick could not reconcile orphaned runs"),
     }
+    match runtime.stores.response_cache.purge_expired(now, CACHE_PURGE_BATCH).await {
+        Ok(n) => report.cached_answers_removed = n,
+        Err(e) => tracing::warn!(error = ?e, "the tick could not remove expired cached answers"),
+    }
     if report != TickReport::default() {
         tracing::info!(
             schedules_enqueued = report.schedules_enqueued,
             jobs_woken = report.jobs_woken,
             runs_reconciled = report.runs_reconciled,
+            cached_answers_removed = report.cached_answers_removed,
             "tick"
         );
     }
@@ -144,6 +152,8 @@ pub async fn tick(runtime: &Arc<Runtime>, transport: &dyn JobTransport) -> TickR
 
 /// Most of each kind one tick handles; the next tick takes the rest.
 const TICK_BATCH: usize = 100;
+/// Most expired cached answers one tick removes.
+const CACHE_PURGE_BATCH: usize = 1_000;
 
 /// A queued job younger than this still has its own wake-up on the way.
 const WAKE_GRACE_SECONDS: i64 = 30;

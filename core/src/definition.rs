@@ -121,9 +121,36 @@ pub struct ModelBinding {
     pub fallbacks: Vec<FallbackLink>,
     /// With a JSON `responseFormat`: how many times a run that is not streamed to its caller
     /// asks the model again when its answer is not valid JSON for the format (0 to
-    /// [`MAX_REPAIR_ATTEMPTS`]; none by default). See [`crate::structured`].
+    /// [`MAX_REPAIR_ATTEMPTS`]; none by default): the structured-output check of the answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_repair_attempts: Option<u32>,
+    /// Answer a model call from the response cache when the same request was answered within
+    /// the cache's lifetime (the response cache of the model calls). Off by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_cache: Option<ResponseCacheSettings>,
+}
+
+/// How long a cached answer stays when the binding sets no `ttlSeconds` (the spec's default).
+pub const DEFAULT_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(600);
+/// The longest lifetime a binding may give its cached answers.
+pub const MAX_CACHE_TTL_SECONDS: u32 = 86_400;
+
+/// `model.responseCache`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResponseCacheSettings {
+    pub enabled: bool,
+    /// How long an answer stays, 1 to 86400 seconds (600 by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds: Option<u32>,
+}
+
+impl ResponseCacheSettings {
+    /// The lifetime of an answer, when caching is on.
+    pub fn lifetime(&self) -> Option<std::time::Duration> {
+        self.enabled
+            .then(|| self.ttl_seconds.map_or(DEFAULT_CACHE_TTL, |s| std::time::Duration::from_secs(u64::from(s))))
+    }
 }
 
 /// The most repair turns a binding may ask for.
@@ -170,6 +197,7 @@ impl ModelBinding {
             allow_concurrent_tool_calls: self.allow_concurrent_tool_calls,
             fallbacks: Vec::new(),
             max_repair_attempts: self.max_repair_attempts,
+            response_cache: self.response_cache,
         }
     }
 
@@ -557,6 +585,15 @@ impl AgentDefinition {
             ));
         }
         check_route(&mut p, "model", m);
+        if let Some(ttl) = m.response_cache.and_then(|c| c.ttl_seconds)
+            && !(1..=MAX_CACHE_TTL_SECONDS).contains(&ttl)
+        {
+            p.push(Problem::new(
+                ProblemCode::OutOfRange,
+                "model.responseCache.ttlSeconds",
+                format!("ttlSeconds is 1 to {MAX_CACHE_TTL_SECONDS}."),
+            ));
+        }
         if let Some(n) = m.max_repair_attempts {
             let structured =
                 matches!(m.response_format, Some(ResponseFormat::Json | ResponseFormat::JsonSchema { .. }));

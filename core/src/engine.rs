@@ -429,13 +429,38 @@ pub async fn model_turn(
     // store's flag is read and a due batch of events is written, not only between chunks.
     let poll_every = emitter.watch.interval.max(Duration::from_millis(10));
     let mut poll = clock.sleep(poll_every);
+    // The response cache: the same request answered within the cache's lifetime is answered
+    // again without a call (and without spending a token).
+    let cache = agent
+        .definition
+        .model
+        .response_cache
+        .and_then(|c| c.lifetime())
+        .map(|lifetime| (crate::model::cache::key(&env.tenant, agent.provider.name(), request), lifetime));
+    let cached = match &cache {
+        Some((key, _)) => match runtime.stores.response_cache.get(&env.tenant, key, clock.now()).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::warn!(run_id = %env.run_id, error = ?e, "could not read the response cache; calling the model");
+                None
+            }
+        },
+        None => None,
+    };
     // The binding's fallback chain (no allocation without one); retries and fallbacks happen
     // only before the answer starts, and never past the tree's time budget.
     let fallbacks: Vec<Link<'_>> =
         agent.fallbacks.iter().map(|l| Link { provider: &l.provider, binding: Some(l.binding.as_ref()) }).collect();
     let until = env.tree.budget.ends_at();
     let mut notes = Vec::new();
-    let opened = {
+    let from_cache = cached.is_some();
+    let opened = if let Some(answer) = cached {
+        emitter
+            .emit(RunEvent::ModelCacheHit { provider: agent.provider.name().to_owned(), model: request.model.clone() })
+            .await;
+        let events = futures::stream::iter(answer.events().into_iter().map(Ok)).boxed();
+        Ok(Opened { provider: agent.provider.name().to_owned(), model: request.model.clone(), stream: events })
+    } else {
         let opening = runtime.models.open(&agent.provider, &fallbacks, request, timeout, until, &mut notes);
         let mut opening = std::pin::pin!(opening.instrument(span));
         loop {
@@ -453,6 +478,7 @@ pub async fn model_turn(
             }
         }
     };
+    let mut timer = clock.sleep(timeout);
     for note in notes {
         emitter.emit(note_event(note)).await;
     }
@@ -474,7 +500,6 @@ pub async fn model_turn(
 
     let mut turn = ModelTurn { text: String::new(), calls: Vec::new(), reasoning: Vec::new(), finish: None };
     let mut last_activity = clock.now();
-    let mut timer = clock.sleep(timeout);
     let mut turn_usage: Option<Usage> = None;
     loop {
         let next = tokio::select! {
@@ -529,6 +554,19 @@ pub async fn model_turn(
         state.cost = crate::pricing::add_cost(state.cost.take(), cost.as_ref());
     }
     state.finish = turn.finish;
+    if let Some((key, lifetime)) = cache.filter(|_| !from_cache && turn.finish != Some(FinishReason::ContentFilter)) {
+        let answer = crate::model::cache::CachedAnswer {
+            text: turn.text.clone(),
+            tool_calls: turn.calls.clone(),
+            reasoning: turn.reasoning.clone(),
+            finish: turn.finish,
+            model: state.model.clone(),
+        };
+        let expires_at = clock.now() + chrono::Duration::from_std(lifetime).unwrap_or_default();
+        if let Err(e) = runtime.stores.response_cache.put(&env.tenant, &key, &answer, expires_at).await {
+            tracing::warn!(run_id = %env.run_id, error = ?e, "could not keep the answer in the response cache");
+        }
+    }
     // Ids are what ties a result to its call; a provider that omits one gets a stable one.
     for (i, c) in turn.calls.iter_mut().enumerate() {
         if c.id.is_empty() {

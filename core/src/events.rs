@@ -226,6 +226,12 @@ pub enum RunEvent {
         to_model: String,
         error_type: String,
     },
+    /// A model call was answered from the response cache: no call, no tokens spent.
+    #[serde(rename_all = "camelCase")]
+    ModelCacheHit {
+        provider: String,
+        model: String,
+    },
     /// The model's answer was not the structured output the binding asks for (see
     /// [`crate::structured`]): `problems` say why; with `repairing` the model is asked again.
     #[serde(rename_all = "camelCase")]
@@ -315,6 +321,7 @@ impl RunEvent {
             Self::ModelRetried { .. } => "model.retried",
             Self::ModelFallback { .. } => "model.fallback",
             Self::ResponseRejected { .. } => "response.rejected",
+            Self::ModelCacheHit { .. } => "model.cache_hit",
             Self::RunAwaitingInput { .. } => "run.awaiting_input",
         }
     }
@@ -347,6 +354,7 @@ impl RunEvent {
             Self::ModelRetried { .. } => "ModelRetried",
             Self::ModelFallback { .. } => "ModelFallback",
             Self::ResponseRejected { .. } => "ResponseRejected",
+            Self::ModelCacheHit { .. } => "ModelCacheHit",
             Self::RunAwaitingInput { .. } => "RunAwaitingInput",
         }
     }

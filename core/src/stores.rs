@@ -36,6 +36,8 @@ pub struct Stores {
     pub webhooks: Arc<dyn crate::webhooks::WebhookStore>,
     /// The model providers' circuit breakers, shared by every instance.
     pub breakers: Arc<dyn crate::model::breaker::BreakerStore>,
+    /// Cached model answers (`model.responseCache`).
+    pub response_cache: Arc<dyn crate::model::cache::ResponseCacheStore>,
     /// Whether the stores survive a restart.
     pub persistent: bool,
 }
@@ -59,6 +61,7 @@ impl Stores {
             triggers: Arc::new(crate::triggers::MemoryTriggerStore::default()),
             webhooks: Arc::new(crate::webhooks::memory::MemoryWebhookStore::default()),
             breakers: Arc::new(crate::model::breaker::MemoryBreakerStore::default()),
+            response_cache: Arc::new(crate::model::cache::MemoryResponseCache::default()),
             persistent: false,
         }
     }

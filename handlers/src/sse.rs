@@ -17,7 +17,7 @@
 //! | `RunAwaitingInput` (a workflow asks a person) | `done` `{runId, status: "AwaitingInput", requests: [{requestId, executorId, prompt}]}` |
 //!
 //! `MessageCompleted`, `WorkflowStarted`, `WorkflowCheckpointed`, `ModelRetried`,
-//! `ModelFallback` and `ResponseRejected` belong to the recorded log only.
+//! `ModelFallback`, `ModelCacheHit` and `ResponseRejected` belong to the recorded log only.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -224,7 +224,8 @@ pub fn put_live_frames(buf: &mut BytesMut, run_id: RunId, session_id: Option<&st
         | RunEvent::WorkflowCheckpointed { .. }
         | RunEvent::ModelRetried { .. }
         | RunEvent::ModelFallback { .. }
-        | RunEvent::ResponseRejected { .. } => {}
+        | RunEvent::ResponseRejected { .. }
+        | RunEvent::ModelCacheHit { .. } => {}
         RunEvent::ExecutorInvoked { executor_id, executor_kind, super_step, run_id } => put_frame(
             buf,
             "update",

@@ -901,6 +901,18 @@ pub const BREAKER_CLAIM_PROBE: &str = "UPDATE model_breakers SET probe_until = $
      WHERE provider = $1 AND opened_at IS NOT NULL AND opened_at <= $3 \
        AND (probe_until IS NULL OR probe_until < $2)";
 
+// ---- the response cache ----------------------------------------------------------------------
+
+pub const CACHE_GET: &str =
+    "SELECT answer FROM model_response_cache WHERE tenant_id = $1 AND key = $2 AND expires_at > $3";
+
+pub const CACHE_PUT: &str = "INSERT INTO model_response_cache (tenant_id, key, answer, expires_at) \
+     VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, key) DO UPDATE SET answer = $3, expires_at = $4";
+
+/// Up to `$2` answers of any tenant that expired before `$1`.
+pub const CACHE_PURGE: &str = "DELETE FROM model_response_cache WHERE (tenant_id, key) IN \
+     (SELECT tenant_id, key FROM model_response_cache WHERE expires_at < $1 LIMIT $2)";
+
 pub const CHECKPOINT_SAVE: &str = "INSERT INTO workflow_checkpoints (tenant_id, run_id, id, seq, envelope, created_at, state) \
      VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
@@ -951,6 +963,8 @@ mod tests {
             EVENTS_APPEND,
             EVENTS_READ,
             EVENTS_ANSWERS,
+            CACHE_GET,
+            CACHE_PUT,
             TOOL_LATE,
             TOOL_LIST,
             SESSION_GET,

@@ -13,11 +13,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod breakers;
+mod cache;
 mod fixtures;
 mod ledger;
 pub use breakers::{
     breakers_open_at_the_threshold_and_close_on_a_success, concurrent_probe_claims_let_exactly_one_through,
 };
+pub use cache::cached_answers_are_read_per_tenant_until_they_expire;
 pub use ledger::{
     a_call_tree_is_listed_by_its_root_in_depth_order_within_its_tenant,
     a_running_run_yields_once_and_is_taken_back_once, an_ended_run_is_continued_once_and_linked_both_ways,
@@ -1390,6 +1392,7 @@ macro_rules! store_contract_tests {
             agents_answers_are_read_back_by_run_for_completed_runs_within_their_tenant,
             breakers_open_at_the_threshold_and_close_on_a_success,
             concurrent_probe_claims_let_exactly_one_through,
+            cached_answers_are_read_per_tenant_until_they_expire,
         );
     };
 }

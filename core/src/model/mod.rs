@@ -15,6 +15,7 @@
 pub mod anthropic;
 pub mod azure;
 pub mod breaker;
+pub mod cache;
 pub mod error;
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod fetch;

@@ -8,6 +8,7 @@
 mod approvals;
 mod audit;
 mod breakers;
+mod cache;
 mod checkpoints;
 mod definitions;
 mod idempotency;
@@ -27,6 +28,7 @@ use tracon_core::stores::Stores;
 pub use approvals::PgApprovalStore;
 pub use audit::PgAuditStore;
 pub use breakers::PgBreakerStore;
+pub use cache::PgResponseCache;
 pub use checkpoints::PgCheckpointStore;
 pub use definitions::PgDefinitionStore;
 pub use idempotency::PgIdempotencyStore;
@@ -64,6 +66,7 @@ pub fn stores(db: Db, protection: Protection) -> Stores {
         webhooks: Arc::new(PgWebhookStore::new(db.clone())),
         triggers: Arc::new(PgTriggerStore::new(db.clone())),
         breakers: Arc::new(PgBreakerStore::new(db.clone())),
+        response_cache: Arc::new(PgResponseCache::new(db.clone(), protection.clone())),
         idempotency: Arc::new(PgIdempotencyStore::new(db, protection)),
         persistent: true,
     }
