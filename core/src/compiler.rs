@@ -75,6 +75,8 @@ pub fn check(
         }
     }
 
+    problems.extend(structured_output_problem(def, providers));
+
     for (i, name) in def.tool_names.iter().enumerate() {
         if crate::names::ToolName::parse(name).is_ok() && tools.get(name).is_none() {
             problems.push(Problem::new(
@@ -147,6 +149,29 @@ pub fn check(
         ));
     }
     problems
+}
+
+/// The one enforced flag of the model catalog: JSON output asked of a model the catalog
+/// lists with `supportsStructuredOutput: false`. A model the catalog does not list is not
+/// checked — the catalog is metadata, not permission.
+fn structured_output_problem(def: &AgentDefinition, providers: &ProviderRegistry) -> Option<Problem> {
+    use crate::definition::ResponseFormat;
+    let binding = &def.model;
+    if !matches!(binding.response_format, Some(ResponseFormat::Json | ResponseFormat::JsonSchema { .. })) {
+        return None;
+    }
+    let model = providers.catalog().find(&binding.provider, &binding.model)?;
+    (model.supports_structured_output == Some(false)).then(|| {
+        Problem::new(
+            ProblemCode::StructuredOutputUnsupported,
+            "model.responseFormat",
+            format!(
+                "The model catalog says '{}' of provider '{}' does not support structured output; ask for \"text\" or choose another model.",
+                crate::names::truncate_for_message(&binding.model),
+                crate::names::truncate_for_message(&binding.provider)
+            ),
+        )
+    })
 }
 
 /// Picks the instructions for `culture`: the exact tag, then each parent subtag

@@ -14,6 +14,7 @@ use crate::catalog::Catalog;
 use crate::config::{Config, ConfigError};
 use crate::definition::AgentDefinition;
 use crate::jobs::JobTransport;
+use crate::model::catalog::ModelCatalog;
 use crate::model::{ModelProvider, ProviderRegistry};
 use crate::names::AgentName;
 use crate::ports::Platform;
@@ -224,6 +225,7 @@ pub struct RuntimeBuilder {
     agents: Vec<AgentDefinition>,
     tools: ToolRegistry,
     providers: ProviderRegistry,
+    models: ModelCatalog,
     stores: Option<Stores>,
     platform: Platform,
     pricing: Pricing,
@@ -254,6 +256,7 @@ impl RuntimeBuilder {
             agents: Vec::new(),
             tools: ToolRegistry::default(),
             providers: ProviderRegistry::default(),
+            models: ModelCatalog::default(),
             stores: None,
             platform,
             pricing: Pricing::new("USD"),
@@ -393,6 +396,14 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Describes providers' models ([`crate::model::catalog`]): their context windows,
+    /// capability flags and prices. Added to what earlier calls described; the prices join
+    /// [`Self::pricing`]'s at build.
+    pub fn model_catalog(mut self, catalog: ModelCatalog) -> Self {
+        self.models.merge(catalog);
+        self
+    }
+
     pub fn stores(mut self, stores: Stores) -> Self {
         self.stores = Some(stores);
         self
@@ -445,8 +456,11 @@ impl RuntimeBuilder {
             },
         };
         let loops = crate::harness::Loops { evaluators: self.loop_evaluators, judge };
-        let catalog =
-            Catalog::new(code.clone(), stores.definitions.clone(), self.providers, self.tools).with_loops(loops);
+        // The catalog feeds pricing: one list of prices.
+        let pricing = self.pricing.with_catalog(&self.models);
+        let mut providers = self.providers;
+        providers.set_catalog(self.models);
+        let catalog = Catalog::new(code.clone(), stores.definitions.clone(), providers, self.tools).with_loops(loops);
         for def in code.values() {
             for p in catalog.validate_code_agent(def) {
                 errors.push(format!("Code agent '{}': {} ({})", def.name, p.message, p.field));
@@ -479,7 +493,7 @@ impl RuntimeBuilder {
             catalog,
             stores,
             platform: self.platform,
-            pricing: self.pricing,
+            pricing,
             settings: self.settings,
             tool_authorizer: self.tool_authorizer,
             tool_validator: self.tool_validator,

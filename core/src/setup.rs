@@ -3,7 +3,8 @@
 //!
 //! Providers: `scripted` always; `openai` with `OPENAI_API_KEY` (or
 //! `Tracon:Providers:OpenAI:ApiKey`); `anthropic` with `ANTHROPIC_API_KEY`; named compatible
-//! endpoints from `Tracon:Providers:Compatible:<name>:Endpoint|ApiKey`. The demo tools are
+//! endpoints from `Tracon:Providers:Compatible:<name>:Endpoint|ApiKey`; each provider's model
+//! catalog from its section's `Models:<i>:*` ([`crate::model::catalog`]). The demo tools are
 //! registered by default (`Tracon:Demo:Tools`), the demo agent when `Tracon:Demo:Enabled`
 //! (the host picks the default: on locally, off on serverless hosts).
 
@@ -13,6 +14,7 @@ use crate::attribution::HeaderLabels;
 use crate::config::Config;
 use crate::demo;
 use crate::model::anthropic::AnthropicProvider;
+use crate::model::catalog::ModelCatalog;
 use crate::model::openai::OpenAiProvider;
 use crate::model::scripted::{SCRIPTED, ScriptedProvider};
 use crate::ports::Platform;
@@ -40,12 +42,15 @@ pub fn builder_from_config(
     defaults: &HostDefaults,
 ) -> Result<RuntimeBuilder, String> {
     let settings = RuntimeSettings::from_config(config).map_err(|e| e.to_string())?;
-    let pricing = Pricing::from_config(config).map_err(|e| e.to_string())?;
+    // The model catalog holds every configured price; the builder hands them to pricing.
+    let models = ModelCatalog::from_config(config).map_err(|e| e.to_string())?;
+    let pricing = Pricing::new(Pricing::configured_currency(config));
     let quotas = crate::quota::Quotas::from_config(config).map_err(|e| e.to_string())?;
     let webhooks = crate::webhooks::WebhookSettings::from_config(config).map_err(|e| e.to_string())?;
     let mut builder = RuntimeBuilder::new(platform)
         .settings(settings)
         .pricing(pricing)
+        .model_catalog(models)
         .stores(stores)
         .quotas(quotas)
         .webhooks(webhooks);

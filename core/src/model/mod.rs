@@ -9,8 +9,13 @@
 //! Built in: [`openai::OpenAiProvider`] (OpenAI and compatible Chat Completions),
 //! [`anthropic::AnthropicProvider`] (Messages API) and [`scripted::ScriptedProvider`]
 //! (deterministic, for tests and the keyless demo).
+//!
+//! Beside the providers: [`catalog`] (what the host says about each provider's models:
+//! context window, capability flags, prices) and [`health`] (each provider's cost-free
+//! reachability check, cached).
 
 pub mod anthropic;
+pub mod catalog;
 pub mod error;
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod fetch;
