@@ -192,6 +192,8 @@ pub struct Runtime {
     pub drain: Arc<Drain>,
     /// The functions a workflow's function nodes may name.
     pub workflow_functions: crate::workflows::functions::FunctionRegistry,
+    /// The providers' health, cached per provider in this instance.
+    pub model_health: crate::model::health::HealthChecks,
     /// Where queued runs go: set once by a host that runs a job consumer
     /// ([`Runtime::set_queue`]); without one a run cannot be queued.
     queue: OnceLock<RunQueue>,
@@ -503,6 +505,7 @@ impl RuntimeBuilder {
             event_sinks: self.event_sinks,
             drain: Arc::new(Drain::default()),
             workflow_functions: self.workflow_functions,
+            model_health: Default::default(),
             queue: OnceLock::new(),
         })
     }

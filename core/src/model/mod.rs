@@ -19,6 +19,7 @@ pub mod catalog;
 pub mod error;
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod fetch;
+pub mod health;
 pub mod openai;
 pub mod registry;
 pub mod scripted;
@@ -249,4 +250,11 @@ pub trait ModelProvider: Send + Sync {
     /// Starts one streamed model call. The request is borrowed: a provider serialises what
     /// it needs before it returns the stream.
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ProviderError>;
+
+    /// A cost-free reachability check with the provider's own credential — a model list,
+    /// never a completion. `None` (the default): this provider has no check, and its health
+    /// is `Unknown` ([`health`]).
+    async fn health(&self) -> Option<Result<(), ProviderError>> {
+        None
+    }
 }

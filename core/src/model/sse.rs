@@ -55,6 +55,12 @@ pub(crate) async fn send(request: reqwest::RequestBuilder) -> Result<Reply, Prov
     Err(ProviderError::from_status(status.as_u16(), &text))
 }
 
+/// Sends `request` and reads nothing of a successful answer: a reachability check
+/// ([`super::ModelProvider::health`]).
+pub(crate) async fn reach(request: reqwest::RequestBuilder) -> Result<(), ProviderError> {
+    send(request).await.map(drop)
+}
+
 /// Whether the answer is a whole JSON document rather than an event stream.
 pub(crate) fn is_json(response: &Reply) -> bool {
     #[cfg(not(target_arch = "wasm32"))]
