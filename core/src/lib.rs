@@ -57,6 +57,7 @@ pub mod stores;
 pub(crate) mod sync;
 pub mod tenants;
 pub mod text;
+pub mod tokens;
 pub mod tools;
 pub mod triggers;
 pub mod webhooks;

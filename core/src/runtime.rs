@@ -64,6 +64,9 @@ pub struct RuntimeSettings {
     /// `Tracon:Workflows:EnableCheckpointing` (true): workflow runs write a checkpoint at
     /// every super-step boundary; off, a workflow that asks a person fails instead of waiting.
     pub workflow_checkpointing: bool,
+    /// `Tracon:Preflight:*`: the prompt checked against its model's context window before any
+    /// provider is called (off by default).
+    pub preflight: crate::runs::preflight::PreflightSettings,
 }
 
 /// `Tracon:RunReconciliation:*`: an executing run moves its heartbeat every `heartbeat`
@@ -118,6 +121,7 @@ impl Default for RuntimeSettings {
             sub_agents: crate::runs::tree::SubAgentDefaults::default(),
             loop_judge: None,
             workflow_checkpointing: true,
+            preflight: crate::runs::preflight::PreflightSettings::default(),
         }
     }
 }
@@ -160,6 +164,7 @@ impl RuntimeSettings {
             },
             session_ownership: crate::sessions::ownership::SessionOwnership::from_config(config)?,
             workflow_checkpointing: config.bool("Tracon:Workflows:EnableCheckpointing")?.unwrap_or(true),
+            preflight: crate::runs::preflight::PreflightSettings::from_config(config)?,
         })
     }
 }
