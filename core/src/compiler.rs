@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::definition::AgentDefinition;
+use crate::definition::{AgentDefinition, ModelBinding};
 use crate::model::{ModelProvider, ProviderRegistry, ToolSpec};
 use crate::report::{Problem, ProblemCode};
 use crate::tools::{ToolRegistration, ToolRegistry};
@@ -39,40 +39,8 @@ pub fn check(
 ) -> Vec<Problem> {
     let mut problems = def.check_shape();
 
-    match providers.get(&def.model.provider) {
-        None if !def.model.provider.trim().is_empty() => {
-            let known: Vec<&str> = providers.names().collect();
-            problems.push(Problem::new(
-                ProblemCode::UnknownProvider,
-                "model.provider",
-                format!(
-                    "No model provider named '{}' is registered (registered: {}).",
-                    crate::names::truncate_for_message(&def.model.provider),
-                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
-                ),
-            ));
-        }
-        None => {}
-        Some(provider) => {
-            let known = provider.known_settings();
-            for key in def.model.provider_settings.keys() {
-                if !known.iter().any(|k| k.eq_ignore_ascii_case(key)) {
-                    problems.push(Problem::new(
-                        ProblemCode::UnknownProviderSetting,
-                        format!("model.providerSettings.{key}"),
-                        format!(
-                            "Provider '{}' does not know the setting '{}'{}.",
-                            provider.name(),
-                            crate::names::truncate_for_message(key),
-                            if known.is_empty() { String::new() } else { format!(" (known: {})", known.join(", ")) }
-                        ),
-                    ));
-                }
-            }
-            for (field, message) in provider.check_binding(&def.model) {
-                problems.push(Problem::new(ProblemCode::InvalidProviderSetting, field, message));
-            }
-        }
+    for (path, binding) in def.model.chain() {
+        check_provider(&mut problems, providers, &path, &binding);
     }
 
     problems.extend(structured_output_problem(def, providers));
@@ -290,10 +258,22 @@ pub struct CompiledAgent {
     pub instructions: Option<String>,
     /// The culture key whose instructions were used (`None`: the default).
     pub culture: Option<String>,
+    /// The primary binding's provider (the binding is `definition.model`).
     pub provider: Arc<dyn ModelProvider>,
+    /// The binding's fallback chain, in order.
+    pub fallbacks: Vec<ModelLink>,
+    /// What a JSON `responseFormat` holds the answers to (none for text).
+    pub structured: Option<Arc<crate::structured::StructuredCheck>>,
     pub tools: Vec<Arc<ToolRegistration>>,
     pub tool_specs: Arc<[ToolSpec]>,
     pub max_iterations: u32,
+}
+
+/// A fallback link, compiled: its provider and the binding a call through it uses.
+#[derive(Clone)]
+pub struct ModelLink {
+    pub provider: Arc<dyn ModelProvider>,
+    pub binding: Arc<ModelBinding>,
 }
 
 impl std::fmt::Debug for CompiledAgent {
@@ -320,6 +300,8 @@ impl CompiledAgent {
             instructions: self.instructions.clone(),
             culture: self.culture.clone(),
             provider: self.provider.clone(),
+            fallbacks: self.fallbacks.clone(),
+            structured: self.structured.clone(),
             tools: self.tools.clone(),
             tool_specs: self.tool_specs.clone(),
             max_iterations: self.max_iterations,
@@ -391,9 +373,29 @@ pub fn compile(
             None
         }
     };
-    let provider = providers.get(&def.model.provider).cloned().ok_or_else(|| {
-        CompileFailure::Invalid(vec![Problem::new(ProblemCode::UnknownProvider, "model.provider", "unknown provider")])
-    })?;
+    let unknown = |path: &str| {
+        CompileFailure::Invalid(vec![Problem::new(ProblemCode::UnknownProvider, path, "unknown provider")])
+    };
+    let provider = providers.get(&def.model.provider).cloned().ok_or_else(|| unknown("model.provider"))?;
+    // The schema was checked with the definition; a failure here is the same problem.
+    let structured = crate::structured::StructuredCheck::of(def.model.response_format.as_ref())
+        .map_err(|e| {
+            CompileFailure::Invalid(vec![Problem::new(
+                ProblemCode::InvalidResponseFormat,
+                "model.responseFormat.schema",
+                e,
+            )])
+        })?
+        .map(Arc::new);
+    let mut fallbacks = Vec::with_capacity(def.model.fallbacks.len());
+    for (i, link) in def.model.fallbacks.iter().enumerate() {
+        let binding = def.model.for_link(link);
+        let provider = providers
+            .get(&binding.provider)
+            .cloned()
+            .ok_or_else(|| unknown(&format!("model.fallbacks[{i}].provider")))?;
+        fallbacks.push(ModelLink { provider, binding: Arc::new(binding) });
+    }
     let mut regs = Vec::with_capacity(def.tool_names.len() + resolution.callables.len());
     for name in &def.tool_names {
         if let Some(t) = tools.get(name) {
@@ -412,9 +414,54 @@ pub fn compile(
         instructions,
         culture: culture_key,
         provider,
+        fallbacks,
+        structured,
         tools: regs,
         tool_specs,
     })
+}
+
+/// One link of the binding's chain (its fields under `path`): the provider is registered, and
+/// it knows and accepts the link's settings.
+fn check_provider(problems: &mut Vec<Problem>, providers: &ProviderRegistry, path: &str, binding: &ModelBinding) {
+    let Some(provider) = providers.get(&binding.provider) else {
+        if !binding.provider.trim().is_empty() {
+            let known: Vec<&str> = providers.names().collect();
+            problems.push(Problem::new(
+                ProblemCode::UnknownProvider,
+                format!("{path}.provider"),
+                format!(
+                    "No model provider named '{}' is registered (registered: {}).",
+                    crate::names::truncate_for_message(&binding.provider),
+                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+                ),
+            ));
+        }
+        return;
+    };
+    let known = provider.known_settings();
+    for key in binding.provider_settings.keys() {
+        if !known.iter().any(|k| k.eq_ignore_ascii_case(key)) {
+            problems.push(Problem::new(
+                ProblemCode::UnknownProviderSetting,
+                format!("{path}.providerSettings.{key}"),
+                format!(
+                    "Provider '{}' does not know the setting '{}'{}.",
+                    provider.name(),
+                    crate::names::truncate_for_message(key),
+                    if known.is_empty() { String::new() } else { format!(" (known: {})", known.join(", ")) }
+                ),
+            ));
+        }
+    }
+    // A provider names its fields from `model.`; a link's live under its own path.
+    for (field, message) in provider.check_binding(binding) {
+        let field = match field.strip_prefix("model") {
+            Some(rest) if path != "model" => format!("{path}{rest}"),
+            _ => field,
+        };
+        problems.push(Problem::new(ProblemCode::InvalidProviderSetting, field, message));
+    }
 }
 
 /// The generated tool of a callable agent ([`crate::tools::agents`]).

@@ -112,6 +112,76 @@ pub struct ModelBinding {
     /// Run one turn's independent tool calls at the same time. Off by default.
     #[serde(default, skip_serializing_if = "is_false")]
     pub allow_concurrent_tool_calls: bool,
+    /// Where a model call goes when this binding's provider fails in a way another could
+    /// help with (a timeout, `429`, `5xx`, a broken connection, an open circuit breaker —
+    /// never a refused credential or a cancellation): each link in order, at most
+    /// [`MAX_FALLBACKS`]. Only before the answer has started: once output reached the caller,
+    /// a failure ends the run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<FallbackLink>,
+    /// With a JSON `responseFormat`: how many times a run that is not streamed to its caller
+    /// asks the model again when its answer is not valid JSON for the format (0 to
+    /// [`MAX_REPAIR_ATTEMPTS`]; none by default). See [`crate::structured`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_repair_attempts: Option<u32>,
+}
+
+/// The most repair turns a binding may ask for.
+pub const MAX_REPAIR_ATTEMPTS: u32 = 3;
+
+/// The most fallback links a binding may have.
+pub const MAX_FALLBACKS: usize = 4;
+
+/// A link of a fallback chain: another provider and model, with its own settings. Unset
+/// sampling fields take the primary binding's; `providerSettings` are the link's own (the
+/// primary's belong to another provider).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FallbackLink {
+    pub provider: String,
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<ReasoningEffort>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schema(value_type = Object)]
+    pub provider_settings: BTreeMap<String, serde_json::Value>,
+}
+
+impl ModelBinding {
+    /// The binding a call through `link` uses: the link's provider, model and vendor
+    /// settings, its sampling fields or else this binding's, this binding's response format
+    /// and tool settings, and no further fallbacks.
+    pub fn for_link(&self, link: &FallbackLink) -> ModelBinding {
+        ModelBinding {
+            provider: link.provider.clone(),
+            model: link.model.clone(),
+            temperature: link.temperature.or(self.temperature),
+            top_p: link.top_p.or(self.top_p),
+            max_output_tokens: link.max_output_tokens.or(self.max_output_tokens),
+            reasoning_effort: link.reasoning_effort.or(self.reasoning_effort),
+            response_format: self.response_format.clone(),
+            provider_settings: link.provider_settings.clone(),
+            allow_concurrent_tool_calls: self.allow_concurrent_tool_calls,
+            fallbacks: Vec::new(),
+            max_repair_attempts: self.max_repair_attempts,
+        }
+    }
+
+    /// The primary binding, then one per fallback link, each with the JSON path of its
+    /// fields (`model`, `model.fallbacks[0]`, …).
+    pub fn chain(&self) -> Vec<(String, std::borrow::Cow<'_, ModelBinding>)> {
+        let mut links = vec![("model".to_owned(), std::borrow::Cow::Borrowed(self))];
+        for (i, link) in self.fallbacks.iter().enumerate() {
+            links.push((format!("model.fallbacks[{i}]"), std::borrow::Cow::Owned(self.for_link(link))));
+        }
+        links
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -155,6 +225,48 @@ pub enum ResponseFormat {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         strict: Option<bool>,
     },
+}
+
+/// The shape of one link of a binding's chain, its fields under `path`: provider and model
+/// named, sampling values in range.
+fn check_route(p: &mut Vec<Problem>, path: &str, m: &ModelBinding) {
+    if m.provider.trim().is_empty() {
+        p.push(Problem::new(ProblemCode::Required, format!("{path}.provider"), "A model provider is required."));
+    }
+    if m.model.trim().is_empty() {
+        p.push(Problem::new(ProblemCode::Required, format!("{path}.model"), "A model name is required."));
+    } else if m.model.len() > 200 {
+        p.push(Problem::new(
+            ProblemCode::LimitExceeded,
+            format!("{path}.model"),
+            "A model name is at most 200 characters.",
+        ));
+    }
+    if let Some(t) = m.temperature
+        && !(0.0..=2.0).contains(&t)
+    {
+        p.push(Problem::new(
+            ProblemCode::OutOfRange,
+            format!("{path}.temperature"),
+            "temperature must be between 0 and 2.",
+        ));
+    }
+    if let Some(t) = m.top_p
+        && !(t > 0.0 && t <= 1.0)
+    {
+        p.push(Problem::new(
+            ProblemCode::OutOfRange,
+            format!("{path}.topP"),
+            "topP must be greater than 0 and at most 1.",
+        ));
+    }
+    if m.max_output_tokens == Some(0) {
+        p.push(Problem::new(
+            ProblemCode::OutOfRange,
+            format!("{path}.maxOutputTokens"),
+            "maxOutputTokens must be at least 1.",
+        ));
+    }
 }
 
 /// A response schema is a JSON object: anything else is refused as the body is read.
@@ -437,30 +549,35 @@ impl AgentDefinition {
         }
 
         let m = &self.model;
-        if m.provider.trim().is_empty() {
-            p.push(Problem::new(ProblemCode::Required, "model.provider", "A model provider is required."));
-        }
-        if m.model.trim().is_empty() {
-            p.push(Problem::new(ProblemCode::Required, "model.model", "A model name is required."));
-        } else if m.model.len() > 200 {
-            p.push(Problem::new(ProblemCode::LimitExceeded, "model.model", "A model name is at most 200 characters."));
-        }
-        if let Some(t) = m.temperature
-            && !(0.0..=2.0).contains(&t)
-        {
-            p.push(Problem::new(ProblemCode::OutOfRange, "model.temperature", "temperature must be between 0 and 2."));
-        }
-        if let Some(t) = m.top_p
-            && !(t > 0.0 && t <= 1.0)
-        {
-            p.push(Problem::new(ProblemCode::OutOfRange, "model.topP", "topP must be greater than 0 and at most 1."));
-        }
-        if m.max_output_tokens == Some(0) {
+        if m.fallbacks.len() > MAX_FALLBACKS {
             p.push(Problem::new(
-                ProblemCode::OutOfRange,
-                "model.maxOutputTokens",
-                "maxOutputTokens must be at least 1.",
+                ProblemCode::LimitExceeded,
+                "model.fallbacks",
+                format!("At most {MAX_FALLBACKS} fallback links are allowed."),
             ));
+        }
+        check_route(&mut p, "model", m);
+        if let Some(n) = m.max_repair_attempts {
+            let structured =
+                matches!(m.response_format, Some(ResponseFormat::Json | ResponseFormat::JsonSchema { .. }));
+            if n > MAX_REPAIR_ATTEMPTS {
+                p.push(Problem::new(
+                    ProblemCode::OutOfRange,
+                    "model.maxRepairAttempts",
+                    format!("maxRepairAttempts is 0 to {MAX_REPAIR_ATTEMPTS}."),
+                ));
+            } else if n > 0 && !structured {
+                p.push(Problem::new(
+                    ProblemCode::InvalidResponseFormat,
+                    "model.maxRepairAttempts",
+                    "maxRepairAttempts needs a JSON responseFormat (json or jsonSchema) to check answers against.",
+                ));
+            }
+        }
+        for (i, link) in m.fallbacks.iter().enumerate() {
+            // The link's own values only: what it inherits was checked as the primary's.
+            let own = ModelBinding::default().for_link(link);
+            check_route(&mut p, &format!("model.fallbacks[{i}]"), &own);
         }
         if let Some(ResponseFormat::JsonSchema { name, schema, .. }) = &m.response_format {
             if name.is_empty()

@@ -28,12 +28,13 @@ use crate::compiler::CompiledAgent;
 use crate::events::RunEvent;
 use crate::events::{ApprovalRequest, ToolCallStatus};
 use crate::failure::{ErrorClass, RunFailure};
+use crate::model::resilience::{Failed, Link, Note, Opened};
 use crate::model::{
-    FinishReason, Message, ModelEvent, ModelRequest, ModelStream, ProviderError, ProviderErrorKind, ReasoningBlock,
-    ToolCall, Usage,
+    FinishReason, Message, ModelEvent, ModelRequest, ProviderError, ProviderErrorKind, ReasoningBlock, ToolCall, Usage,
 };
 use crate::names::{RunId, TenantId};
 use crate::ports::{Clock, millis_between};
+use crate::pricing::CostSnapshot;
 use crate::recorder::Recorder;
 use crate::runs::store::{ModelStep, RunStore, ToolCallRecord};
 use crate::runtime::Runtime;
@@ -124,6 +125,11 @@ impl Emitter {
     }
 
     /// Whether the run must stop: its token fired, or the store says someone asked.
+    /// Whether the run streams to a caller as it goes (its text reaches someone at once).
+    pub fn is_live(&self) -> bool {
+        self.tx.is_some()
+    }
+
     pub async fn should_stop(&mut self) -> bool {
         if self.cancel.is_cancelled() {
             return true;
@@ -170,6 +176,30 @@ pub struct TurnResult {
     /// The last model turn's text: the answer.
     pub text: String,
     pub finish: Option<FinishReason>,
+    /// Where the calls went when a fallback link answered any of them (see [`Rerouted`]).
+    pub rerouted: Option<Rerouted>,
+}
+
+/// A turn some of whose model calls a fallback link answered: the run is recorded with the
+/// provider of the link that answered last, and its cost is the sum of each call's at the
+/// prices of the model that answered it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rerouted {
+    pub provider: String,
+    pub cost: Option<CostSnapshot>,
+}
+
+impl Rerouted {
+    /// Two parts of one run (the harness loop's iterations): the later's provider, both costs.
+    pub fn merge(later: Option<Self>, earlier: Option<Self>) -> Option<Self> {
+        match (later, earlier) {
+            (Some(mut l), Some(e)) => {
+                l.cost = crate::pricing::add_cost(e.cost, l.cost.as_ref());
+                Some(l)
+            }
+            (l, e) => l.or(e),
+        }
+    }
 }
 
 /// Why a step stopped short of its end.
@@ -188,6 +218,12 @@ pub struct TurnTally {
     pub finish: Option<FinishReason>,
     /// Whether any model call got as far as a response.
     pub called: bool,
+    /// The provider that answered the last call, when it was not the agent's own.
+    pub provider: Option<String>,
+    /// Every call's cost so far, each at its answering model's prices.
+    pub cost: Option<CostSnapshot>,
+    /// Whether a fallback link answered any call.
+    pub rerouted: bool,
 }
 
 /// How a turn begins.
@@ -248,6 +284,10 @@ pub async fn run_turn(
         called: state.called,
         text: state.last_text,
         finish: state.finish,
+        rerouted: state.rerouted.then(|| Rerouted {
+            provider: state.provider.unwrap_or_else(|| agent.provider.name().to_owned()),
+            cost: state.cost,
+        }),
     }
 }
 
@@ -382,32 +422,54 @@ pub async fn model_turn(
 ) -> Result<ModelTurn, Stop> {
     let clock = runtime.platform.clock.clone();
     let timeout = runtime.settings.model_timeout;
-    let provider = agent.provider.clone();
-    let fail = |e: ProviderError| Stop::Failed(RunFailure::from_provider(provider.name(), &e));
 
-    let span = tracing::info_span!("model.call", provider = provider.name(), model = %request.model);
+    let span = tracing::info_span!("model.call", provider = agent.provider.name(), model = %request.model);
     // While the model is silent, a cancel issued through another instance is still noticed
     // and what was already said still reaches the log: every cancel-check interval the
     // store's flag is read and a due batch of events is written, not only between chunks.
     let poll_every = emitter.watch.interval.max(Duration::from_millis(10));
     let mut poll = clock.sleep(poll_every);
-    let mut opening = std::pin::pin!(provider.stream(request).instrument(span));
-    let mut deadline = clock.sleep(timeout);
-    let mut stream: ModelStream = loop {
-        tokio::select! {
-            biased;
-            _ = env.cancel.cancelled() => return Err(Stop::Canceled),
-            r = &mut opening => break r.map_err(|e| if e.kind == ProviderErrorKind::Canceled { Stop::Canceled } else { fail(e) })?,
-            _ = &mut deadline => return Err(fail(ProviderError::timeout("no response before the model timeout"))),
-            _ = &mut poll => {
-                if emitter.should_stop().await {
-                    return Err(Stop::Canceled);
+    // The binding's fallback chain (no allocation without one); retries and fallbacks happen
+    // only before the answer starts, and never past the tree's time budget.
+    let fallbacks: Vec<Link<'_>> =
+        agent.fallbacks.iter().map(|l| Link { provider: &l.provider, binding: Some(l.binding.as_ref()) }).collect();
+    let until = env.tree.budget.ends_at();
+    let mut notes = Vec::new();
+    let opened = {
+        let opening = runtime.models.open(&agent.provider, &fallbacks, request, timeout, until, &mut notes);
+        let mut opening = std::pin::pin!(opening.instrument(span));
+        loop {
+            tokio::select! {
+                biased;
+                _ = env.cancel.cancelled() => return Err(Stop::Canceled),
+                r = &mut opening => break r,
+                _ = &mut poll => {
+                    if emitter.should_stop().await {
+                        return Err(Stop::Canceled);
+                    }
+                    emitter.recorder().flush_if_due().await;
+                    poll = clock.sleep(poll_every);
                 }
-                emitter.recorder().flush_if_due().await;
-                poll = clock.sleep(poll_every);
             }
         }
     };
+    for note in notes {
+        emitter.emit(note_event(note)).await;
+    }
+    let Opened { provider, model: asked_model, mut stream } = match opened {
+        Ok(opened) => opened,
+        Err(Failed { error, .. }) if error.kind == ProviderErrorKind::Canceled => return Err(Stop::Canceled),
+        Err(Failed { provider, error }) => return Err(Stop::Failed(RunFailure::from_provider(&provider, &error))),
+    };
+    let fail = |e: ProviderError| Stop::Failed(RunFailure::from_provider(&provider, &e));
+    // The run names the provider and model that answered its last call.
+    if provider != agent.provider.name() || asked_model != request.model {
+        state.rerouted = true;
+        state.provider = Some(provider.clone());
+        state.model = Some(asked_model.clone());
+    } else if state.provider.take().is_some() {
+        state.model = None;
+    }
     state.called = true;
 
     let mut turn = ModelTurn { text: String::new(), calls: Vec::new(), reasoning: Vec::new(), finish: None };
@@ -461,9 +523,10 @@ pub async fn model_turn(
     }
     if let Some(u) = turn_usage {
         state.usage.get_or_insert_with(Usage::default).add(&u);
-        let model = state.model.as_deref().unwrap_or(&request.model);
-        let cost = runtime.pricing.cost(provider.name(), model, Some(&u)).map(|c| c.total_cost);
-        env.tree.budget.spend(&u, cost);
+        let model = state.model.as_deref().unwrap_or(&asked_model);
+        let cost = runtime.pricing.cost(&provider, model, Some(&u));
+        env.tree.budget.spend(&u, cost.as_ref().map(|c| c.total_cost));
+        state.cost = crate::pricing::add_cost(state.cost.take(), cost.as_ref());
     }
     state.finish = turn.finish;
     // Ids are what ties a result to its call; a provider that omits one gets a stable one.
@@ -474,6 +537,27 @@ pub async fn model_turn(
     }
     unique_call_ids(&request.messages, &mut turn.calls, env.ledger.step() + 1);
     Ok(turn)
+}
+
+/// The run event of what happened on a model call's way to an answer.
+fn note_event(note: Note) -> RunEvent {
+    // An open breaker is named as such: nothing was called, so it is not the provider's error.
+    let error_type = |kind| match kind {
+        ProviderErrorKind::BreakerOpen => "breaker_open".to_owned(),
+        kind => ErrorClass::of_provider(kind).error_type().to_owned(),
+    };
+    match note {
+        Note::Retried { provider, model, attempt, kind, delay } => RunEvent::ModelRetried {
+            provider,
+            model,
+            attempt,
+            error_type: error_type(kind),
+            delay_ms: u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+        },
+        Note::FellBack { from_provider, from_model, to_provider, to_model, kind } => {
+            RunEvent::ModelFallback { from_provider, from_model, to_provider, to_model, error_type: error_type(kind) }
+        }
+    }
 }
 
 /// Makes each call's id unique within the run: a provider that numbers its calls per

@@ -204,6 +204,37 @@ pub enum RunEvent {
         run_id: Option<RunId>,
         error: RunFailure,
     },
+    /// A model call's attempt failed before its answer started (`errorType`: the class it
+    /// would have failed the run with); the same provider is tried again after `delayMs`.
+    #[serde(rename_all = "camelCase")]
+    ModelRetried {
+        provider: String,
+        model: String,
+        /// The attempt that failed, from 1.
+        attempt: u32,
+        error_type: String,
+        delay_ms: u64,
+    },
+    /// A model call moved on to the next link of its binding's fallback chain: the link it
+    /// left failed with `errorType` (after its retries), or its circuit breaker was open
+    /// (`breaker_open`: it was not called).
+    #[serde(rename_all = "camelCase")]
+    ModelFallback {
+        from_provider: String,
+        from_model: String,
+        to_provider: String,
+        to_model: String,
+        error_type: String,
+    },
+    /// The model's answer was not the structured output the binding asks for (see
+    /// [`crate::structured`]): `problems` say why; with `repairing` the model is asked again.
+    #[serde(rename_all = "camelCase")]
+    ResponseRejected {
+        /// The rejection, from 1.
+        attempt: u32,
+        problems: Vec<String>,
+        repairing: bool,
+    },
     /// A checkpoint was written at the end of a super-step.
     #[serde(rename_all = "camelCase")]
     WorkflowCheckpointed {
@@ -281,6 +312,9 @@ impl RunEvent {
             Self::ExecutorCompleted { .. } => "executor.completed",
             Self::ExecutorFailed { .. } => "executor.failed",
             Self::WorkflowCheckpointed { .. } => "workflow.checkpointed",
+            Self::ModelRetried { .. } => "model.retried",
+            Self::ModelFallback { .. } => "model.fallback",
+            Self::ResponseRejected { .. } => "response.rejected",
             Self::RunAwaitingInput { .. } => "run.awaiting_input",
         }
     }
@@ -310,6 +344,9 @@ impl RunEvent {
             Self::ExecutorCompleted { .. } => "ExecutorCompleted",
             Self::ExecutorFailed { .. } => "ExecutorFailed",
             Self::WorkflowCheckpointed { .. } => "WorkflowCheckpointed",
+            Self::ModelRetried { .. } => "ModelRetried",
+            Self::ModelFallback { .. } => "ModelFallback",
+            Self::ResponseRejected { .. } => "ResponseRejected",
             Self::RunAwaitingInput { .. } => "RunAwaitingInput",
         }
     }

@@ -67,6 +67,22 @@ pub enum ErrorClass {
 }
 
 impl ErrorClass {
+    /// The class of a provider failure of `kind`.
+    pub fn of_provider(kind: ProviderErrorKind) -> Self {
+        match kind {
+            ProviderErrorKind::Timeout => Self::Timeout,
+            ProviderErrorKind::Canceled => Self::Canceled,
+            ProviderErrorKind::Unauthorized => Self::ProviderAuthentication,
+            ProviderErrorKind::RateLimited => Self::RateLimited,
+            ProviderErrorKind::ServerError
+            | ProviderErrorKind::Transport
+            | ProviderErrorKind::Protocol
+            | ProviderErrorKind::BreakerOpen => Self::ProviderUnavailable,
+            ProviderErrorKind::Rejected => Self::ProviderRejected,
+            ProviderErrorKind::ContentFiltered => Self::ContentFiltered,
+        }
+    }
+
     /// The stable `errorType` used in problem documents and `error` frames.
     pub fn error_type(self) -> &'static str {
         match self {
@@ -123,32 +139,29 @@ impl RunFailure {
             detail = %error.detail,
             "model call failed"
         );
-        let (class, what) = match error.kind {
-            ProviderErrorKind::Timeout => {
-                (ErrorClass::Timeout, "The model provider did not answer in time.".to_owned())
+        let what = match error.kind {
+            ProviderErrorKind::Timeout => "The model provider did not answer in time.".to_owned(),
+            ProviderErrorKind::Canceled => "The run was canceled.".to_owned(),
+            ProviderErrorKind::Unauthorized => {
+                format!("The model provider refused the configured credential (HTTP {}).", error.status.unwrap_or(401))
             }
-            ProviderErrorKind::Canceled => (ErrorClass::Canceled, "The run was canceled.".to_owned()),
-            ProviderErrorKind::Unauthorized => (
-                ErrorClass::ProviderAuthentication,
-                format!("The model provider refused the configured credential (HTTP {}).", error.status.unwrap_or(401)),
-            ),
-            ProviderErrorKind::RateLimited => {
-                (ErrorClass::RateLimited, "The model provider rate-limited the request (HTTP 429).".to_owned())
+            ProviderErrorKind::RateLimited => "The model provider rate-limited the request (HTTP 429).".to_owned(),
+            ProviderErrorKind::ServerError => {
+                format!("The model provider failed (HTTP {}).", error.status.unwrap_or(500))
             }
-            ProviderErrorKind::ServerError => (
-                ErrorClass::ProviderUnavailable,
-                format!("The model provider failed (HTTP {}).", error.status.unwrap_or(500)),
-            ),
-            ProviderErrorKind::Transport => (ErrorClass::ProviderUnavailable, format!("{} failed.", error.type_name)),
-            ProviderErrorKind::Protocol => (ErrorClass::ProviderUnavailable, format!("{} failed.", error.type_name)),
-            ProviderErrorKind::Rejected => (
-                ErrorClass::ProviderRejected,
-                format!("The model provider rejected the request (HTTP {}).", error.status.unwrap_or(400)),
-            ),
+            ProviderErrorKind::Transport | ProviderErrorKind::Protocol => format!("{} failed.", error.type_name),
+            ProviderErrorKind::Rejected => {
+                format!("The model provider rejected the request (HTTP {}).", error.status.unwrap_or(400))
+            }
             ProviderErrorKind::ContentFiltered => {
-                (ErrorClass::ContentFiltered, "The model provider's content filter stopped the response.".to_owned())
+                "The model provider's content filter stopped the response.".to_owned()
+            }
+            ProviderErrorKind::BreakerOpen => {
+                "The model provider failed too often in a row: its circuit breaker is open, and no call was made."
+                    .to_owned()
             }
         };
+        let class = ErrorClass::of_provider(error.kind);
         Self::new(class, format!("{what} (ref: {reference})"))
     }
 

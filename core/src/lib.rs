@@ -54,6 +54,7 @@ pub mod secret_names;
 pub mod sessions;
 pub mod setup;
 pub mod stores;
+pub mod structured;
 pub(crate) mod sync;
 pub mod tenants;
 pub mod text;

@@ -40,6 +40,22 @@ pub struct CostSnapshot {
     pub cached_input_per_million: Option<f64>,
 }
 
+/// The sum of two costs in one currency (`None` once they differ: no made-up exchange); the
+/// prices shown are the first's.
+pub fn add_cost(total: Option<CostSnapshot>, more: Option<&CostSnapshot>) -> Option<CostSnapshot> {
+    match (total, more) {
+        (None, more) => more.cloned(),
+        (total, None) => total,
+        (Some(mut t), Some(m)) if t.currency == m.currency => {
+            t.input_cost += m.input_cost;
+            t.output_cost += m.output_cost;
+            t.total_cost += m.total_cost;
+            Some(t)
+        }
+        _ => None,
+    }
+}
+
 /// The configured price list.
 #[derive(Debug, Clone, Default)]
 pub struct Pricing {

@@ -64,6 +64,9 @@ pub struct RuntimeSettings {
     /// `Tracon:Workflows:EnableCheckpointing` (true): workflow runs write a checkpoint at
     /// every super-step boundary; off, a workflow that asks a person fails instead of waiting.
     pub workflow_checkpointing: bool,
+    /// Retries, the circuit breaker and the concurrency limit of model calls
+    /// (`Tracon:ModelRetry:*`, `Tracon:CircuitBreaker:*`, `Tracon:ModelConcurrency:*`).
+    pub resilience: crate::model::resilience::ResilienceSettings,
     /// `Tracon:Preflight:*`: the prompt checked against its model's context window before any
     /// provider is called (off by default).
     pub preflight: crate::runs::preflight::PreflightSettings,
@@ -121,6 +124,7 @@ impl Default for RuntimeSettings {
             sub_agents: crate::runs::tree::SubAgentDefaults::default(),
             loop_judge: None,
             workflow_checkpointing: true,
+            resilience: crate::model::resilience::ResilienceSettings::default(),
             preflight: crate::runs::preflight::PreflightSettings::default(),
         }
     }
@@ -164,6 +168,7 @@ impl RuntimeSettings {
             },
             session_ownership: crate::sessions::ownership::SessionOwnership::from_config(config)?,
             workflow_checkpointing: config.bool("Tracon:Workflows:EnableCheckpointing")?.unwrap_or(true),
+            resilience: crate::model::resilience::ResilienceSettings::from_config(config)?,
             preflight: crate::runs::preflight::PreflightSettings::from_config(config)?,
         })
     }
@@ -197,6 +202,11 @@ pub struct Runtime {
     pub drain: Arc<Drain>,
     /// The functions a workflow's function nodes may name.
     pub workflow_functions: crate::workflows::functions::FunctionRegistry,
+    /// How model calls get to an answer: retries, fallback links, the shared circuit breaker,
+    /// this instance's concurrency slots.
+    pub models: crate::model::resilience::ModelCalls,
+    /// The host's own check of structured answers, after the built-in ones.
+    pub response_validator: Option<Arc<dyn crate::structured::ResponseValidator>>,
     /// The providers' health, cached per provider in this instance.
     pub model_health: crate::model::health::HealthChecks,
     /// Where queued runs go: set once by a host that runs a job consumer
@@ -249,6 +259,7 @@ pub struct RuntimeBuilder {
     custom_job_handlers: Vec<Arc<dyn crate::jobs::JobHandler>>,
     loop_evaluators: BTreeMap<String, Arc<dyn crate::harness::LoopEvaluator>>,
     workflow_functions: crate::workflows::functions::FunctionRegistry,
+    response_validator: Option<Arc<dyn crate::structured::ResponseValidator>>,
     errors: Vec<String>,
 }
 
@@ -280,8 +291,17 @@ impl RuntimeBuilder {
             custom_job_handlers: Vec::new(),
             loop_evaluators: BTreeMap::new(),
             workflow_functions: Default::default(),
+            response_validator: None,
             errors: Vec::new(),
         }
+    }
+
+    /// The host's own check of structured answers (the spec's `IStructuredResponseValidator`):
+    /// runs after the JSON and schema checks on every answer of an agent with a JSON
+    /// `responseFormat`; a refusal rejects the answer (see [`crate::structured`]).
+    pub fn response_validator(mut self, validator: Arc<dyn crate::structured::ResponseValidator>) -> Self {
+        self.response_validator = Some(validator);
+        self
     }
 
     /// Registers a harness-loop criterion written in code, for definitions to name as
@@ -492,7 +512,14 @@ impl RuntimeBuilder {
             max_attempts: self.webhooks.max_attempts,
             quiet: self.webhooks.quiet.clone(),
         })));
+        let models = crate::model::resilience::ModelCalls::new(
+            self.settings.resilience,
+            stores.breakers.clone(),
+            self.platform.clock.clone(),
+        );
         Ok(Runtime {
+            models,
+            response_validator: self.response_validator,
             gatekeeper,
             quota_sinks,
             webhooks: Arc::new(self.webhooks),

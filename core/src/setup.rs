@@ -1,10 +1,15 @@
 //! Assembling a [`Runtime`] from configuration — what every host (local server, Lambda,
 //! Worker) does at start-up, so they all read the same settings the same way.
 //!
-//! Providers: `scripted` always; `openai` with `OPENAI_API_KEY` (or
-//! `Tracon:Providers:OpenAI:ApiKey`); `anthropic` with `ANTHROPIC_API_KEY`; named compatible
-//! endpoints from `Tracon:Providers:Compatible:<name>:Endpoint|ApiKey`; each provider's model
-//! catalog from its section's `Models:<i>:*` ([`crate::model::catalog`]). The demo tools are
+//! Providers ([`providers_from_config`]): `scripted` always; `openai` and `openai-responses`
+//! with `OPENAI_API_KEY` (or `Tracon:Providers:OpenAI:ApiKey`); `anthropic` with
+//! `ANTHROPIC_API_KEY`; `google` with `Tracon:Providers:Google:ApiKey` (or `GOOGLE_API_KEY`,
+//! then `GEMINI_API_KEY`, the Google SDK's order); `azure-openai` with
+//! `Tracon:Providers:AzureOpenAI:Endpoint` and `:ApiKey` (`:ApiVersion` optional); named
+//! compatible endpoints from `Tracon:Providers:Compatible:<name>:Endpoint|ApiKey`, plus
+//! `{name}-responses` when `:EnableResponsesSurface` is true. A provider whose configuration
+//! is started but incomplete (an endpoint without its key) stops the host. Each provider's
+//! model catalog comes from its section's `Models:<i>:*` ([`crate::model::catalog`]). The demo tools are
 //! registered by default (`Tracon:Demo:Tools`), the demo agent when `Tracon:Demo:Enabled`
 //! (the host picks the default: on locally, off on serverless hosts).
 
@@ -13,8 +18,11 @@ use std::sync::Arc;
 use crate::attribution::HeaderLabels;
 use crate::config::Config;
 use crate::demo;
+use crate::model::ModelProvider;
 use crate::model::anthropic::AnthropicProvider;
+use crate::model::azure::AzureOpenAiProvider;
 use crate::model::catalog::ModelCatalog;
+use crate::model::google::GoogleProvider;
 use crate::model::openai::OpenAiProvider;
 use crate::model::scripted::{SCRIPTED, ScriptedProvider};
 use crate::ports::Platform;
@@ -57,33 +65,11 @@ pub fn builder_from_config(
     if let Some(prefix) = config.get("Tracon:Attribution:LabelHeaderPrefix") {
         builder = builder.attribution(Arc::new(HeaderLabels::new(prefix)));
     }
-    builder = builder.add_provider(Arc::new(ScriptedProvider::demo()));
-
-    let openai_key = config.first(&["Tracon:Providers:OpenAI:ApiKey", "OPENAI_API_KEY"]).map(str::to_owned);
-    let anthropic_key = config.first(&["Tracon:Providers:Anthropic:ApiKey", "ANTHROPIC_API_KEY"]).map(str::to_owned);
-    if let Some(key) = &openai_key {
-        let base = config.first(&["Tracon:Providers:OpenAI:Endpoint", "OPENAI_BASE_URL"]).map(str::to_owned);
-        builder = builder.add_provider(Arc::new(OpenAiProvider::openai(client.clone(), key.clone(), base)));
+    for provider in providers_from_config(config, &client)? {
+        builder = builder.add_provider(provider);
     }
-    if let Some(key) = &anthropic_key {
-        let base = config.first(&["Tracon:Providers:Anthropic:Endpoint", "ANTHROPIC_BASE_URL"]).map(str::to_owned);
-        let mut provider = AnthropicProvider::new(client.clone(), key.clone(), base);
-        if let Some(n) =
-            config.parse::<u32>("Tracon:Providers:Anthropic:DefaultMaxOutputTokens").map_err(|e| e.to_string())?
-        {
-            provider = provider.with_default_max_output_tokens(n);
-        }
-        builder = builder.add_provider(Arc::new(provider));
-    }
-    for name in config.child_sections("Tracon:Providers:Compatible") {
-        let key = |k: &str| format!("Tracon:Providers:Compatible:{name}:{k}");
-        let endpoint = config.get(&key("Endpoint")).ok_or_else(|| {
-            format!("Compatible provider '{name}' needs an Endpoint (Tracon__Providers__Compatible__{name}__Endpoint).")
-        })?;
-        let api_key = config.get(&key("ApiKey")).map(str::to_owned);
-        let provider = OpenAiProvider::compatible(client.clone(), &name, endpoint, api_key)?;
-        builder = builder.add_provider(Arc::new(provider));
-    }
+    let openai_key = config.first(OPENAI_KEY);
+    let anthropic_key = config.first(ANTHROPIC_KEY);
 
     // Client-side tools declared in configuration: the prebuilt hosts' equivalent of
     // `add_client_tool` in code (no body runs here; the caller answers).
@@ -118,6 +104,73 @@ pub fn builder_from_config(
         }
     }
     Ok(builder)
+}
+
+const OPENAI_KEY: &[&str] = &["Tracon:Providers:OpenAI:ApiKey", "OPENAI_API_KEY"];
+const ANTHROPIC_KEY: &[&str] = &["Tracon:Providers:Anthropic:ApiKey", "ANTHROPIC_API_KEY"];
+/// The Google SDK reads `GOOGLE_API_KEY` before `GEMINI_API_KEY`; so does Tracon.
+const GOOGLE_KEY: &[&str] = &["Tracon:Providers:Google:ApiKey", "GOOGLE_API_KEY", "GEMINI_API_KEY"];
+
+/// The model providers the configuration asks for, `scripted` first. Registering the same
+/// name twice is left to the registry, which refuses it at build time.
+pub fn providers_from_config(config: &Config, client: &reqwest::Client) -> Result<Vec<Arc<dyn ModelProvider>>, String> {
+    let mut out: Vec<Arc<dyn ModelProvider>> = vec![Arc::new(ScriptedProvider::demo())];
+    if let Some(key) = config.first(OPENAI_KEY) {
+        let base = config.first(&["Tracon:Providers:OpenAI:Endpoint", "OPENAI_BASE_URL"]).map(str::to_owned);
+        let openai = OpenAiProvider::openai(client.clone(), key.to_owned(), base);
+        // Both official surfaces, always: the spec's EnableResponsesSurface is for compatible
+        // endpoints only.
+        out.push(Arc::new(openai.responses_surface()));
+        out.push(Arc::new(openai));
+    }
+    if let Some(key) = config.first(ANTHROPIC_KEY) {
+        let base = config.first(&["Tracon:Providers:Anthropic:Endpoint", "ANTHROPIC_BASE_URL"]).map(str::to_owned);
+        let mut provider = AnthropicProvider::new(client.clone(), key.to_owned(), base);
+        if let Some(n) =
+            config.parse::<u32>("Tracon:Providers:Anthropic:DefaultMaxOutputTokens").map_err(|e| e.to_string())?
+        {
+            provider = provider.with_default_max_output_tokens(n);
+        }
+        out.push(Arc::new(provider));
+    }
+    let google_endpoint = config.get("Tracon:Providers:Google:Endpoint").map(str::to_owned);
+    match config.first(GOOGLE_KEY) {
+        Some(key) => out.push(Arc::new(GoogleProvider::new(client.clone(), key.to_owned(), google_endpoint)?)),
+        None if google_endpoint.is_some() => {
+            return Err("The google provider has an Endpoint but no key (Tracon__Providers__Google__ApiKey, \
+                 GOOGLE_API_KEY or GEMINI_API_KEY)."
+                .to_owned());
+        }
+        None => {}
+    }
+    let azure = |k: &str| config.get(&format!("Tracon:Providers:AzureOpenAI:{k}"));
+    match (azure("Endpoint"), azure("ApiKey")) {
+        (Some(endpoint), Some(key)) => {
+            let version = azure("ApiVersion").map(str::to_owned);
+            out.push(Arc::new(AzureOpenAiProvider::new(client.clone(), endpoint, key.to_owned(), version)?));
+        }
+        (None, None) if azure("ApiVersion").is_none() => {}
+        (endpoint, _) => {
+            let missing = if endpoint.is_none() { "Endpoint" } else { "ApiKey" };
+            return Err(format!(
+                "The azure-openai provider needs an {missing} (Tracon__Providers__AzureOpenAI__{missing})."
+            ));
+        }
+    }
+    for name in config.child_sections("Tracon:Providers:Compatible") {
+        let key = |k: &str| format!("Tracon:Providers:Compatible:{name}:{k}");
+        let endpoint = config.get(&key("Endpoint")).ok_or_else(|| {
+            format!("Compatible provider '{name}' needs an Endpoint (Tracon__Providers__Compatible__{name}__Endpoint).")
+        })?;
+        let api_key = config.get(&key("ApiKey")).map(str::to_owned);
+        let provider = OpenAiProvider::compatible(client.clone(), &name, endpoint, api_key)?;
+        // Only a server that implements /responses gets the second route; off by default.
+        if config.bool(&key("EnableResponsesSurface")).map_err(|e| e.to_string())?.unwrap_or(false) {
+            out.push(Arc::new(provider.responses_surface()));
+        }
+        out.push(Arc::new(provider));
+    }
+    Ok(out)
 }
 
 /// [`builder_from_config`] built.
@@ -159,4 +212,78 @@ pub async fn report_foreign_references(
         }
     }
     Ok(foreign)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(pairs: &[(&str, &str)]) -> Result<Vec<String>, String> {
+        let config = Config::from_pairs(pairs.iter().copied());
+        let providers = providers_from_config(&config, &reqwest::Client::new())?;
+        let mut names: Vec<String> = providers.iter().map(|p| p.name().to_owned()).collect();
+        names.sort();
+        Ok(names)
+    }
+
+    #[test]
+    fn openai_registers_both_surfaces_and_a_compatible_endpoint_only_chat_unless_enabled() {
+        assert_eq!(names(&[]).unwrap(), ["scripted"]);
+        assert_eq!(names(&[("OPENAI_API_KEY", "sk-test")]).unwrap(), ["openai", "openai-responses", "scripted"]);
+        // EnableResponsesSurface does not concern the official endpoint.
+        assert_eq!(
+            names(&[
+                ("Tracon__Providers__OpenAI__ApiKey", "sk"),
+                ("Tracon__Providers__OpenAI__EnableResponsesSurface", "false")
+            ])
+            .unwrap(),
+            ["openai", "openai-responses", "scripted"]
+        );
+        let ollama = ("Tracon__Providers__Compatible__ollama__Endpoint", "http://localhost:11434/v1");
+        assert_eq!(names(&[ollama]).unwrap(), ["ollama", "scripted"]);
+        assert_eq!(
+            names(&[ollama, ("Tracon__Providers__Compatible__ollama__EnableResponsesSurface", "false")]).unwrap(),
+            ["ollama", "scripted"]
+        );
+        assert_eq!(
+            names(&[ollama, ("Tracon:Providers:Compatible:ollama:EnableResponsesSurface", "true")]).unwrap(),
+            ["ollama", "ollama-responses", "scripted"]
+        );
+        let err =
+            names(&[ollama, ("Tracon__Providers__Compatible__ollama__EnableResponsesSurface", "maybe")]).unwrap_err();
+        assert!(err.contains("EnableResponsesSurface"), "{err}");
+    }
+
+    #[test]
+    fn google_registers_from_any_of_its_keys_and_refuses_an_endpoint_without_one() {
+        for key in ["Tracon__Providers__Google__ApiKey", "GOOGLE_API_KEY", "GEMINI_API_KEY"] {
+            assert_eq!(names(&[(key, "AIza-test")]).unwrap(), ["google", "scripted"], "{key}");
+        }
+        assert_eq!(
+            names(&[("GEMINI_API_KEY", "AIza-test"), ("Tracon__Providers__Google__Endpoint", "http://127.0.0.1:9")])
+                .unwrap(),
+            ["google", "scripted"]
+        );
+        let err = names(&[("Tracon__Providers__Google__Endpoint", "http://127.0.0.1:9")]).unwrap_err();
+        assert!(err.contains("GEMINI_API_KEY") && !err.contains("127.0.0.1"), "{err}");
+        assert!(names(&[("GEMINI_API_KEY", "k"), ("Tracon__Providers__Google__Endpoint", "not a url")]).is_err());
+    }
+
+    #[test]
+    fn azure_needs_an_absolute_endpoint_and_a_key() {
+        let endpoint = ("Tracon__Providers__AzureOpenAI__Endpoint", "https://my-resource.openai.azure.com/");
+        let key = ("Tracon__Providers__AzureOpenAI__ApiKey", "azure-secret");
+        assert_eq!(names(&[endpoint, key]).unwrap(), ["azure-openai", "scripted"]);
+        assert_eq!(
+            names(&[endpoint, key, ("Tracon__Providers__AzureOpenAI__ApiVersion", "2025-04-01-preview")]).unwrap(),
+            ["azure-openai", "scripted"]
+        );
+        let err = names(&[endpoint]).unwrap_err();
+        assert!(err.contains("Tracon__Providers__AzureOpenAI__ApiKey"), "{err}");
+        let err = names(&[key]).unwrap_err();
+        assert!(err.contains("Tracon__Providers__AzureOpenAI__Endpoint") && !err.contains("azure-secret"), "{err}");
+        let err =
+            names(&[("Tracon__Providers__AzureOpenAI__Endpoint", "my-resource.openai.azure.com"), key]).unwrap_err();
+        assert!(err.contains("absolute"), "{err}");
+    }
 }

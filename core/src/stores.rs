@@ -34,6 +34,8 @@ pub struct Stores {
     pub triggers: Arc<dyn crate::triggers::TriggerStore>,
     /// Webhook subscriptions and their delivery history.
     pub webhooks: Arc<dyn crate::webhooks::WebhookStore>,
+    /// The model providers' circuit breakers, shared by every instance.
+    pub breakers: Arc<dyn crate::model::breaker::BreakerStore>,
     /// Whether the stores survive a restart.
     pub persistent: bool,
 }
@@ -56,6 +58,7 @@ impl Stores {
             schedules: Arc::new(crate::schedules::MemoryScheduleStore::default()),
             triggers: Arc::new(crate::triggers::MemoryTriggerStore::default()),
             webhooks: Arc::new(crate::webhooks::memory::MemoryWebhookStore::default()),
+            breakers: Arc::new(crate::model::breaker::MemoryBreakerStore::default()),
             persistent: false,
         }
     }

@@ -3,13 +3,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
+use support::ShiftedClock;
 use tokio_util::sync::CancellationToken;
 use tracon_core::jobs::MemoryJobStore;
 use tracon_core::jobs::{
@@ -17,24 +20,6 @@ use tracon_core::jobs::{
 };
 use tracon_core::names::TenantId;
 use tracon_core::ports::Clock;
-
-/// A clock that stands still until the test moves it (timers still run in real time).
-struct ShiftedClock(AtomicI64, DateTime<Utc>);
-
-impl Default for ShiftedClock {
-    fn default() -> Self {
-        Self(AtomicI64::new(0), Utc::now())
-    }
-}
-
-impl Clock for ShiftedClock {
-    fn now(&self) -> DateTime<Utc> {
-        self.1 + chrono::Duration::milliseconds(self.0.load(Ordering::SeqCst))
-    }
-    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
-        Box::pin(tokio::time::sleep(duration))
-    }
-}
 
 /// Fails its first `fail` attempts (transiently), then echoes the payload; or waits for
 /// cancellation when the payload says `"wait": true`.
@@ -120,13 +105,13 @@ async fn a_failed_attempt_is_retried_after_a_growing_backoff_until_attempts_run_
     assert_eq!(wait, 5_000, "first retry after the base delay");
     assert_eq!(s.runner.drain(10).await.unwrap(), 0, "not before its time");
 
-    s.clock.0.fetch_add(5_001, Ordering::SeqCst);
+    s.clock.advance(5_001);
     s.runner.drain(10).await.unwrap();
     let after_two = job(&s, id).await;
     let wait = (after_two.available_at - s.clock.now()).num_milliseconds();
     assert_eq!(wait, 10_000, "doubled");
 
-    s.clock.0.fetch_add(10_001, Ordering::SeqCst);
+    s.clock.advance(10_001);
     s.runner.drain(10).await.unwrap();
     let last = job(&s, id).await;
     assert_eq!((last.status, last.attempts), (JobStatus::Failed, 3));

@@ -16,7 +16,8 @@
 //! | `ExecutorFailed` | `update` `{kind: "executorFailed", executorId, superStep, runId, error}` |
 //! | `RunAwaitingInput` (a workflow asks a person) | `done` `{runId, status: "AwaitingInput", requests: [{requestId, executorId, prompt}]}` |
 //!
-//! `MessageCompleted`, `WorkflowStarted` and `WorkflowCheckpointed` belong to the recorded log only.
+//! `MessageCompleted`, `WorkflowStarted`, `WorkflowCheckpointed`, `ModelRetried`,
+//! `ModelFallback` and `ResponseRejected` belong to the recorded log only.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -220,7 +221,10 @@ pub fn put_live_frames(buf: &mut BytesMut, run_id: RunId, session_id: Option<&st
         | RunEvent::ChildRunTimedOut { .. }
         | RunEvent::LoopIterationCompleted { .. }
         | RunEvent::WorkflowStarted { .. }
-        | RunEvent::WorkflowCheckpointed { .. } => {}
+        | RunEvent::WorkflowCheckpointed { .. }
+        | RunEvent::ModelRetried { .. }
+        | RunEvent::ModelFallback { .. }
+        | RunEvent::ResponseRejected { .. } => {}
         RunEvent::ExecutorInvoked { executor_id, executor_kind, super_step, run_id } => put_frame(
             buf,
             "update",

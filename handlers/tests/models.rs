@@ -41,7 +41,10 @@ async fn get(app: &Router, path: &str) -> (StatusCode, Value) {
 }
 
 fn script() -> Arc<dyn ModelProvider> {
-    Arc::new(ScriptedProvider::from_fn("script", |_| ScriptedTurn::text("done").with_usage(1_000_000, 500_000)))
+    // A JSON answer: the structured-output agents below must get one to complete.
+    Arc::new(ScriptedProvider::from_fn("script", |_| {
+        ScriptedTurn::text("{\"answer\": \"done\"}").with_usage(1_000_000, 500_000)
+    }))
 }
 
 #[tokio::test]
@@ -78,7 +81,7 @@ async fn the_catalog_lists_every_registered_provider_with_what_the_configuration
     assert_eq!(catalog["currency"], "EUR");
     let providers: Vec<&str> =
         catalog["providers"].as_array().unwrap().iter().map(|p| p["provider"].as_str().unwrap()).collect();
-    assert_eq!(providers, ["openai", "scripted"]);
+    assert_eq!(providers, ["openai", "openai-responses", "scripted"]);
     assert_eq!(
         catalog["providers"][0]["models"],
         json!([{
@@ -92,8 +95,10 @@ async fn the_catalog_lists_every_registered_provider_with_what_the_configuration
         }]),
         "what was configured, and null for what was not"
     );
+    // The OpenAI section describes both of its routes.
+    assert_eq!(catalog["providers"][1]["models"], catalog["providers"][0]["models"]);
     assert_eq!(
-        catalog["providers"][1]["models"],
+        catalog["providers"][2]["models"],
         json!([{
             "id": "demo",
             "contextWindowTokens": null,

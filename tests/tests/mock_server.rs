@@ -476,3 +476,138 @@ async fn global_latency_and_chunk_delay_apply_without_changing_the_answer() {
         post_anthropic(&mock, &json!({"model": "slow", "max_tokens": 5, "messages": []})).await.json().await.unwrap();
     assert_eq!(v["content"][0]["text"], "Hello from the mock model.");
 }
+
+#[tokio::test]
+async fn responses_streams_named_events_in_the_real_order_with_sequence_numbers() {
+    let mock = server().await;
+    mock.script(
+        "gpt-r",
+        vec![MockTurn::text("Checking now.").and_tool_call("lookup", json!({"q": "4182"})).with_usage(30, 9)],
+    );
+    let body = json!({"model": "gpt-r", "input": [{"role": "user", "content": "hi"}], "stream": true});
+    let response =
+        reqwest::Client::new().post(format!("{}/v1/responses", mock.base_url())).json(&body).send().await.unwrap();
+    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let frames = parse_sse(&response.text().await.unwrap());
+    let payloads: Vec<Value> = frames.iter().map(Sse::json).collect();
+    for (n, (frame, payload)) in frames.iter().zip(&payloads).enumerate() {
+        assert_eq!(frame.event.as_deref(), payload["type"].as_str(), "the event name repeats the type");
+        assert_eq!(payload["sequence_number"], n);
+    }
+    let kinds: Vec<&str> = payloads.iter().map(|p| p["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.output_item.added",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.completed",
+        ]
+    );
+    assert_eq!(payloads[9]["item"]["call_id"], "call_1");
+    let arguments: String = payloads[10..12].iter().map(|p| p["delta"].as_str().unwrap()).collect();
+    assert_eq!(arguments, r#"{"q":"4182"}"#);
+    let done = &payloads[14]["response"];
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["usage"]["input_tokens"], 30);
+    assert_eq!(done["usage"]["output_tokens"], 9);
+    assert_eq!(done["output"].as_array().unwrap().len(), 2);
+
+    // A length finish is an incomplete response; without `stream` the whole response.
+    mock.script("gpt-r", vec![MockTurn::text("Cut").with_finish(MockFinish::Length)]);
+    let whole: Value = reqwest::Client::new()
+        .post(format!("{}/v1/responses", mock.base_url()))
+        .json(&json!({"model": "gpt-r", "input": "hi"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(whole["status"], "incomplete");
+    assert_eq!(whole["incomplete_details"]["reason"], "max_output_tokens");
+    assert_eq!(whole["output"][0]["content"][0]["text"], "Cut");
+}
+
+#[tokio::test]
+async fn google_streams_crlf_chunks_and_wants_a_key() {
+    let mock = server().await;
+    mock.script("gemini-t", vec![MockTurn::text("Shipped Monday.").with_usage(20, 3)]);
+    let url = |action: &str, query: &str| format!("{}/v1beta/models/gemini-t:{action}{query}", mock.base_url());
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]});
+    let post = |url: String, key: bool| {
+        let builder = reqwest::Client::new().post(url).json(&body);
+        if key { builder.header("x-goog-api-key", "AIza-test") } else { builder }
+    };
+
+    let text = post(url("streamGenerateContent", "?alt=sse"), true).send().await.unwrap().text().await.unwrap();
+    assert!(text.ends_with("\r\n\r\n") && !text.replace("\r\n", "").contains('\n'), "CRLF line ends: {text:?}");
+    let chunks: Vec<Value> = parse_sse(&text.replace("\r\n", "\n")).iter().map(Sse::json).collect();
+    assert_eq!(chunks.len(), 3);
+    let pieces: Vec<&str> =
+        chunks.iter().filter_map(|c| c.pointer("/candidates/0/content/parts/0/text").and_then(Value::as_str)).collect();
+    assert_eq!(pieces, ["Shipped ", "Monday.", ""]);
+    assert!(chunks.iter().all(|c| c["modelVersion"] == "gemini-t"));
+    assert_eq!(chunks[0]["usageMetadata"], json!({"promptTokenCount": 20, "totalTokenCount": 20}));
+    assert_eq!(chunks[2]["candidates"][0]["finishReason"], "STOP");
+    assert_eq!(
+        chunks[2]["usageMetadata"],
+        json!({"promptTokenCount": 20, "candidatesTokenCount": 3, "totalTokenCount": 23})
+    );
+
+    // Without alt=sse: one JSON array of the same chunks; generateContent: the whole answer.
+    let array: Value = post(url("streamGenerateContent", ""), true).send().await.unwrap().json().await.unwrap();
+    assert_eq!(array.as_array().unwrap().len(), 3);
+    let whole: Value = post(url("generateContent", ""), true).send().await.unwrap().json().await.unwrap();
+    assert_eq!(whole["candidates"][0]["content"]["parts"], json!([{"text": "Shipped Monday."}]));
+
+    // No key: 403; a key the script refuses: 400 API_KEY_INVALID; a safety stop: SAFETY.
+    let refused = post(url("streamGenerateContent", "?alt=sse"), false).send().await.unwrap();
+    assert_eq!(refused.status(), 403);
+    assert_eq!(refused.json::<Value>().await.unwrap()["error"]["status"], "PERMISSION_DENIED");
+    mock.script("gemini-t", vec![MockTurn::status(401)]);
+    let bad_key = post(url("streamGenerateContent", "?alt=sse"), true).send().await.unwrap();
+    assert_eq!(bad_key.status(), 400);
+    assert_eq!(bad_key.json::<Value>().await.unwrap()["error"]["details"][0]["reason"], "API_KEY_INVALID");
+    mock.script("gemini-t", vec![MockTurn::text("never").with_finish(MockFinish::PromptFiltered)]);
+    let blocked: Value = post(url("generateContent", ""), true).send().await.unwrap().json().await.unwrap();
+    assert_eq!(blocked["promptFeedback"]["blockReason"], "SAFETY");
+    assert!(blocked.get("candidates").is_none());
+}
+
+#[tokio::test]
+async fn azure_wants_its_key_and_api_version_and_streams_after_a_prompt_filter_chunk() {
+    let mock = server().await;
+    mock.script("prod", vec![MockTurn::text("Hi there.")]);
+    let url = |query: &str| format!("{}/openai/deployments/prod/chat/completions{query}", mock.base_url());
+    let body = json!({"messages": [{"role": "user", "content": "hi"}], "stream": true, "stream_options": {"include_usage": true}});
+    let post = |url: String, key: bool| {
+        let builder = reqwest::Client::new().post(url).json(&body);
+        if key { builder.header("api-key", "azure-test") } else { builder }
+    };
+    assert_eq!(post(url("?api-version=2024-10-21"), false).send().await.unwrap().status(), 401);
+    assert_eq!(post(url(""), true).send().await.unwrap().status(), 404);
+
+    let frames = parse_sse(&post(url("?api-version=2024-10-21"), true).send().await.unwrap().text().await.unwrap());
+    let first = frames[0].json();
+    assert_eq!((first["model"].clone(), first["choices"].clone()), (json!(""), json!([])));
+    assert!(first["prompt_filter_results"].is_array());
+    assert_eq!(frames[1].json()["model"], "prod");
+    assert_eq!(openai_text(&frames[1..]), "Hi there.");
+
+    mock.script("prod", vec![MockTurn::default().with_finish(MockFinish::PromptFiltered)]);
+    let filtered = post(url("?api-version=2024-10-21"), true).send().await.unwrap();
+    assert_eq!(filtered.status(), 400);
+    assert_eq!(filtered.json::<Value>().await.unwrap()["error"]["code"], "content_filter");
+}

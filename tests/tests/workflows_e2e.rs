@@ -9,7 +9,7 @@
 mod support;
 
 use serde_json::{Value, json};
-use support::{Frame, Tracon, database_url, last_user_message, parse_frames, stream};
+use support::{Frame, Tracon, create, database_url, last_user_message, parse_frames, stream};
 use tracon_tests::mock::{MockConfig, MockServer, MockTurn};
 
 /// Each model's price (input and output per million tokens): different per model, so the
@@ -38,11 +38,6 @@ async fn start(mock: &MockServer, extra: &[(&str, &str)]) -> Tracon {
     let mut env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     env.extend_from_slice(extra);
     Tracon::start(&env).await
-}
-
-async fn create(server: &Tracon, path: &str, definition: Value) {
-    let res = reqwest::Client::new().post(server.url(path)).json(&definition).send().await.unwrap();
-    assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
 }
 
 async fn get(server: &Tracon, path: &str) -> Value {

@@ -874,6 +874,33 @@ pub fn is_schema_name(name: &str) -> bool {
 
 // ---- workflow checkpoints ------------------------------------------------------------------
 
+// ---- circuit breakers ------------------------------------------------------------------------
+// One row per provider, shared by every tenant (a provider is the installation's).
+
+pub const BREAKER_GET: &str =
+    "SELECT consecutive_failures, opened_at, probe_until FROM model_breakers WHERE provider = $1";
+
+/// A counted failure at `$2` with threshold `$3`; `$4` says it was the half-open probe's (the
+/// breaker opens again, the claim released). An open breaker's `opened_at` stays otherwise.
+pub const BREAKER_FAILED: &str = "INSERT INTO model_breakers AS b (provider, consecutive_failures, opened_at, probe_until, updated_at) \
+     VALUES ($1, 1, CASE WHEN $4::boolean OR 1 >= $3::integer THEN $2::timestamptz END, NULL, $2::timestamptz) \
+     ON CONFLICT (provider) DO UPDATE SET \
+       consecutive_failures = b.consecutive_failures + 1, \
+       opened_at = CASE WHEN $4::boolean THEN $2::timestamptz WHEN b.opened_at IS NOT NULL THEN b.opened_at \
+                        WHEN b.consecutive_failures + 1 >= $3::integer THEN $2::timestamptz END, \
+       probe_until = CASE WHEN $4::boolean THEN NULL ELSE b.probe_until END, \
+       updated_at = $2::timestamptz \
+     RETURNING consecutive_failures, opened_at, probe_until";
+
+pub const BREAKER_SUCCEEDED: &str = "UPDATE model_breakers SET consecutive_failures = 0, opened_at = NULL, \
+     probe_until = NULL, updated_at = $2 WHERE provider = $1";
+
+/// Claims the half-open probe (`$4` until when) of a breaker open since at or before `$3`
+/// whose previous claim (if any) expired before `$2`: one row for the one caller that wins.
+pub const BREAKER_CLAIM_PROBE: &str = "UPDATE model_breakers SET probe_until = $4, updated_at = $2 \
+     WHERE provider = $1 AND opened_at IS NOT NULL AND opened_at <= $3 \
+       AND (probe_until IS NULL OR probe_until < $2)";
+
 pub const CHECKPOINT_SAVE: &str = "INSERT INTO workflow_checkpoints (tenant_id, run_id, id, seq, envelope, created_at, state) \
      VALUES ($1, $2, $3, $4, $5, $6, $7)";
 

@@ -12,8 +12,12 @@
 // A test suite: assertions are its whole point.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod breakers;
 mod fixtures;
 mod ledger;
+pub use breakers::{
+    breakers_open_at_the_threshold_and_close_on_a_success, concurrent_probe_claims_let_exactly_one_through,
+};
 pub use ledger::{
     a_call_tree_is_listed_by_its_root_in_depth_order_within_its_tenant,
     a_running_run_yields_once_and_is_taken_back_once, an_ended_run_is_continued_once_and_linked_both_ways,
@@ -1384,6 +1388,8 @@ macro_rules! store_contract_tests {
             checkpoints_are_kept_in_order_per_run_and_tenant,
             checkpoints_are_purged_by_whole_runs_once_the_newest_is_old,
             agents_answers_are_read_back_by_run_for_completed_runs_within_their_tenant,
+            breakers_open_at_the_threshold_and_close_on_a_success,
+            concurrent_probe_claims_let_exactly_one_through,
         );
     };
 }

@@ -5,6 +5,11 @@
 //! `anthropic.thinking.budgetTokens` (≥ 1024 and below the effective output limit;
 //! temperature must then be absent or 1). [`MessagesStreamParser`] is the pure part that
 //! turns the SSE events into [`ModelEvent`]s; it is tested against recorded transcripts.
+//!
+//! A JSON `responseFormat` goes through a forced tool ([`RESPONSE_TOOL`], its input schema the
+//! format's): the model answers by calling it (`tool_choice` names it, or `any` beside the
+//! agent's own tools), and the call's input streams back as the answer's text. Not with
+//! thinking, which the API does not allow with a forced tool.
 
 use std::collections::BTreeMap;
 
@@ -23,6 +28,8 @@ pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4096;
 pub const API_VERSION: &str = "2023-06-01";
 pub const PROMPT_CACHING_SETTING: &str = "anthropic.promptCaching";
 pub const THINKING_BUDGET_SETTING: &str = "anthropic.thinking.budgetTokens";
+/// The tool a JSON answer is given through.
+pub const RESPONSE_TOOL: &str = "respond_with_json";
 
 pub struct AnthropicProvider {
     base_url: String,
@@ -88,10 +95,12 @@ impl ModelProvider for AnthropicProvider {
                 ));
             }
         }
-        if matches!(binding.response_format, Some(ResponseFormat::Json | ResponseFormat::JsonSchema { .. })) {
+        if matches!(binding.response_format, Some(ResponseFormat::Json | ResponseFormat::JsonSchema { .. }))
+            && binding.provider_settings.keys().any(|k| k.eq_ignore_ascii_case(THINKING_BUDGET_SETTING))
+        {
             out.push((
                 "model.responseFormat".to_owned(),
-                "The anthropic provider does not support JSON response formats; use \"text\".".to_owned(),
+                format!("With Anthropic thinking ({THINKING_BUDGET_SETTING}), a JSON response format cannot be forced; use \"text\" or turn thinking off."),
             ));
         }
         if binding.reasoning_effort.is_some() {
@@ -150,7 +159,9 @@ pub fn build_body(request: &ModelRequest, default_max_tokens: u32) -> Value {
             Message::Assistant { text, tool_calls, reasoning } => {
                 let mut content = Vec::new();
                 for r in reasoning {
-                    if let Some(sig) = &r.signature {
+                    // A Gemini thought signature (a conversation that moved providers) means
+                    // nothing here and would be refused.
+                    if let Some(sig) = r.signature.as_ref().filter(|s| !super::google::is_gemini_signature(s)) {
                         content.push(json!({"type": "thinking", "thinking": r.text, "signature": sig}));
                     }
                 }
@@ -200,12 +211,28 @@ pub fn build_body(request: &ModelRequest, default_max_tokens: u32) -> Value {
             json!(system)
         };
     }
-    if !request.tools.is_empty() {
-        body["tools"] = request
-            .tools
-            .iter()
-            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
-            .collect();
+    let mut tools: Vec<Value> = request
+        .tools
+        .iter()
+        .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+        .collect();
+    let answer_schema = match &request.response_format {
+        Some(ResponseFormat::JsonSchema { schema, .. }) => Some(schema.clone()),
+        Some(ResponseFormat::Json) => Some(json!({"type": "object"})),
+        None | Some(ResponseFormat::Text) => None,
+    };
+    if let Some(schema) = answer_schema {
+        let choice = if tools.is_empty() {
+            json!({"type": "tool", "name": RESPONSE_TOOL})
+        } else {
+            json!({"type": "any", "disable_parallel_tool_use": true})
+        };
+        tools.push(json!({"name": RESPONSE_TOOL, "input_schema": schema,
+            "description": "Give your final answer by calling this tool: its input is the answer."}));
+        body["tools"] = Value::Array(tools);
+        body["tool_choice"] = choice;
+    } else if !tools.is_empty() {
+        body["tools"] = Value::Array(tools);
         body["tool_choice"] = json!({"type": "auto", "disable_parallel_tool_use": !request.parallel_tool_calls});
     }
     if let Some(t) = request.temperature {
@@ -231,8 +258,17 @@ fn mark_cache(message: &mut Value) {
 
 enum Block {
     Text,
-    Tool { id: String, name: String, json: String },
-    Thinking { text: String, signature: Option<String> },
+    Tool {
+        id: String,
+        name: String,
+        json: String,
+    },
+    /// The forced tool of a JSON answer: its input streams out as text.
+    Answer,
+    Thinking {
+        text: String,
+        signature: Option<String>,
+    },
     Other,
 }
 
@@ -246,6 +282,8 @@ pub struct MessagesStreamParser {
     usage_seen: bool,
     stop: Option<FinishReason>,
     stopped: bool,
+    /// The model answered through the forced answer tool.
+    answered: bool,
 }
 
 impl MessagesStreamParser {
@@ -277,6 +315,10 @@ impl MessagesStreamParser {
                         }
                         Block::Text
                     }
+                    Some("tool_use") if block.get("name").and_then(Value::as_str) == Some(RESPONSE_TOOL) => {
+                        self.answered = true;
+                        Block::Answer
+                    }
                     Some("tool_use") => Block::Tool {
                         id: block.get("id").and_then(Value::as_str).unwrap_or_default().to_owned(),
                         name: block.get("name").and_then(Value::as_str).unwrap_or_default().to_owned(),
@@ -298,6 +340,11 @@ impl MessagesStreamParser {
                     }
                     (Some("input_json_delta"), Some(Block::Tool { json, .. })) => {
                         json.push_str(delta.get("partial_json").and_then(Value::as_str).unwrap_or_default());
+                    }
+                    (Some("input_json_delta"), Some(Block::Answer)) => {
+                        if let Some(t) = delta.get("partial_json").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+                            out.push(ModelEvent::TextDelta(t.to_owned()));
+                        }
                     }
                     (Some("thinking_delta"), Some(Block::Thinking { text, .. })) => {
                         if let Some(t) = delta.get("thinking").and_then(Value::as_str).filter(|t| !t.is_empty()) {
@@ -323,12 +370,16 @@ impl MessagesStreamParser {
                     Some(Block::Thinking { text, signature }) => {
                         out.push(ModelEvent::ReasoningBlock(ReasoningBlock { text, signature }))
                     }
-                    Some(Block::Text | Block::Other) | None => {}
+                    Some(Block::Text | Block::Answer | Block::Other) | None => {}
                 }
             }
             "message_delta" => {
                 if let Some(reason) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
-                    self.stop = Some(map_stop(reason));
+                    // The forced answer tool ends the turn with `tool_use`: it is an answer.
+                    self.stop = Some(match map_stop(reason) {
+                        FinishReason::ToolCalls if self.answered => FinishReason::Stop,
+                        other => other,
+                    });
                 }
                 if let Some(u) = v.get("usage") {
                     self.read_usage(u);
@@ -347,15 +398,7 @@ impl MessagesStreamParser {
 
     /// The stream ended; one that ended before `message_stop` was cut off.
     pub fn finish(self) -> Result<Vec<ModelEvent>, ProviderError> {
-        if self.stopped {
-            Ok(Vec::new())
-        } else {
-            Err(ProviderError::new(
-                super::ProviderErrorKind::Transport,
-                "StreamInterrupted",
-                "the stream ended before message_stop",
-            ))
-        }
+        if self.stopped { Ok(Vec::new()) } else { Err(ProviderError::stream_interrupted("message_stop")) }
     }
 
     fn read_usage(&mut self, u: &Value) {
@@ -464,6 +507,79 @@ mod tests {
         assert!(p.check_binding(&b).is_empty());
         b.temperature = Some(0.2);
         assert_eq!(p.check_binding(&b).len(), 1);
+    }
+
+    #[test]
+    fn a_json_format_is_a_forced_answer_tool_whose_input_streams_as_the_answer() {
+        let schema = json!({"type": "object", "properties": {"id": {"type": "integer"}}});
+        let mut r = ModelRequest::from_binding(&ModelBinding {
+            provider: "anthropic".into(),
+            model: "claude".into(),
+            response_format: Some(ResponseFormat::JsonSchema {
+                name: "order".into(),
+                schema: schema.clone(),
+                description: None,
+                strict: None,
+            }),
+            ..Default::default()
+        });
+        r.messages = vec![Message::user("order 7?")];
+        let b = build_body(&r, DEFAULT_MAX_OUTPUT_TOKENS);
+        assert_eq!(b["tools"][0]["name"], RESPONSE_TOOL);
+        assert_eq!(b["tools"][0]["input_schema"], schema);
+        assert_eq!(b["tool_choice"], json!({"type": "tool", "name": RESPONSE_TOOL}));
+        // Beside the agent's own tools, the model must call one of them or answer.
+        r.tools =
+            vec![ToolSpec { name: "lookup".into(), description: "d".into(), parameters: json!({"type": "object"}) }]
+                .into();
+        let b = build_body(&r, DEFAULT_MAX_OUTPUT_TOKENS);
+        assert_eq!(b["tools"].as_array().unwrap().len(), 2);
+        assert_eq!(b["tool_choice"]["type"], "any");
+
+        let mut p = MessagesStreamParser::default();
+        let mut events = Vec::new();
+        for (name, data) in [
+            (
+                "message_start",
+                r#"{"type":"message_start","message":{"model":"claude","usage":{"input_tokens":9,"output_tokens":1}}}"#,
+            ),
+            (
+                "content_block_start",
+                r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_1","name":"respond_with_json","input":{}}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"id\""}}"#,
+            ),
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":": 7}"}}"#,
+            ),
+            ("content_block_stop", r#"{"type":"content_block_stop","index":0}"#),
+            (
+                "message_delta",
+                r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":6}}"#,
+            ),
+            ("message_stop", r#"{"type":"message_stop"}"#),
+        ] {
+            events.extend(p.push(name, data).unwrap());
+        }
+        assert_eq!(ModelEvent::text_of(&events), r#"{"id": 7}"#);
+        assert!(!events.iter().any(|e| matches!(e, ModelEvent::ToolCall(_))), "not a tool call: {events:?}");
+        assert_eq!(events.last(), Some(&ModelEvent::Finish(FinishReason::Stop)));
+
+        // Thinking cannot be combined with a forced tool.
+        let provider = AnthropicProvider::new(reqwest::Client::new(), "k".into(), None);
+        let mut binding = ModelBinding {
+            provider: "anthropic".into(),
+            model: "m".into(),
+            max_output_tokens: Some(9000),
+            ..Default::default()
+        };
+        binding.response_format = Some(ResponseFormat::Json);
+        assert!(provider.check_binding(&binding).is_empty());
+        binding.provider_settings.insert(THINKING_BUDGET_SETTING.into(), json!(2048));
+        assert_eq!(provider.check_binding(&binding).len(), 1);
     }
 
     #[test]

@@ -11,6 +11,9 @@
 //! | other HTTP 4xx | `Rejected` | no |
 //! | a malformed response | `Protocol` | no |
 //! | the provider's safety filter | `ContentFiltered` | no |
+//! | the provider's circuit breaker is open (no call was made) | `BreakerOpen` | yes |
+//!
+//! A `429` or `503` may say when to come back (`Retry-After`): [`ProviderError::retry_after`].
 //!
 //! The upstream's own text (an error body, a socket error) is kept in `detail` for the log
 //! and never reaches a response or a stored row.
@@ -29,6 +32,8 @@ pub enum ProviderErrorKind {
     Rejected,
     Protocol,
     ContentFiltered,
+    /// No call was made: the provider's circuit breaker is open (it failed too often in a row).
+    BreakerOpen,
 }
 
 /// A failed model call.
@@ -41,11 +46,13 @@ pub struct ProviderError {
     pub type_name: &'static str,
     /// Upstream detail. Log it; never show or store it.
     pub detail: String,
+    /// How long the provider asked to be left alone (`Retry-After` of a `429` or `503`).
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl ProviderError {
     pub fn new(kind: ProviderErrorKind, type_name: &'static str, detail: impl Into<String>) -> Self {
-        Self { kind, status: None, type_name, detail: detail.into() }
+        Self { kind, status: None, type_name, detail: detail.into(), retry_after: None }
     }
 
     pub fn timeout(detail: impl Into<String>) -> Self {
@@ -58,6 +65,12 @@ impl ProviderError {
 
     pub fn protocol(detail: impl Into<String>) -> Self {
         Self::new(ProviderErrorKind::Protocol, "ProtocolError", detail)
+    }
+
+    /// The stream ended before the provider said it was done: a transport failure, not an
+    /// answer (`detail` says what was missing).
+    pub fn stream_interrupted(detail: &str) -> Self {
+        Self::new(ProviderErrorKind::Transport, "StreamInterrupted", format!("the stream ended before {detail}"))
     }
 
     pub fn content_filtered() -> Self {
@@ -78,7 +91,30 @@ impl ProviderError {
             _ => ProviderErrorKind::Rejected,
         };
         let snippet: String = body.chars().take(2_000).collect();
-        Self { kind, status: Some(status), type_name: "HttpStatusError", detail: format!("HTTP {status}: {snippet}") }
+        Self {
+            kind,
+            status: Some(status),
+            type_name: "HttpStatusError",
+            detail: format!("HTTP {status}: {snippet}"),
+            retry_after: None,
+        }
+    }
+
+    /// The breaker of `provider` is open: nothing was sent.
+    pub fn breaker_open(provider: &str, seconds_left: i64) -> Self {
+        Self::new(
+            ProviderErrorKind::BreakerOpen,
+            "CircuitOpen",
+            format!("the circuit breaker of '{provider}' is open for {} s more", seconds_left.max(0)),
+        )
+    }
+
+    /// The same error with the `Retry-After` header's value (delay-seconds; an HTTP date or
+    /// anything else is ignored).
+    pub fn with_retry_after(mut self, header: Option<&str>) -> Self {
+        self.retry_after =
+            header.and_then(|v| v.trim().parse::<u64>().ok()).map(|s| std::time::Duration::from_secs(s.min(3_600)));
+        self
     }
 
     /// The same error with every occurrence of `secret` in its detail replaced: providers
@@ -113,7 +149,22 @@ impl ProviderError {
                 | ProviderErrorKind::RateLimited
                 | ProviderErrorKind::ServerError
                 | ProviderErrorKind::Transport
+                | ProviderErrorKind::BreakerOpen
         )
+    }
+
+    /// Whether trying the same provider again could help (everything that moves on, but an
+    /// open breaker: that is the next link's turn).
+    pub fn is_worth_retrying(&self) -> bool {
+        self.is_retryable() && self.kind != ProviderErrorKind::BreakerOpen
+    }
+
+    /// Whether the failure says something about the provider's health, and so counts
+    /// towards opening its circuit breaker: a timeout, a `5xx`, a broken connection. A `429`
+    /// is the provider throttling this caller, a refusal is about the request, a content
+    /// filter is a healthy provider answering: none of them count.
+    pub fn counts_against_breaker(&self) -> bool {
+        matches!(self.kind, ProviderErrorKind::Timeout | ProviderErrorKind::ServerError | ProviderErrorKind::Transport)
     }
 }
 

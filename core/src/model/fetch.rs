@@ -104,8 +104,8 @@ impl Reply {
         self.status
     }
 
-    pub(crate) fn content_type(&self) -> Option<String> {
-        self.raw.headers().get("content-type").ok().flatten()
+    pub(crate) fn header(&self, name: &str) -> Option<String> {
+        self.raw.headers().get(name).ok().flatten()
     }
 
     /// The whole body.

@@ -43,8 +43,8 @@ pub enum HealthStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthFailure {
-    /// `unauthorized`, `rate_limited`, `server_error`, `rejected`, `timeout`, `unreachable` or
-    /// `protocol`.
+    /// `unauthorized`, `rate_limited`, `server_error`, `rejected`, `timeout`, `unreachable`,
+    /// `protocol` or `circuit_open`.
     pub kind: &'static str,
     /// The provider's HTTP status, when it answered.
     pub http_status: Option<u16>,
@@ -125,6 +125,10 @@ fn classify(provider: &str, error: &ProviderError) -> (HealthStatus, Option<Heal
             (HealthStatus::Unhealthy, "protocol", "The provider's answer could not be read")
         }
         ProviderErrorKind::Rejected => (HealthStatus::Unhealthy, "rejected", "The provider refused the check"),
+        // A check calls the provider directly, past the breaker; a provider may still say so.
+        ProviderErrorKind::BreakerOpen => {
+            (HealthStatus::Unhealthy, "circuit_open", "Calls to the provider are held back by the circuit breaker")
+        }
     };
     let message = format!("{what}{status_text}. (ref: {reference})");
     (status, Some(HealthFailure { kind, http_status: error.status, message }))

@@ -6,22 +6,29 @@
 //! every failure into a [`ProviderError`]. The turn engine owns everything around the call:
 //! timeouts, cancellation, the tool loop.
 //!
-//! Built in: [`openai::OpenAiProvider`] (OpenAI and compatible Chat Completions),
-//! [`anthropic::AnthropicProvider`] (Messages API) and [`scripted::ScriptedProvider`]
-//! (deterministic, for tests and the keyless demo).
+//! Built in: [`openai::OpenAiProvider`] (OpenAI and compatible Chat Completions, and the
+//! Responses API through [`openai_responses`]), [`anthropic::AnthropicProvider`] (Messages
+//! API), [`google::GoogleProvider`] (the Gemini Developer API), [`azure::AzureOpenAiProvider`]
+//! (Azure OpenAI Chat Completions, on the OpenAI body and parser) and
+//! [`scripted::ScriptedProvider`] (deterministic, for tests and the keyless demo).
 //!
 //! Beside the providers: [`catalog`] (what the host says about each provider's models:
 //! context window, capability flags, prices) and [`health`] (each provider's cost-free
 //! reachability check, cached).
 
 pub mod anthropic;
+pub mod azure;
+pub mod breaker;
 pub mod catalog;
 pub mod error;
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod fetch;
+pub mod google;
 pub mod health;
 pub mod openai;
+pub mod openai_responses;
 pub mod registry;
+pub mod resilience;
 pub mod scripted;
 mod sse;
 
@@ -128,6 +135,20 @@ impl ModelRequest {
             response_format: binding.response_format.clone(),
             provider_settings: binding.provider_settings.clone(),
             parallel_tool_calls: binding.allow_concurrent_tool_calls,
+        }
+    }
+
+    /// The same call through a fallback link: its model and settings (the conversation, the
+    /// tools and the response format stay).
+    pub fn rebound(&self, binding: &ModelBinding) -> Self {
+        Self {
+            model: binding.model.clone(),
+            temperature: binding.temperature,
+            top_p: binding.top_p,
+            max_output_tokens: binding.max_output_tokens,
+            reasoning_effort: binding.reasoning_effort,
+            provider_settings: binding.provider_settings.clone(),
+            ..self.clone()
         }
     }
 

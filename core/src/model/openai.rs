@@ -1,9 +1,17 @@
-//! OpenAI Chat Completions, for `openai` and for named OpenAI-compatible endpoints.
+//! OpenAI Chat Completions, for `openai` and for named OpenAI-compatible endpoints, and the
+//! provider type both OpenAI surfaces share.
+//!
+//! An [`OpenAiProvider`] is an endpoint (base URL, key, flavour) and the [`Surface`] it calls:
+//! Chat Completions here, the Responses API in [`super::openai_responses`] (its body and
+//! parser). `openai` and `openai-responses` are one key and one endpoint seen through the two
+//! surfaces ([`OpenAiProvider::responses_surface`]); the HTTP call, the bearer credential and
+//! its removal from error details are the same code for both.
 //!
 //! Every call streams (`stream: true` with `stream_options.include_usage`), so a compatible
 //! server that omits usage leaves it `None`. [`ChatStreamParser`] is the pure part: it takes
 //! the `data:` payloads of the stream and yields [`ModelEvent`]s, assembling tool-call
 //! deltas (by `index`) into whole calls. It is tested against recorded wire transcripts.
+//! Azure OpenAI ([`super::azure`]) sends the same body and reads the same stream.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -19,6 +27,10 @@ use super::{
 use crate::definition::{ModelBinding, ResponseFormat};
 
 pub const OPENAI: &str = "openai";
+/// The official endpoint through the Responses API.
+pub const OPENAI_RESPONSES: &str = "openai-responses";
+/// What a compatible endpoint's Responses provider is called after its own name.
+pub const RESPONSES_SUFFIX: &str = "-responses";
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
 /// Which flavour of the Chat Completions API an endpoint speaks.
@@ -31,12 +43,22 @@ pub enum Flavor {
     Compatible,
 }
 
-/// A Chat Completions endpoint.
+/// Which OpenAI API a provider calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Surface {
+    /// `POST {base}/chat/completions`.
+    ChatCompletions,
+    /// `POST {base}/responses`.
+    Responses,
+}
+
+/// An OpenAI or OpenAI-compatible endpoint, through one [`Surface`].
 pub struct OpenAiProvider {
     name: String,
     base_url: String,
     api_key: Option<String>,
     flavor: Flavor,
+    surface: Surface,
     client: reqwest::Client,
 }
 
@@ -48,6 +70,7 @@ impl OpenAiProvider {
             base_url: trim_base(base_url.as_deref().unwrap_or(DEFAULT_BASE_URL)),
             api_key: Some(api_key),
             flavor: Flavor::OpenAi,
+            surface: Surface::ChatCompletions,
             client,
         }
     }
@@ -69,11 +92,53 @@ impl OpenAiProvider {
         if name == "openai" || name == "openai-responses" {
             return Err(format!("The provider name '{name}' is reserved."));
         }
-        let ok_scheme = endpoint.starts_with("http://") || endpoint.starts_with("https://");
-        if !ok_scheme || reqwest::Url::parse(endpoint).is_err() {
-            return Err(format!("The endpoint of compatible provider '{name}' must be an absolute http(s) URL."));
+        sse::endpoint_url(endpoint, &format!("compatible provider '{name}'"))?;
+        Ok(Self {
+            name: name.to_owned(),
+            base_url: trim_base(endpoint),
+            api_key,
+            flavor: Flavor::Compatible,
+            surface: Surface::ChatCompletions,
+            client,
+        })
+    }
+
+    /// The same endpoint and key through the Responses API: `openai-responses` for `openai`,
+    /// `{name}-responses` for a compatible endpoint (whose host enables it only when the
+    /// server implements `/responses`).
+    pub fn responses_surface(&self) -> Self {
+        let name = if self.flavor == Flavor::OpenAi {
+            OPENAI_RESPONSES.to_owned()
+        } else {
+            format!("{}{RESPONSES_SUFFIX}", self.name)
+        };
+        Self {
+            name,
+            base_url: self.base_url.clone(),
+            api_key: self.api_key.clone(),
+            flavor: self.flavor,
+            surface: Surface::Responses,
+            client: self.client.clone(),
         }
-        Ok(Self { name: name.to_owned(), base_url: trim_base(endpoint), api_key, flavor: Flavor::Compatible, client })
+    }
+
+    pub fn surface(&self) -> Surface {
+        self.surface
+    }
+}
+
+/// OpenAI's structured output (both surfaces, and Azure's) takes only an object schema.
+pub(crate) fn check_structured_output(binding: &ModelBinding) -> Option<(String, String)> {
+    match &binding.response_format {
+        Some(ResponseFormat::JsonSchema { schema, .. })
+            if schema.get("type").and_then(Value::as_str) != Some("object") =>
+        {
+            Some((
+                "model.responseFormat.schema".to_owned(),
+                "OpenAI structured output needs a schema whose top-level type is \"object\".".to_owned(),
+            ))
+        }
+        _ => None,
     }
 }
 
@@ -96,20 +161,9 @@ impl ModelProvider for OpenAiProvider {
     }
 
     fn check_binding(&self, binding: &ModelBinding) -> Vec<(String, String)> {
-        let mut out = Vec::new();
-        if self.flavor == Flavor::Compatible && binding.reasoning_effort.is_some() {
-            // Compatible servers differ; sending it anyway is the caller's explicit choice,
-            // so this is allowed. Nothing to check.
-        }
-        if let Some(ResponseFormat::JsonSchema { schema, .. }) = &binding.response_format
-            && schema.get("type").and_then(Value::as_str) != Some("object")
-        {
-            out.push((
-                "model.responseFormat.schema".to_owned(),
-                "OpenAI structured output needs a schema whose top-level type is \"object\".".to_owned(),
-            ));
-        }
-        out
+        // A compatible server may not know reasoningEffort; sending it anyway is the
+        // caller's explicit choice, so it is allowed.
+        check_structured_output(binding).into_iter().collect()
     }
 
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ProviderError> {
@@ -134,21 +188,43 @@ impl ModelProvider for OpenAiProvider {
 
 impl OpenAiProvider {
     async fn start(&self, request: &ModelRequest) -> Result<ModelStream, ProviderError> {
-        let url = format!("{}/chat/completions", self.base_url);
-        let mut builder = self.client.post(url).json(&ChatBody::new(request, self.flavor));
-        if let Some(key) = &self.api_key {
-            builder = builder.bearer_auth(key);
+        let builder = match self.surface {
+            Surface::ChatCompletions => self
+                .client
+                .post(format!("{}/chat/completions", self.base_url))
+                .json(&ChatBody::new(request, self.flavor)),
+            Surface::Responses => self
+                .client
+                .post(format!("{}/responses", self.base_url))
+                .json(&super::openai_responses::ResponsesBody::new(request)),
+        };
+        let builder = match &self.api_key {
+            Some(key) => builder.bearer_auth(key),
+            None => builder,
+        };
+        match self.surface {
+            Surface::ChatCompletions => stream_chat(builder, ProviderError::from_status).await,
+            Surface::Responses => super::openai_responses::stream_responses(builder).await,
         }
-        let response = sse::send(builder).await?;
-        if sse::is_json(&response) {
-            // A server that ignored `stream: true` answered with a whole completion.
-            let body = sse::json_body(response).await?;
-            let events = parse_completion(&body)?;
-            return Ok(stream::iter(events.into_iter().map(Ok)).boxed());
-        }
-        let events = sse::events(response);
-        Ok(sse::model_events(events, |p: &mut ChatStreamParser, ev| p.push(&ev.data), ChatStreamParser::finish))
     }
+}
+
+/// Sends a Chat Completions request and reads its answer as model events; `classify` turns a
+/// failure status and its body into the error. Shared with Azure OpenAI, whose answer is the
+/// same wire format.
+pub(crate) async fn stream_chat(
+    builder: reqwest::RequestBuilder,
+    classify: fn(u16, &str) -> ProviderError,
+) -> Result<ModelStream, ProviderError> {
+    let response = sse::send_classified(builder, classify).await?;
+    if sse::is_json(&response) {
+        // A server that ignored `stream: true` answered with a whole completion.
+        let body = sse::json_body(response).await?;
+        let events = parse_completion(&body)?;
+        return Ok(stream::iter(events.into_iter().map(Ok)).boxed());
+    }
+    let events = sse::events(response);
+    Ok(sse::model_events(events, |p: &mut ChatStreamParser, ev| p.push(&ev.data), ChatStreamParser::finish))
 }
 
 /// The Chat Completions request body, borrowing everything from the request: serialised
@@ -417,11 +493,7 @@ impl ChatStreamParser {
     /// was cut off, which is a transport failure, not an answer.
     pub fn finish(mut self) -> Result<Vec<ModelEvent>, ProviderError> {
         if self.finish.is_none() && !self.done {
-            return Err(ProviderError::new(
-                super::ProviderErrorKind::Transport,
-                "StreamInterrupted",
-                "the stream ended before a finish reason",
-            ));
+            return Err(ProviderError::stream_interrupted("a finish reason"));
         }
         let mut out = self.take_calls();
         let reason = match self.finish {

@@ -307,11 +307,15 @@ impl<'r> Execution<'r> {
                 called: false,
                 text: String::new(),
                 finish: None,
+                rerouted: None,
             };
         }
         let mut turn = self.one_turn(history, start).await;
         if let Some(settings) = self.agent.definition.harness.as_ref().and_then(|h| h.r#loop.clone()) {
             turn = self.iterate(&settings, turn).await;
+        }
+        if let Some(check) = self.agent.structured.clone() {
+            turn = self.hold_to_format(&check, turn).await;
         }
         if !self.env.tree.is_root()
             && let Some(failure) = cannot_wait(&turn.end, self.env.tree.may_wait)
@@ -370,24 +374,73 @@ impl<'r> Execution<'r> {
                 .await;
             let Some((_, feedback)) = asked else { break };
             let feedback = Message::user(feedback.as_deref().unwrap_or(crate::harness::DEFAULT_FEEDBACK));
-            self.record_iteration(&turn, &feedback).await;
-            let (new_from, usage, called, model) = (turn.new_from, turn.usage, turn.called, turn.model.clone());
-            let start = TurnStart::User { prelude: Vec::new(), message: feedback };
-            let mut next = self.one_turn(std::mem::take(&mut turn.messages), start).await;
-            next.new_from = new_from;
-            if let Some(earlier) = usage {
-                next.usage.get_or_insert_with(Default::default).add(&earlier);
-            }
-            next.called |= called;
-            next.model = next.model.or(model);
-            turn = next;
+            turn = self.follow_up(turn, feedback).await;
             iteration += 1;
         }
         turn
     }
 
-    /// An iteration's answer and the feedback that starts the next, as two ledger steps.
-    async fn record_iteration(&self, turn: &TurnResult, feedback: &Message) {
+    /// Holds an answered turn to the binding's JSON `responseFormat` ([`crate::structured`]):
+    /// an answer that holds becomes the run's answer (the JSON alone); one that does not is
+    /// recorded as `ResponseRejected` and, while repair turns are left and nobody is reading
+    /// the answer as it streams, sent back to the model with the reasons; otherwise the run
+    /// fails `structured_response_rejected`.
+    async fn hold_to_format(&mut self, check: &crate::structured::StructuredCheck, mut turn: TurnResult) -> TurnResult {
+        let repairs =
+            if self.emitter.is_live() { 0 } else { self.agent.definition.model.max_repair_attempts.unwrap_or(0) };
+        let host = self.runtime.response_validator.clone();
+        let mut attempt = 0;
+        while matches!(turn.end, TurnEnd::Answered) {
+            let problems = match check.check(&self.agent.name, &turn.text, host.as_ref()) {
+                crate::structured::Checked::Holds(answer) => {
+                    turn.text = answer;
+                    break;
+                }
+                crate::structured::Checked::Rejected(problems) => problems,
+            };
+            attempt += 1;
+            let repairing = attempt <= repairs;
+            self.emitter.emit(RunEvent::ResponseRejected { attempt, problems: problems.clone(), repairing }).await;
+            if !repairing {
+                let failure = RunFailure::new(
+                    ErrorClass::StructuredResponseRejected,
+                    format!(
+                        "The model's answer is not {} ({}).",
+                        check.wanted(),
+                        if attempt > 1 { format!("after {} repair turns", attempt - 1) } else { problems.join(" ") }
+                    ),
+                );
+                turn.end = TurnEnd::Failed(failure);
+                // A refused answer is never the run's answer (the log keeps what the model said).
+                turn.text.clear();
+                break;
+            }
+            turn = self.follow_up(turn, Message::user(check.repair_prompt(&problems))).await;
+        }
+        turn
+    }
+
+    /// One more turn of the same run, `message` after the answer so far (a loop's feedback, a
+    /// repair): both go to the step ledger first, and the new turn's tallies add to the old.
+    async fn follow_up(&mut self, mut turn: TurnResult, message: Message) -> TurnResult {
+        self.record_follow_up(&turn, &message).await;
+        let (new_from, usage, called, model) = (turn.new_from, turn.usage, turn.called, turn.model.clone());
+        let rerouted = turn.rerouted.take();
+        let start = TurnStart::User { prelude: Vec::new(), message };
+        let mut next = self.one_turn(std::mem::take(&mut turn.messages), start).await;
+        next.new_from = new_from;
+        if let Some(earlier) = usage {
+            next.usage.get_or_insert_with(Default::default).add(&earlier);
+        }
+        next.called |= called;
+        next.model = next.model.or(model);
+        next.rerouted = crate::engine::Rerouted::merge(next.rerouted, rerouted);
+        next
+    }
+
+    /// An answer and the message that follows it (a loop's feedback, a repair), as two ledger
+    /// steps.
+    async fn record_follow_up(&self, turn: &TurnResult, feedback: &Message) {
         let ledger = &self.env.ledger;
         if !ledger.enabled {
             return;
@@ -460,16 +513,27 @@ impl<'r> Execution<'r> {
         let (run_id, tenant) = (self.run_id, self.request.tenant.clone());
         let agent = self.agent.clone();
         let clock = runtime.platform.clock.clone();
-        let provider_name = agent.provider.name().to_owned();
+        let provider_name =
+            turn.rerouted.as_ref().map_or_else(|| agent.provider.name().to_owned(), |r| r.provider.clone());
         let model = turn.model.clone().or_else(|| Some(agent.definition.model.model.clone()));
         // The model calls of the attempts before a hand-over count too.
-        if let Some(earlier) = self.continuation.as_ref().and_then(|c| c.in_place.as_ref()).and_then(|p| p.usage) {
+        let earlier = self.continuation.as_ref().and_then(|c| c.in_place.as_ref()).and_then(|p| p.usage);
+        if let Some(earlier) = earlier {
             turn.usage.get_or_insert_with(Default::default).add(&earlier);
         }
         if matches!(end, TurnEnd::Yielded) {
             return self.hand_over(turn).await;
         }
-        let cost = runtime.pricing.cost(&provider_name, model.as_deref().unwrap_or_default(), turn.usage.as_ref());
+        let cost = match &turn.rerouted {
+            None => runtime.pricing.cost(&provider_name, model.as_deref().unwrap_or_default(), turn.usage.as_ref()),
+            // Each call at the prices of the model that answered it; an earlier attempt's at the
+            // agent's own.
+            Some(r) => {
+                let before =
+                    runtime.pricing.cost(agent.provider.name(), &agent.definition.model.model, earlier.as_ref());
+                crate::pricing::add_cost(r.cost.clone(), before.as_ref())
+            }
+        };
         let mut outcome = RunOutcome {
             run_id,
             started_at: self.started_at,

@@ -196,6 +196,11 @@ impl TreeBudget {
 
     /// The spend limit (tokens, cost, time) the tree has reached at `now`, if any: checked
     /// before every model call in the tree.
+    /// When the tree's time runs out (`MaxDurationSeconds`), if it has a limit.
+    pub fn ends_at(&self) -> Option<DateTime<Utc>> {
+        self.limits.max_duration.and_then(|d| chrono::Duration::from_std(d).ok()).map(|d| self.started_at + d)
+    }
+
     pub fn exhausted(&self, now: DateTime<Utc>) -> Option<Limit> {
         let spent = self.spent();
         let l = &self.limits;

@@ -30,7 +30,7 @@ use crate::identity::Caller;
 use crate::model::Usage;
 use crate::names::{AgentName, RunId, SessionId, TenantId};
 use crate::ports::{millis_between, new_id};
-use crate::pricing::CostSnapshot;
+use crate::pricing::{CostSnapshot, add_cost};
 use crate::recorder::Recorder;
 use crate::runs::launch::{EVENT_BUFFER, Launched, LiveRun};
 use crate::runs::outcome::RunOutcome;
@@ -1402,21 +1402,6 @@ fn describe(e: &crate::catalog::CatalogError) -> &'static str {
     match e {
         crate::catalog::CatalogError::NotFound => "does not exist",
         _ => "does not compile",
-    }
-}
-
-/// The sum of two costs in one currency (`None` once they differ: no made-up exchange).
-fn add_cost(total: Option<CostSnapshot>, more: Option<&CostSnapshot>) -> Option<CostSnapshot> {
-    match (total, more) {
-        (None, more) => more.cloned(),
-        (total, None) => total,
-        (Some(mut t), Some(m)) if t.currency == m.currency => {
-            t.input_cost += m.input_cost;
-            t.output_cost += m.output_cost;
-            t.total_cost += m.total_cost;
-            Some(t)
-        }
-        _ => None,
     }
 }
 

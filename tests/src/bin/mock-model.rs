@@ -10,7 +10,10 @@ use clap::Parser;
 use tracon_tests::mock::{MockConfig, MockServer};
 
 #[derive(Debug, Parser)]
-#[command(name = "mock-model", about = "A mock OpenAI / Anthropic model server answering from scripts.")]
+#[command(
+    name = "mock-model",
+    about = "A mock OpenAI / Anthropic / Gemini / Azure OpenAI model server answering from scripts."
+)]
 struct Args {
     /// Port on 127.0.0.1 (0 picks a free one).
     #[arg(long, default_value_t = 0)]

@@ -1,8 +1,9 @@
 //! Scripts: what the mock answers, turn by turn, in a format-neutral form.
 //!
 //! A [`MockTurn`] is one scripted answer (JSON: camelCase, every field optional). The
-//! wire modules ([`super::openai`], [`super::anthropic`]) render a [`ResolvedTurn`] — a turn
-//! with its defaults applied — as their own format.
+//! wire modules ([`super::openai`], [`super::anthropic`], [`super::responses`],
+//! [`super::google`], [`super::azure`]) render a [`ResolvedTurn`] — a turn with its defaults
+//! applied — as their own format.
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
@@ -90,6 +91,10 @@ pub enum MockFinish {
     Length,
     ToolCalls,
     ContentFilter,
+    /// The provider's filter refused the prompt itself: Azure answers `400` with
+    /// `code: content_filter`, Google a chunk with `promptFeedback.blockReason` and no
+    /// candidate; the other formats end as for [`MockFinish::ContentFilter`].
+    PromptFiltered,
 }
 
 impl MockFinish {
@@ -98,7 +103,7 @@ impl MockFinish {
             Self::Stop => "stop",
             Self::Length => "length",
             Self::ToolCalls => "tool_calls",
-            Self::ContentFilter => "content_filter",
+            Self::ContentFilter | Self::PromptFiltered => "content_filter",
         }
     }
 
@@ -107,7 +112,7 @@ impl MockFinish {
             Self::Stop => "end_turn",
             Self::Length => "max_tokens",
             Self::ToolCalls => "tool_use",
-            Self::ContentFilter => "refusal",
+            Self::ContentFilter | Self::PromptFiltered => "refusal",
         }
     }
 }
@@ -239,12 +244,33 @@ impl Script {
     }
 }
 
-/// The number of messages with role `assistant` in a request body (both formats).
+/// The number of the model's turns already in a request body: `messages` with role
+/// `assistant` (Chat Completions, Messages), `contents` with role `model` (Gemini), or in a
+/// Responses `input` each run of items the model wrote (an assistant message and the
+/// `function_call` items after it are one turn).
 pub fn assistant_messages(body: &Value) -> usize {
-    body.get("messages")
-        .and_then(Value::as_array)
-        .map(|m| m.iter().filter(|m| m.get("role").and_then(Value::as_str) == Some("assistant")).count())
-        .unwrap_or(0)
+    let role = |item: &Value| item.get("role").and_then(Value::as_str).map(str::to_owned);
+    if let Some(messages) = body.get("messages").and_then(Value::as_array) {
+        return messages.iter().filter(|m| role(m).as_deref() == Some("assistant")).count();
+    }
+    if let Some(contents) = body.get("contents").and_then(Value::as_array) {
+        return contents.iter().filter(|c| role(c).as_deref() == Some("model")).count();
+    }
+    let Some(input) = body.get("input").and_then(Value::as_array) else { return 0 };
+    let by_model = |item: &Value| {
+        role(item).as_deref() == Some("assistant")
+            || matches!(item.get("type").and_then(Value::as_str), Some("function_call" | "reasoning"))
+    };
+    let mut turns = 0;
+    let mut in_turn = false;
+    for item in input {
+        let model = by_model(item);
+        if model && !in_turn {
+            turns += 1;
+        }
+        in_turn = model;
+    }
+    turns
 }
 
 /// A tool call ready to render.
@@ -388,6 +414,23 @@ mod tests {
         );
         assert_eq!(serde_json::to_value(MockSelect::ByRequest).unwrap(), json!("byRequest"));
         assert_eq!(serde_json::from_value::<MockSelect>(json!("byAssistantMessages")).unwrap(), MockSelect::default());
+    }
+
+    #[test]
+    fn the_models_turns_are_counted_in_every_format() {
+        let chat = json!({"messages": [{"role": "system"}, {"role": "user"}, {"role": "assistant"}, {"role": "tool"}]});
+        assert_eq!(assistant_messages(&chat), 1);
+        let gemini = json!({"contents": [{"role": "user"}, {"role": "model"}, {"role": "user"}, {"role": "model"}, {"role": "user"}]});
+        assert_eq!(assistant_messages(&gemini), 2);
+        let responses = json!({"input": [
+            {"type": "message", "role": "user"},
+            {"type": "message", "role": "assistant"}, {"type": "function_call"}, {"type": "function_call"},
+            {"type": "function_call_output"}, {"type": "function_call_output"},
+            {"type": "function_call"},
+            {"type": "function_call_output"},
+        ]});
+        assert_eq!(assistant_messages(&responses), 2);
+        assert_eq!(assistant_messages(&json!({"input": "just text"})), 0);
     }
 
     #[test]

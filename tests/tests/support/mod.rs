@@ -262,6 +262,12 @@ pub async fn accepted_run(
     (location, doc, run)
 }
 
+/// `POST path` with `definition` on `server`, which must answer `201` (a definition saved).
+pub async fn create(server: &Tracon, path: &str, definition: Value) {
+    let res = reqwest::Client::new().post(server.url(path)).json(&definition).send().await.unwrap();
+    assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
+}
+
 /// Sends `request` and reads its answer as JSON.
 pub async fn json_of(request: reqwest::RequestBuilder) -> Value {
     request.send().await.unwrap().json().await.unwrap()

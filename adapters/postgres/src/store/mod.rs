@@ -7,6 +7,7 @@
 
 mod approvals;
 mod audit;
+mod breakers;
 mod checkpoints;
 mod definitions;
 mod idempotency;
@@ -25,6 +26,7 @@ use tracon_core::stores::Stores;
 
 pub use approvals::PgApprovalStore;
 pub use audit::PgAuditStore;
+pub use breakers::PgBreakerStore;
 pub use checkpoints::PgCheckpointStore;
 pub use definitions::PgDefinitionStore;
 pub use idempotency::PgIdempotencyStore;
@@ -61,6 +63,7 @@ pub fn stores(db: Db, protection: Protection) -> Stores {
         schedules: Arc::new(PgScheduleStore::new(db.clone(), protection.clone())),
         webhooks: Arc::new(PgWebhookStore::new(db.clone())),
         triggers: Arc::new(PgTriggerStore::new(db.clone())),
+        breakers: Arc::new(PgBreakerStore::new(db.clone())),
         idempotency: Arc::new(PgIdempotencyStore::new(db, protection)),
         persistent: true,
     }
