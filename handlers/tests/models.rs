@@ -175,6 +175,17 @@ async fn json_output_of_a_model_listed_without_structured_output_does_not_compil
         assert_eq!(reply.status, StatusCode::OK);
         assert_eq!(reply.json()["valid"], false);
     }
+    // A fallback link answers in the same format: the catalog's word on its model counts too.
+    let mut chained = json_agent("chained", "structured", json!({"type": "json"}));
+    chained["model"]["fallbacks"] = json!([{"provider": "script", "model": "plain-text"}]);
+    let reply = call(Method::POST, "/api/agents").json(Some(chained)).send(&app).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.text());
+    let doc = reply.json();
+    assert_eq!(
+        (doc["problems"][0]["code"].as_str(), doc["problems"][0]["field"].as_str()),
+        (Some("structured_output_unsupported"), Some("model.fallbacks[0].model")),
+        "{doc}"
+    );
     // Only that flag, only when explicitly false, only for JSON: a model the catalog does not
     // list, one that supports it, one that does not say, and text output all compile.
     for (name, model, format) in [
