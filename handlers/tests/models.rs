@@ -329,6 +329,45 @@ async fn a_failing_check_is_classified_in_our_words_without_the_providers_text()
 }
 
 #[tokio::test]
+async fn google_and_azure_check_their_own_model_lists_with_their_own_keys() {
+    // Google refuses a wrong key with 400 API_KEY_INVALID; its classification holds for the check.
+    let (addr, seen) = http_stub(|r| {
+        if r.path.starts_with("/v1beta/") {
+            (400, r#"{"error": {"code": 400, "details": [{"reason": "API_KEY_INVALID"}]}}"#.to_owned())
+        } else {
+            (200, "{\"data\": []}".to_owned())
+        }
+    })
+    .await;
+    let client = reqwest::Client::new();
+    let google =
+        tracon_core::model::google::GoogleProvider::new(client.clone(), KEY.into(), Some(format!("http://{addr}")))
+            .unwrap();
+    let azure =
+        tracon_core::model::azure::AzureOpenAiProvider::new(client, &format!("http://{addr}/"), KEY.into(), None)
+            .unwrap();
+    let app = router(
+        RuntimeBuilder::new(tokio_rt::platform())
+            .add_provider(Arc::new(google))
+            .add_provider(Arc::new(azure))
+            .build()
+            .unwrap(),
+    );
+    let (_, health) = get(&app, "/api/models/health/google").await;
+    assert_eq!(
+        (health["status"].as_str(), health["failure"]["kind"].as_str()),
+        (Some("Unhealthy"), Some("unauthorized"))
+    );
+    let (_, health) = get(&app, "/api/models/health/azure-openai").await;
+    assert_eq!(health["status"], "Healthy", "{health}");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen[0].path, "/v1beta/models?pageSize=1");
+    assert_eq!(seen[0].headers.get("x-goog-api-key").map(String::as_str), Some(KEY));
+    assert_eq!(seen[1].path, "/openai/models?api-version=2024-10-21");
+    assert_eq!(seen[1].headers.get("api-key").map(String::as_str), Some(KEY));
+}
+
+#[tokio::test]
 async fn an_unreachable_provider_is_unhealthy() {
     // A port nothing listens on.
     let free = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();

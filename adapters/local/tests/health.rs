@@ -57,10 +57,12 @@ async fn every_provider_gets_a_line_and_all_answering_exits_zero() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{:?}: {stderr}", output.status);
     let lines = lines(&output);
-    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    // The OpenAI key registers both of its routes; each is checked.
     assert_eq!(&lines[0][..2], ["openai", "Healthy"]);
     assert_eq!(lines[0][3], "ms", "the check's latency: {lines:?}");
-    assert_eq!(lines[1].join(" "), "scripted Unknown no health check");
+    assert_eq!(&lines[1][..2], ["openai-responses", "Healthy"]);
+    assert_eq!(lines[2].join(" "), "scripted Unknown no health check");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -76,7 +78,7 @@ async fn an_unhealthy_provider_makes_the_command_fail_without_its_text_on_stdout
     assert_eq!(output.status.code(), Some(1), "{}", String::from_utf8_lossy(&output.stderr));
     let lines = lines(&output);
     let names: Vec<&str> = lines.iter().map(|l| l[0].as_str()).collect();
-    assert_eq!(names, ["anthropic", "openai", "scripted"]);
+    assert_eq!(names, ["anthropic", "openai", "openai-responses", "scripted"]);
     assert_eq!(
         (lines[0][1].as_str(), lines[0][3].as_str(), lines[0][4].as_str()),
         ("Unhealthy", "ms", "unauthorized:")

@@ -125,7 +125,7 @@ impl ModelProvider for AnthropicProvider {
             .get(format!("{}/v1/models", self.base_url))
             .header("x-api-key", &self.api_key)
             .header("anthropic-version", API_VERSION);
-        let answer = crate::platform::send_future(sse::reach(request)).await;
+        let answer = crate::platform::send_future(sse::reach(request, ProviderError::from_status)).await;
         Some(answer.map_err(|e| e.without_secret(&self.api_key)))
     }
 }

@@ -178,7 +178,7 @@ impl ModelProvider for OpenAiProvider {
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
-        let answer = crate::platform::send_future(sse::reach(request)).await;
+        let answer = crate::platform::send_future(sse::reach(request, ProviderError::from_status)).await;
         Some(answer.map_err(|e| match &self.api_key {
             Some(key) => e.without_secret(key),
             None => e,

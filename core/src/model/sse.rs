@@ -108,9 +108,12 @@ fn header(response: &Reply, name: &str) -> Option<String> {
 }
 
 /// Sends `request` and reads nothing of a successful answer: a reachability check
-/// ([`super::ModelProvider::health`]).
-pub(crate) async fn reach(request: reqwest::RequestBuilder) -> Result<(), ProviderError> {
-    send(request).await.map(drop)
+/// ([`super::ModelProvider::health`]), its failure classified by the provider's `classify`.
+pub(crate) async fn reach(
+    request: reqwest::RequestBuilder,
+    classify: fn(u16, &str) -> ProviderError,
+) -> Result<(), ProviderError> {
+    send_classified(request, classify).await.map(drop)
 }
 
 /// Whether the answer is a whole JSON document rather than an event stream.
