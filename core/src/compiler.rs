@@ -41,6 +41,7 @@ pub fn check(
 
     for (path, binding) in def.model.chain() {
         check_provider(&mut problems, providers, &path, &binding);
+        problems.extend(structured_output_problem(&path, &binding, providers));
     }
 
     for (i, name) in def.tool_names.iter().enumerate() {
@@ -115,6 +116,30 @@ pub fn check(
         ));
     }
     problems
+}
+
+/// The one enforced flag of the model catalog: JSON output asked of a model the catalog
+/// lists with `supportsStructuredOutput: false` — the primary's or a fallback link's, which
+/// answers in the same format. A model the catalog does not list is not checked: the catalog
+/// is metadata, not permission.
+fn structured_output_problem(path: &str, binding: &ModelBinding, providers: &ProviderRegistry) -> Option<Problem> {
+    use crate::definition::ResponseFormat;
+    if !matches!(binding.response_format, Some(ResponseFormat::Json | ResponseFormat::JsonSchema { .. })) {
+        return None;
+    }
+    let model = providers.catalog().find(&binding.provider, &binding.model)?;
+    let field = if path == "model" { "model.responseFormat".to_owned() } else { format!("{path}.model") };
+    (model.supports_structured_output == Some(false)).then(|| {
+        Problem::new(
+            ProblemCode::StructuredOutputUnsupported,
+            field,
+            format!(
+                "The model catalog says '{}' of provider '{}' does not support structured output; ask for \"text\" or choose another model.",
+                crate::names::truncate_for_message(&binding.model),
+                crate::names::truncate_for_message(&binding.provider)
+            ),
+        )
+    })
 }
 
 /// Picks the instructions for `culture`: the exact tag, then each parent subtag

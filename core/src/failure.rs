@@ -60,6 +60,9 @@ pub enum ErrorClass {
     /// A workflow asked a person for input with checkpointing off: with nothing to resume
     /// from, it fails instead of waiting forever.
     InputUnavailable,
+    /// The pre-flight check estimated the prompt over its model's context window less the
+    /// reserve (`Tracon:Preflight`); no provider was called.
+    ContextWindowExceeded,
     Internal,
 }
 
@@ -104,6 +107,7 @@ impl ErrorClass {
             Self::WorkflowNodeFailed => "workflow_node_failed",
             Self::MaxIterationsReached => "max_iterations_reached",
             Self::InputUnavailable => "input_unavailable",
+            Self::ContextWindowExceeded => "context_window_exceeded",
             Self::Internal => "internal_error",
         }
     }

@@ -58,6 +58,7 @@ pub mod structured;
 pub(crate) mod sync;
 pub mod tenants;
 pub mod text;
+pub mod tokens;
 pub mod tools;
 pub mod triggers;
 pub mod webhooks;

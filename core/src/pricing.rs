@@ -1,6 +1,8 @@
 //! Per-model prices and the cost snapshot a run keeps.
 //!
-//! Prices come from configuration only — Tracon never invents one:
+//! Prices come from configuration only — Tracon never invents one — through the model
+//! catalog ([`crate::model::catalog`]): a provider's `Models:<i>:…PerMillion`, or the older
+//! spelling, which the catalog reads as well:
 //!
 //! ```text
 //! Tracon__Pricing__Currency=USD
@@ -21,15 +23,8 @@ use utoipa::ToSchema;
 
 use crate::config::{Config, ConfigError};
 use crate::model::Usage;
-
-/// Unit prices per million tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ModelPrice {
-    pub input_per_million: f64,
-    pub output_per_million: f64,
-    pub cached_input_per_million: Option<f64>,
-}
+use crate::model::catalog::ModelCatalog;
+pub use crate::model::catalog::ModelPrice;
 
 /// What a run cost, with the prices that were applied.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -78,35 +73,25 @@ impl Pricing {
         self
     }
 
+    /// The prices of the catalog the configuration describes, in `Tracon:Pricing:Currency`
+    /// (`USD`).
     pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
-        let currency = config.get("Tracon:Pricing:Currency").unwrap_or("USD").to_owned();
-        let mut pricing = Self::new(&currency);
-        for index in config.child_sections("Tracon:Pricing:Models") {
-            let key = |k: &str| format!("Tracon:Pricing:Models:{index}:{k}");
-            let (Some(provider), Some(model)) = (config.get(&key("Provider")), config.get(&key("Model"))) else {
-                return Err(ConfigError::Message(format!(
-                    "Tracon:Pricing:Models:{index} needs both Provider and Model."
-                )));
-            };
-            let input = config.parse::<f64>(&key("InputPerMillion"))?;
-            let output = config.parse::<f64>(&key("OutputPerMillion"))?;
-            let (Some(input), Some(output)) = (input, output) else {
-                return Err(ConfigError::Message(format!(
-                    "Tracon:Pricing:Models:{index} needs InputPerMillion and OutputPerMillion."
-                )));
-            };
-            let cached = config.parse::<f64>(&key("CachedInputPerMillion"))?;
-            if [Some(input), Some(output), cached].into_iter().flatten().any(|p| !p.is_finite() || p < 0.0) {
-                return Err(ConfigError::Message(format!("Tracon:Pricing:Models:{index} has a negative price.")));
-            }
-            let (provider, model) = (provider.to_owned(), model.to_owned());
-            pricing = pricing.with_price(
-                &provider,
-                &model,
-                ModelPrice { input_per_million: input, output_per_million: output, cached_input_per_million: cached },
-            );
-        }
-        Ok(pricing)
+        Ok(Self::from_catalog(Self::configured_currency(config), &ModelCatalog::from_config(config)?))
+    }
+
+    /// `Tracon:Pricing:Currency`, `USD` when unset.
+    pub fn configured_currency(config: &Config) -> &str {
+        config.get("Tracon:Pricing:Currency").unwrap_or("USD")
+    }
+
+    /// Every price `catalog` holds.
+    pub fn from_catalog(currency: &str, catalog: &ModelCatalog) -> Self {
+        Self::new(currency).with_catalog(catalog)
+    }
+
+    /// These prices and `catalog`'s (the catalog's win for a model priced in both).
+    pub fn with_catalog(self, catalog: &ModelCatalog) -> Self {
+        catalog.prices().fold(self, |pricing, (provider, model, price)| pricing.with_price(provider, model, price))
     }
 
     /// The cost of `usage` on `provider`/`model`, or `None` when either is unknown.

@@ -35,6 +35,8 @@ pub enum ProblemCode {
     UnknownFunction,
     /// A field this kind of workflow does not use, or two fields that exclude each other.
     NotApplicable,
+    /// JSON output asked of a model the model catalog lists as unable to give it.
+    StructuredOutputUnsupported,
 }
 
 /// One thing wrong with a definition.

@@ -14,6 +14,7 @@ use crate::catalog::Catalog;
 use crate::config::{Config, ConfigError};
 use crate::definition::AgentDefinition;
 use crate::jobs::JobTransport;
+use crate::model::catalog::ModelCatalog;
 use crate::model::{ModelProvider, ProviderRegistry};
 use crate::names::AgentName;
 use crate::ports::Platform;
@@ -66,6 +67,9 @@ pub struct RuntimeSettings {
     /// Retries, the circuit breaker and the concurrency limit of model calls
     /// (`Tracon:ModelRetry:*`, `Tracon:CircuitBreaker:*`, `Tracon:ModelConcurrency:*`).
     pub resilience: crate::model::resilience::ResilienceSettings,
+    /// `Tracon:Preflight:*`: the prompt checked against its model's context window before any
+    /// provider is called (off by default).
+    pub preflight: crate::runs::preflight::PreflightSettings,
 }
 
 /// `Tracon:RunReconciliation:*`: an executing run moves its heartbeat every `heartbeat`
@@ -121,6 +125,7 @@ impl Default for RuntimeSettings {
             loop_judge: None,
             workflow_checkpointing: true,
             resilience: crate::model::resilience::ResilienceSettings::default(),
+            preflight: crate::runs::preflight::PreflightSettings::default(),
         }
     }
 }
@@ -164,6 +169,7 @@ impl RuntimeSettings {
             session_ownership: crate::sessions::ownership::SessionOwnership::from_config(config)?,
             workflow_checkpointing: config.bool("Tracon:Workflows:EnableCheckpointing")?.unwrap_or(true),
             resilience: crate::model::resilience::ResilienceSettings::from_config(config)?,
+            preflight: crate::runs::preflight::PreflightSettings::from_config(config)?,
         })
     }
 }
@@ -201,6 +207,8 @@ pub struct Runtime {
     pub models: crate::model::resilience::ModelCalls,
     /// The host's own check of structured answers, after the built-in ones.
     pub response_validator: Option<Arc<dyn crate::structured::ResponseValidator>>,
+    /// The providers' health, cached per provider in this instance.
+    pub model_health: crate::model::health::HealthChecks,
     /// Where queued runs go: set once by a host that runs a job consumer
     /// ([`Runtime::set_queue`]); without one a run cannot be queued.
     queue: OnceLock<RunQueue>,
@@ -234,6 +242,7 @@ pub struct RuntimeBuilder {
     agents: Vec<AgentDefinition>,
     tools: ToolRegistry,
     providers: ProviderRegistry,
+    models: ModelCatalog,
     stores: Option<Stores>,
     platform: Platform,
     pricing: Pricing,
@@ -265,6 +274,7 @@ impl RuntimeBuilder {
             agents: Vec::new(),
             tools: ToolRegistry::default(),
             providers: ProviderRegistry::default(),
+            models: ModelCatalog::default(),
             stores: None,
             platform,
             pricing: Pricing::new("USD"),
@@ -413,6 +423,14 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Describes providers' models ([`crate::model::catalog`]): their context windows,
+    /// capability flags and prices. Added to what earlier calls described; the prices join
+    /// [`Self::pricing`]'s at build.
+    pub fn model_catalog(mut self, catalog: ModelCatalog) -> Self {
+        self.models.merge(catalog);
+        self
+    }
+
     pub fn stores(mut self, stores: Stores) -> Self {
         self.stores = Some(stores);
         self
@@ -465,8 +483,11 @@ impl RuntimeBuilder {
             },
         };
         let loops = crate::harness::Loops { evaluators: self.loop_evaluators, judge };
-        let catalog =
-            Catalog::new(code.clone(), stores.definitions.clone(), self.providers, self.tools).with_loops(loops);
+        // The catalog feeds pricing: one list of prices.
+        let pricing = self.pricing.with_catalog(&self.models);
+        let mut providers = self.providers;
+        providers.set_catalog(self.models);
+        let catalog = Catalog::new(code.clone(), stores.definitions.clone(), providers, self.tools).with_loops(loops);
         for def in code.values() {
             for p in catalog.validate_code_agent(def) {
                 errors.push(format!("Code agent '{}': {} ({})", def.name, p.message, p.field));
@@ -506,7 +527,7 @@ impl RuntimeBuilder {
             catalog,
             stores,
             platform: self.platform,
-            pricing: self.pricing,
+            pricing,
             settings: self.settings,
             tool_authorizer: self.tool_authorizer,
             tool_validator: self.tool_validator,
@@ -516,6 +537,7 @@ impl RuntimeBuilder {
             event_sinks: self.event_sinks,
             drain: Arc::new(Drain::default()),
             workflow_functions: self.workflow_functions,
+            model_health: Default::default(),
             queue: OnceLock::new(),
         })
     }

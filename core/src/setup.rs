@@ -8,7 +8,8 @@
 //! `Tracon:Providers:AzureOpenAI:Endpoint` and `:ApiKey` (`:ApiVersion` optional); named
 //! compatible endpoints from `Tracon:Providers:Compatible:<name>:Endpoint|ApiKey`, plus
 //! `{name}-responses` when `:EnableResponsesSurface` is true. A provider whose configuration
-//! is started but incomplete (an endpoint without its key) stops the host. The demo tools are
+//! is started but incomplete (an endpoint without its key) stops the host. Each provider's
+//! model catalog comes from its section's `Models:<i>:*` ([`crate::model::catalog`]). The demo tools are
 //! registered by default (`Tracon:Demo:Tools`), the demo agent when `Tracon:Demo:Enabled`
 //! (the host picks the default: on locally, off on serverless hosts).
 
@@ -20,6 +21,7 @@ use crate::demo;
 use crate::model::ModelProvider;
 use crate::model::anthropic::AnthropicProvider;
 use crate::model::azure::AzureOpenAiProvider;
+use crate::model::catalog::ModelCatalog;
 use crate::model::google::GoogleProvider;
 use crate::model::openai::{OpenAiProvider, StructuredSupport};
 use crate::model::scripted::{SCRIPTED, ScriptedProvider};
@@ -48,12 +50,15 @@ pub fn builder_from_config(
     defaults: &HostDefaults,
 ) -> Result<RuntimeBuilder, String> {
     let settings = RuntimeSettings::from_config(config).map_err(|e| e.to_string())?;
-    let pricing = Pricing::from_config(config).map_err(|e| e.to_string())?;
+    // The model catalog holds every configured price; the builder hands them to pricing.
+    let models = ModelCatalog::from_config(config).map_err(|e| e.to_string())?;
+    let pricing = Pricing::new(Pricing::configured_currency(config));
     let quotas = crate::quota::Quotas::from_config(config).map_err(|e| e.to_string())?;
     let webhooks = crate::webhooks::WebhookSettings::from_config(config).map_err(|e| e.to_string())?;
     let mut builder = RuntimeBuilder::new(platform)
         .settings(settings)
         .pricing(pricing)
+        .model_catalog(models)
         .stores(stores)
         .quotas(quotas)
         .webhooks(webhooks);

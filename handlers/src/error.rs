@@ -16,6 +16,7 @@ use tracon_core::failure::new_ref;
 use tracon_core::quota::QuotaExceeded;
 use tracon_core::report::Problem;
 use tracon_core::runs::admission::Refusal;
+use tracon_core::runs::preflight::ContextWindowExceeded;
 use tracon_core::runs::request::StartError;
 use tracon_core::sessions::ownership::SessionRefusal;
 use utoipa::ToSchema;
@@ -244,8 +245,22 @@ pub fn start_error(agent: &str, e: StartError) -> ApiError {
         StartError::ToolResults(message) => {
             ApiError::bad_request("validation_failed", message).with("field", "toolResults")
         }
+        StartError::ContextWindow(over) => context_window_exceeded(&over),
         StartError::Store(s) => s.into(),
     }
+}
+
+/// `400 context_window_exceeded`: the pre-flight check refused the prompt, with the counted
+/// and allowed token numbers; no provider was called.
+pub fn context_window_exceeded(over: &ContextWindowExceeded) -> ApiError {
+    ApiError::bad_request("context_window_exceeded", over.message())
+        .with("provider", &over.provider)
+        .with("model", &over.model)
+        .with("estimatedPromptTokens", over.estimated_prompt_tokens)
+        .with("allowedPromptTokens", over.allowed_prompt_tokens)
+        .with("contextWindowTokens", over.context_window_tokens)
+        .with("reserveRatio", over.reserve_ratio)
+        .with("approximate", true)
 }
 
 impl From<tracon_core::workflows::execute::WorkflowError> for ApiError {

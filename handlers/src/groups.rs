@@ -49,6 +49,8 @@ pub const WEBHOOKS: Group = Group { name: "webhooks", router: crate::webhooks::r
 pub const SCHEDULES: Group = Group { name: "schedules", router: crate::schedules::router };
 /// Trigger definitions and the signed accept endpoint.
 pub const TRIGGERS: Group = Group { name: "triggers", router: crate::triggers::router };
+/// The model catalog and each provider's health (`/api/models…`).
+pub const MODELS: Group = Group { name: "models", router: crate::models::router };
 /// `/v1/chat/completions`, `/v1/models`, `/v1/responses`, `/v1/conversations`.
 pub const OPENAI: Group = Group { name: "openai", router: crate::openai::router };
 
@@ -78,9 +80,9 @@ impl Deployment {
 pub mod deployments {
     use super::Deployment;
 
-    /// Agent and workflow definitions and their live runs.
+    /// Agent and workflow definitions, their live runs, and the model catalog they pick from.
     pub const AGENTS: Deployment =
-        Deployment { name: "agents", groups: &[super::AGENTS, super::WORKFLOWS], streams: true };
+        Deployment { name: "agents", groups: &[super::AGENTS, super::WORKFLOWS, super::MODELS], streams: true };
     /// Everything that follows, decides or queues runs.
     pub const RUNS: Deployment = Deployment {
         name: "runs",
@@ -102,6 +104,7 @@ pub mod deployments {
         groups: &[
             super::AGENTS,
             super::WORKFLOWS,
+            super::MODELS,
             super::RUNS,
             super::SESSIONS,
             super::APPROVALS,

@@ -1,7 +1,8 @@
 //! Tracon's HTTP surface: one folder per endpoint group, each with its router, sharing
 //! [`AppState`]; [`groups`] is the table of groups and of the deployments made of them.
 //!
-//! Groups: [`agents`] (definitions and starting a run), [`runs`], [`sessions`],
+//! Groups: [`agents`] (definitions, starting a run, estimating one), [`models`] (the model
+//! catalog and provider health), [`runs`], [`sessions`],
 //! [`approvals`], [`jobs`], [`webhooks`], [`schedules`], [`triggers`], [`openai`], and on
 //! every deployment [`meta`] and [`security`].
 //!
@@ -21,6 +22,7 @@ pub mod extract;
 pub mod groups;
 pub mod jobs;
 pub mod meta;
+pub mod models;
 pub mod openai;
 pub mod runs;
 pub mod schedules;

@@ -345,7 +345,7 @@ fn body_for(method: &Method, template: &str, agent: &str, scope: Scope) -> Optio
         ("POST", "/api/agents") | ("POST", "/api/agents/validate") => Some(def("a-own-agent")),
         ("PUT", "/api/agents/{name}") => Some(def(agent)),
         ("POST", "/api/agents/{name}/rollback") => Some(json!({"version": 1})),
-        ("POST", "/api/agents/{name}/run") => Some(json!({"message": "hi"})),
+        ("POST", "/api/agents/{name}/run") | ("POST", "/api/agents/{name}/estimate") => Some(json!({"message": "hi"})),
         ("POST", "/api/sessions/{id}/branch") => Some(json!({"sequence": 0})),
         ("POST", "/api/api-keys") => Some(json!({"name": "k", "scopes": [scope]})),
         ("POST", "/api/approvals/{id}/decision") => Some(json!({"approved": true})),
@@ -439,7 +439,11 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
             } else {
                 agent
             };
-            let template = template.replace("{tenantId}", tenant).replace("{request}", request);
+            // Providers are the host's, no tenant's: neither name is registered here.
+            let template = template
+                .replace("{tenantId}", tenant)
+                .replace("{request}", request)
+                .replace("{provider}", "no-such-provider");
             let id = if template.starts_with("/api/workflows/runs") {
                 flow_run
             } else if template.starts_with("/api/runs") {
@@ -629,6 +633,7 @@ async fn each_scope_opens_exactly_the_routes_that_need_it() {
             let path = template
                 .replace("{name}", "some-agent")
                 .replace("{tenantId}", "matrix")
+                .replace("{provider}", "script")
                 .replace("{id}", "000000000000")
                 .replace("{a}", "1")
                 .replace("{b}", "1");

@@ -57,7 +57,8 @@ pub fn http_client() -> Result<reqwest::Client, String> {
         .map_err(|e| format!("could not build the HTTP client: {e}"))
 }
 
-fn build_runtime(config: &Config, stores: Stores, extend: crate::cli::Extend) -> Result<Runtime, String> {
+/// The runtime the configuration describes, over `stores`, with the host's registrations.
+pub fn build_runtime(config: &Config, stores: Stores, extend: crate::cli::Extend) -> Result<Runtime, String> {
     let defaults = HostDefaults { demo_agent: true };
     let builder = setup::builder_from_config(config, tokio_rt::platform(), stores, http_client()?, &defaults)?;
     extend(builder).build().map_err(|e| e.to_string())

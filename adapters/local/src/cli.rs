@@ -1,4 +1,4 @@
-//! The `tracon` command line: `serve` (the default) and `migrate`.
+//! The `tracon` command line: `serve` (the default), `migrate` and `health`.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -24,6 +24,8 @@ enum Command {
     Serve(ServeArgs),
     /// Apply the database migrations (or, with `status`, list the pending ones).
     Migrate(MigrateArgs),
+    /// Check every configured model provider now, one line each; fails when any is Unhealthy.
+    Health,
 }
 
 #[derive(clap::Args, Clone)]
@@ -76,6 +78,7 @@ pub fn main(extend: Extend) -> ExitCode {
     };
     let result = match cli.command {
         Some(Command::Migrate(args)) => runtime.block_on(migrate(&config, args)),
+        Some(Command::Health) => runtime.block_on(crate::health::run(&config, extend, &mut std::io::stdout().lock())),
         Some(Command::Serve(args)) => runtime.block_on(serve(config, args, extend)),
         None => runtime.block_on(serve(config, cli.serve, extend)),
     };

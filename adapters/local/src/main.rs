@@ -3,7 +3,9 @@
 //!
 //! - `tracon` / `tracon serve` — serve the HTTP API;
 //! - `tracon migrate` — apply the database migrations and exit (`0 applied` when current);
-//! - `tracon migrate status` — list pending migrations without writing.
+//! - `tracon migrate status` — list pending migrations without writing;
+//! - `tracon health` — check every configured model provider, one line each (exit 1 when any
+//!   is Unhealthy).
 
 // The request path allocates many small, short-lived buffers (JSON, SSE frames, HTTP);
 // mimalloc serves those markedly cheaper than the system allocator (see bench-run).

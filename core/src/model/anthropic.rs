@@ -117,6 +117,17 @@ impl ModelProvider for AnthropicProvider {
         let answer = crate::platform::send_future(self.start(request)).await;
         super::without_secret(answer, Some(self.api_key.clone()))
     }
+
+    /// `GET /v1/models`: lists models, costs nothing.
+    async fn health(&self) -> Option<Result<(), ProviderError>> {
+        let request = self
+            .client
+            .get(format!("{}/v1/models", self.base_url))
+            .header("x-api-key", &self.api_key)
+            .header("anthropic-version", API_VERSION);
+        let answer = crate::platform::send_future(sse::reach(request, ProviderError::from_status)).await;
+        Some(answer.map_err(|e| e.without_secret(&self.api_key)))
+    }
 }
 
 impl AnthropicProvider {

@@ -124,6 +124,17 @@ impl ModelProvider for AzureOpenAiProvider {
         let answer = crate::platform::send_future(self.start(request)).await;
         super::without_secret(answer, Some(self.api_key.clone()))
     }
+
+    /// `GET /openai/models`: the resource's model list, costs nothing. It proves the resource
+    /// and the key, not a deployment: a wrong deployment name still fails its run with `404`.
+    async fn health(&self) -> Option<Result<(), ProviderError>> {
+        let check = async {
+            let url = super::sse::url_under(&self.endpoint, &["openai", "models"], ("api-version", &self.api_version))?;
+            super::sse::reach(self.client.get(url).header("api-key", &self.api_key), classify).await
+        };
+        let answer = crate::platform::send_future(check).await;
+        Some(answer.map_err(|e| e.without_secret(&self.api_key)))
+    }
 }
 
 #[cfg(test)]

@@ -188,6 +188,16 @@ impl ModelProvider for GoogleProvider {
         let answer = crate::platform::send_future(self.start(request)).await;
         super::without_secret(answer, Some(self.api_key.clone()))
     }
+
+    /// `GET /v1beta/models`: lists models, costs nothing; a wrong key is `unauthorized`.
+    async fn health(&self) -> Option<Result<(), ProviderError>> {
+        let check = async {
+            let url = sse::url_under(&self.base_url, &["v1beta", "models"], ("pageSize", "1"))?;
+            sse::reach(self.client.get(url).header("x-goog-api-key", &self.api_key), classify).await
+        };
+        let answer = crate::platform::send_future(check).await;
+        Some(answer.map_err(|e| e.without_secret(&self.api_key)))
+    }
 }
 
 /// Google answers a wrong key with `400 INVALID_ARGUMENT` and the reason `API_KEY_INVALID`:

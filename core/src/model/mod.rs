@@ -11,15 +11,21 @@
 //! API), [`google::GoogleProvider`] (the Gemini Developer API), [`azure::AzureOpenAiProvider`]
 //! (Azure OpenAI Chat Completions, on the OpenAI body and parser) and
 //! [`scripted::ScriptedProvider`] (deterministic, for tests and the keyless demo).
+//!
+//! Beside the providers: [`catalog`] (what the host says about each provider's models:
+//! context window, capability flags, prices) and [`health`] (each provider's cost-free
+//! reachability check, cached).
 
 pub mod anthropic;
 pub mod azure;
 pub mod breaker;
 pub mod cache;
+pub mod catalog;
 pub mod error;
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod fetch;
 pub mod google;
+pub mod health;
 pub mod openai;
 pub mod openai_responses;
 pub mod registry;
@@ -266,4 +272,11 @@ pub trait ModelProvider: Send + Sync {
     /// Starts one streamed model call. The request is borrowed: a provider serialises what
     /// it needs before it returns the stream.
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ProviderError>;
+
+    /// A cost-free reachability check with the provider's own credential — a model list,
+    /// never a completion. `None` (the default): this provider has no check, and its health
+    /// is `Unknown` ([`health`]).
+    async fn health(&self) -> Option<Result<(), ProviderError>> {
+        None
+    }
 }

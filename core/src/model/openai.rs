@@ -207,6 +207,19 @@ impl ModelProvider for OpenAiProvider {
         let answer = crate::platform::send_future(self.start(request)).await;
         super::without_secret(answer, self.api_key.clone())
     }
+
+    /// `GET {base}/models`: lists models, costs nothing.
+    async fn health(&self) -> Option<Result<(), ProviderError>> {
+        let mut request = self.client.get(format!("{}/models", self.base_url));
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let answer = crate::platform::send_future(sse::reach(request, ProviderError::from_status)).await;
+        Some(answer.map_err(|e| match &self.api_key {
+            Some(key) => e.without_secret(key),
+            None => e,
+        }))
+    }
 }
 
 impl OpenAiProvider {

@@ -107,6 +107,15 @@ fn header(response: &Reply, name: &str) -> Option<String> {
     return response.header(name);
 }
 
+/// Sends `request` and reads nothing of a successful answer: a reachability check
+/// ([`super::ModelProvider::health`]), its failure classified by the provider's `classify`.
+pub(crate) async fn reach(
+    request: reqwest::RequestBuilder,
+    classify: fn(u16, &str) -> ProviderError,
+) -> Result<(), ProviderError> {
+    send_classified(request, classify).await.map(drop)
+}
+
 /// Whether the answer is a whole JSON document rather than an event stream.
 pub(crate) fn is_json(response: &Reply) -> bool {
     #[cfg(not(target_arch = "wasm32"))]

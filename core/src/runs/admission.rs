@@ -58,10 +58,23 @@ impl From<StoreError> for Refusal {
 /// Admits a run, or says why not. Returns the run's attribution — one for the whole run, so
 /// the owner checked is the user recorded.
 pub async fn admit(runtime: &Runtime, admission: Admission<'_>) -> Result<Attribution, Refusal> {
-    let Admission { tenant, caller, agent, session, attribution } = admission;
     if runtime.drain.is_draining() {
         return Err(Refusal::Draining);
     }
+    let (tenant, agent) = (admission.tenant, admission.agent);
+    let attribution = may_run(runtime, admission).await?;
+    let now = runtime.platform.clock.now();
+    if let Some(over) = runtime.quotas.check(runtime.stores.runs.as_ref(), tenant, agent.as_str(), now).await? {
+        return Err(Refusal::Quota { over, now });
+    }
+    Ok(attribution)
+}
+
+/// The checks of [`admit`] about who may run what, where — the run policy, the attribution,
+/// session ownership — without those about now (draining, the quotas): what a dry run
+/// (`POST /api/agents/{name}/estimate`, which reads the session a run would) passes.
+pub async fn may_run(runtime: &Runtime, admission: Admission<'_>) -> Result<Attribution, Refusal> {
+    let Admission { tenant, caller, agent, session, attribution } = admission;
     let start = RunAction::StartRun { agent: agent.as_str(), session: session.map(SessionId::as_str) };
     if !is_allowed(runtime.run_authorizer.as_ref(), caller, tenant, start).await {
         return Err(Refusal::Denied);
@@ -76,10 +89,6 @@ pub async fn admit(runtime: &Runtime, admission: Admission<'_>) -> Result<Attrib
     {
         let existing = runtime.stores.sessions.get(tenant, id.as_str()).await?;
         ownership.may_run(attribution.user_id.as_deref(), existing.as_ref()).map_err(Refusal::Session)?;
-    }
-    let now = runtime.platform.clock.now();
-    if let Some(over) = runtime.quotas.check(runtime.stores.runs.as_ref(), tenant, agent.as_str(), now).await? {
-        return Err(Refusal::Quota { over, now });
     }
     Ok(attribution)
 }

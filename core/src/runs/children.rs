@@ -86,6 +86,7 @@ fn start_refusal(agent: &str, e: &StartError) -> String {
         StartError::Documents(m) | StartError::Resume(m) | StartError::ToolResults(m) => {
             format!("The agent '{agent}' could not be started: {m}")
         }
+        StartError::ContextWindow(over) => format!("The agent '{agent}' could not be started: {}", over.message()),
     }
 }
 

@@ -27,9 +27,9 @@ use crate::recorder::Recorder;
 use crate::runs::children::{Invoker, Subtree};
 use crate::runs::continuation::{self, Continuation};
 use crate::runs::outcome::RunOutcome;
-use crate::runs::prepare::user_message;
 use crate::runs::prepare::{LoadedSession, PreparedRun};
-use crate::runs::request::{CLIENT_UNANSWERED, Resume, RunRequest, UNDECIDED, refusal};
+use crate::runs::prepare::{prelude, user_message};
+use crate::runs::request::{Resume, RunRequest, refusal};
 use crate::runs::store::{RunEnd, RunStatus};
 use crate::runs::tree::TreePlace;
 use crate::runtime::Runtime;
@@ -268,14 +268,7 @@ impl<'r> Execution<'r> {
         if self.request.message.is_empty() && matches!(self.history.last(), Some(Message::Tool { .. })) {
             return TurnStart::Continue { results: Vec::new() };
         }
-        let prelude = engine::open_calls(&self.history)
-            .into_iter()
-            .map(|c| {
-                let client = self.agent.tool(&c.name).is_some_and(|t| t.is_client());
-                let content = if client { CLIENT_UNANSWERED } else { UNDECIDED };
-                Message::Tool { call_id: c.id, name: c.name, content: content.to_owned(), is_error: true }
-            })
-            .collect();
+        let prelude = prelude(&self.agent, &self.history);
         let message = user_message(&self.request.message, &self.request.documents);
         if let Some(continuation) = self.continuation.as_mut() {
             // The interrupted run's turn as its ledger recorded it; the model goes on from

@@ -15,12 +15,12 @@ use tracing::Instrument;
 
 use crate::events::RunEvent;
 use crate::jobs::JobTransport;
-use crate::model::Message;
 use crate::names::{RunId, SessionId};
 use crate::ports::new_id;
 use crate::runs::execute::execute;
 use crate::runs::outcome::{Accepted, RunOutcome};
-use crate::runs::prepare::{LoadedSession, prepare};
+pub use crate::runs::prepare::History;
+use crate::runs::prepare::{Options, prepare_in};
 use crate::runs::queued::enqueue;
 use crate::runs::request::{RunRequest, StartError};
 use crate::runtime::{RunQueue, Runtime};
@@ -68,19 +68,6 @@ impl<'a> From<&'a RunQueue> for Delivery<'a> {
     fn from(queue: &'a RunQueue) -> Self {
         Delivery::Queued { transport: queue.transport.as_ref(), max_attempts: queue.max_attempts }
     }
-}
-
-/// What the model sees before the new message.
-pub enum History {
-    /// The request's session holds the conversation (none without a session).
-    Session,
-    /// The caller keeps the conversation and sent it along (an OpenAI chat request, a
-    /// response with `store: false`): the model sees it; nothing saves it, and a run that
-    /// hands client-side calls back opens no session for them.
-    Supplied(Vec<Message>),
-    /// A new session under `id` seeded with `history` (a stored response): the run's first
-    /// save writes the whole conversation. The run row names no session, as before the save.
-    Seeded { id: SessionId, history: Vec<Message> },
 }
 
 /// What [`launch`] started.
@@ -142,15 +129,8 @@ pub async fn launch(runtime: &Arc<Runtime>, start: Start<'_>) -> Result<Launched
         Delivery::Buffered => Here::Buffered,
         Delivery::Background => Here::Background,
     };
-    let mut prepared = prepare(runtime, request, run_id).await?;
-    if let Some(extra) = &extra_instructions {
-        prepared.agent = Arc::new(prepared.agent.with_extra_instructions(extra));
-    }
-    match history {
-        History::Session => {}
-        History::Supplied(messages) => prepared.supplied_history = Some(messages),
-        History::Seeded { id, history } => prepared.session = Some(LoadedSession { id, version: None, history }),
-    }
+    let prepared =
+        prepare_in(runtime, request, run_id, Options { extra_instructions, history, ..Options::default() }).await?;
     let run_id = prepared.run_id;
     let (guard, cancel) = runtime.drain.enter(run_id);
     let span = tracing::info_span!("runs.execute", agent = %prepared.agent.name, run_id = %run_id);

@@ -1,7 +1,9 @@
 //! Running an agent, end to end: the service every run-starting surface calls.
 //!
 //! - [`request`] — what a surface asks for ([`request::RunRequest`]) and why a start is refused;
-//! - [`prepare`] — everything that can refuse a run before anything streams;
+//! - [`prepare`] — everything that can refuse a run before anything streams (with the
+//!   pre-flight check of the prompt against its model's context window, [`preflight`]);
+//! - [`estimate`] — a run's prompt counted against that window, without running it;
 //! - [`execute`] — a prepared run to its end: the turn, the session save, the terminal event;
 //! - [`outcome`] — how a run ended;
 //! - [`queued`] — runs accepted for a worker, and the job handler that executes them;
@@ -18,10 +20,12 @@ pub mod admission;
 pub mod children;
 pub mod continuation;
 pub mod drain;
+pub mod estimate;
 pub mod execute;
 pub mod launch;
 pub mod memory;
 pub mod outcome;
+pub mod preflight;
 pub mod prepare;
 pub mod queued;
 pub mod reconcile;

@@ -1,6 +1,7 @@
 //! Everything that can refuse a run before anything streams: [`prepare`] compiles the agent
 //! (unknown agent, bad parameters, a definition that no longer compiles), checks the
-//! documents, loads the session and writes the run row.
+//! documents, loads the session, checks the prompt against its model's context window (the
+//! pre-flight check, [`check_context_window`]) and writes the run row.
 
 use std::sync::Arc;
 
@@ -10,7 +11,10 @@ use crate::error::StoreError;
 use crate::model::Message;
 use crate::names::{RunId, SessionId};
 use crate::ports::new_id;
-use crate::runs::request::{CLIENT_UNANSWERED, ClientToolResult, MAX_CLIENT_RESULT_BYTES, RunRequest, StartError};
+use crate::runs::preflight::ContextWindowExceeded;
+use crate::runs::request::{
+    CLIENT_UNANSWERED, ClientToolResult, MAX_CLIENT_RESULT_BYTES, RunRequest, StartError, UNDECIDED,
+};
 use crate::runs::store::{DocumentInput, RunInputRecord, RunRecord, RunStatus};
 use crate::runtime::Runtime;
 
@@ -67,6 +71,26 @@ pub struct Options<'a> {
     pub agent: Option<Arc<CompiledAgent>>,
     /// The run this one replays; its row names it.
     pub replay_of: Option<RunId>,
+    /// Text the caller adds after the agent's own instructions for this run (an OpenAI
+    /// client's `system` messages or `instructions`).
+    pub extra_instructions: Option<String>,
+    /// What the model sees before the new message.
+    pub history: History,
+}
+
+/// What the model sees before the new message.
+#[derive(Default)]
+pub enum History {
+    /// The request's session holds the conversation (none without a session).
+    #[default]
+    Session,
+    /// The caller keeps the conversation and sent it along (an OpenAI chat request, a
+    /// response with `store: false`): the model sees it; nothing saves it, and a run that
+    /// hands client-side calls back opens no session for them.
+    Supplied(Vec<Message>),
+    /// A new session under `id` seeded with `history` (a stored response): the run's first
+    /// save writes the whole conversation. The run row names no session, as before the save.
+    Seeded { id: SessionId, history: Vec<Message> },
 }
 
 /// Every check that can refuse the request before anything streams. `run_id` is the run's
@@ -75,15 +99,15 @@ pub async fn prepare(runtime: &Runtime, request: RunRequest, run_id: Option<RunI
     prepare_in(runtime, request, run_id, Options::default()).await
 }
 
-/// [`prepare`] with [`Options`]: a child run, a replay.
+/// [`prepare`] with [`Options`]: a child run, a replay, an OpenAI client's conversation.
 pub async fn prepare_in(
     runtime: &Runtime,
     request: RunRequest,
     run_id: Option<RunId>,
-    options: Options<'_>,
+    mut options: Options<'_>,
 ) -> Result<PreparedRun, StartError> {
     check_documents(&request.documents)?;
-    let agent = match options.agent.clone() {
+    let mut agent = match options.agent.clone() {
         Some(agent) => agent,
         None => {
             runtime
@@ -92,23 +116,10 @@ pub async fn prepare_in(
                 .await?
         }
     };
-    let session = match &request.session_id {
-        None => None,
-        Some(id) => {
-            let sessions = &runtime.stores.sessions;
-            match sessions.get(&request.tenant, id.as_str()).await? {
-                None => Some(LoadedSession { id: id.clone(), version: None, history: Vec::new() }),
-                Some(record) => {
-                    let items = sessions.items(&request.tenant, id.as_str()).await?;
-                    Some(LoadedSession {
-                        id: id.clone(),
-                        version: Some(record.version),
-                        history: items.into_iter().map(|i| i.message).collect(),
-                    })
-                }
-            }
-        }
-    };
+    if let Some(extra) = options.extra_instructions.take() {
+        agent = Arc::new(agent.with_extra_instructions(&extra));
+    }
+    let session = load_session(runtime, &request).await?;
     if request.resume.is_some() {
         let open = session.as_ref().map(|s| engine::open_calls(&s.history)).unwrap_or_default();
         let decided = request.resume.iter().flat_map(|r| &r.decided);
@@ -124,6 +135,18 @@ pub async fn prepare_in(
         let history = session.as_ref().map(|s| s.history.as_slice()).unwrap_or_default();
         client_results(&agent, history, &request.tool_results)?
     };
+    let (supplied_history, seeded) = match std::mem::take(&mut options.history) {
+        History::Session => (None, None),
+        History::Supplied(messages) => (Some(messages), None),
+        History::Seeded { id, history } => (None, Some(LoadedSession { id, version: None, history })),
+    };
+    // What the model is sent first: a seeded or the request's session, else what the caller sent.
+    let conversation = match seeded.as_ref().or(session.as_ref()) {
+        Some(s) => s.history.as_slice(),
+        None => supplied_history.as_deref().unwrap_or_default(),
+    };
+    let turn = turn_messages(&agent, &request, conversation, &client_results);
+    check_context_window(runtime, &agent, conversation, &turn)?;
     let run_id = match (&request.resume, request.queued, run_id) {
         (Some(r), ..) => r.run_id,
         (None, Some(queued), _) => queued,
@@ -138,15 +161,123 @@ pub async fn prepare_in(
         run_id,
         agent,
         request,
-        session,
+        session: seeded.or(session),
         started_at,
-        supplied_history: None,
+        supplied_history,
         client_results,
         continuation: None,
         deadline: None,
         tree: None,
         replay: None,
     })
+}
+
+/// The request's session as stored now: its history and generation, or — a session this
+/// turn will create — empty.
+pub(crate) async fn load_session(runtime: &Runtime, request: &RunRequest) -> Result<Option<LoadedSession>, StoreError> {
+    let Some(id) = &request.session_id else { return Ok(None) };
+    let sessions = &runtime.stores.sessions;
+    Ok(Some(match sessions.get(&request.tenant, id.as_str()).await? {
+        None => LoadedSession { id: id.clone(), version: None, history: Vec::new() },
+        Some(record) => {
+            let items = sessions.items(&request.tenant, id.as_str()).await?;
+            LoadedSession {
+                id: id.clone(),
+                version: Some(record.version),
+                history: items.into_iter().map(|i| i.message).collect(),
+            }
+        }
+    }))
+}
+
+/// What this turn adds after `history` before the model is first called: nothing for a
+/// resumption (the stopped turn's calls go on), the client-side results it answers with, or —
+/// an OpenAI client's history that ends with its own tool results — nothing; otherwise the
+/// calls an earlier turn left open, closed ([`prelude`]), and the user's message with its
+/// documents.
+pub(crate) fn turn_messages(
+    agent: &CompiledAgent,
+    request: &RunRequest,
+    history: &[Message],
+    client_results: &[Message],
+) -> Vec<Message> {
+    if request.resume.is_some() {
+        return Vec::new();
+    }
+    if !client_results.is_empty() {
+        return client_results.to_vec();
+    }
+    if request.message.is_empty() && matches!(history.last(), Some(Message::Tool { .. })) {
+        return Vec::new();
+    }
+    let mut turn = prelude(agent, history);
+    turn.push(user_message(&request.message, &request.documents));
+    turn
+}
+
+/// The calls an earlier turn left open, each closed as failed before a new message: a
+/// client-side one unanswered, any other undecided.
+pub(crate) fn prelude(agent: &CompiledAgent, history: &[Message]) -> Vec<Message> {
+    engine::open_calls(history)
+        .into_iter()
+        .map(|c| {
+            let client = agent.tool(&c.name).is_some_and(|t| t.is_client());
+            let content = if client { CLIENT_UNANSWERED } else { UNDECIDED };
+            Message::Tool { call_id: c.id, name: c.name, content: content.to_owned(), is_error: true }
+        })
+        .collect()
+}
+
+/// The context window of `agent`'s model, when the model catalog knows it.
+pub fn context_window(runtime: &Runtime, agent: &CompiledAgent) -> Option<u64> {
+    let binding = &agent.definition.model;
+    runtime.catalog.providers().catalog().find(&binding.provider, &binding.model)?.context_window_tokens
+}
+
+/// The pre-flight check ([`crate::runs::preflight`]): with it on and the model's window
+/// known, a prompt of `history` and this `turn` estimated over the window less the reserve
+/// is refused.
+pub(crate) fn check_context_window(
+    runtime: &Runtime,
+    agent: &CompiledAgent,
+    history: &[Message],
+    turn: &[Message],
+) -> Result<(), StartError> {
+    let settings = runtime.settings.preflight;
+    if !settings.enabled {
+        return Ok(());
+    }
+    let Some(window) = context_window(runtime, agent) else { return Ok(()) };
+    let estimated =
+        crate::tokens::PromptTokens::of(agent.instructions.as_deref(), &agent.tool_specs, history, turn).total();
+    let budget = settings.budget(window);
+    if estimated <= budget.allowed_prompt_tokens {
+        return Ok(());
+    }
+    let binding = &agent.definition.model;
+    Err(StartError::ContextWindow(ContextWindowExceeded {
+        provider: binding.provider.clone(),
+        model: binding.model.clone(),
+        estimated_prompt_tokens: estimated,
+        allowed_prompt_tokens: budget.allowed_prompt_tokens,
+        context_window_tokens: window,
+        reserve_ratio: settings.reserve_ratio,
+    }))
+}
+
+/// The pre-flight check of a run about to be queued (its session read as it is now), so an
+/// oversized prompt is refused before `202` rather than failed by the worker. The worker's
+/// `prepare` checks again: the session may have grown by then.
+pub(crate) async fn check_queued_context_window(
+    runtime: &Runtime,
+    agent: &CompiledAgent,
+    request: &RunRequest,
+) -> Result<(), StartError> {
+    if !runtime.settings.preflight.enabled || context_window(runtime, agent).is_none() {
+        return Ok(());
+    }
+    let history = load_session(runtime, request).await?.map(|s| s.history).unwrap_or_default();
+    check_context_window(runtime, agent, &history, &turn_messages(agent, request, &history, &[]))
 }
 
 /// The tool messages for the session's open client-side calls: each answer matched to its

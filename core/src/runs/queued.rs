@@ -17,7 +17,7 @@ use crate::ports::new_id;
 use crate::runs::continuation::{self, Continuation, InPlace, MAX_CHAIN};
 use crate::runs::execute::execute;
 use crate::runs::outcome::Accepted;
-use crate::runs::prepare::{check_documents, prepare};
+use crate::runs::prepare::{check_documents, check_queued_context_window, prepare};
 use crate::runs::reconcile::close_orphan;
 use crate::runs::request::{RunRequest, StartError};
 use crate::runs::store::{DocumentInput, RunEnd, RunInputRecord, RunRecord, RunStatus};
@@ -42,7 +42,8 @@ pub struct QueuedRun {
 }
 
 /// Accepts a run for a worker: the same checks as a live run (the agent compiles with these
-/// parameters, the documents are within their limits), then a placeholder run row
+/// parameters, the documents are within their limits, the prompt within its model's context
+/// window when the pre-flight check is on), then a placeholder run row
 /// (`Queued`, with the recorded input) and its job. The row is written first, so a worker
 /// never finds a job without its run; a job that cannot be stored closes the row `Failed`.
 pub async fn enqueue(runtime: &Runtime, request: RunRequest, max_attempts: u32) -> Result<Accepted, StartError> {
@@ -51,6 +52,7 @@ pub async fn enqueue(runtime: &Runtime, request: RunRequest, max_attempts: u32) 
         .catalog
         .compile(&request.tenant, &request.agent, request.culture.as_deref(), &request.parameters)
         .await?;
+    check_queued_context_window(runtime, &agent, &request).await?;
     let clock = runtime.platform.clock.as_ref();
     let now = clock.now();
     let run_id = RunId(new_id(clock));
@@ -178,9 +180,9 @@ impl crate::jobs::JobHandler for QueuedRuns {
         let mut prepared = match prepare(runtime, request, None).await {
             Ok(p) => p,
             Err(e) => {
-                let message = cannot_start(&e);
-                close_unstarted(runtime, &tenant, run_id, now, RunFailure::new(ErrorClass::Internal, &message)).await;
-                return Err(permanent(&message));
+                let failure = cannot_start(&e);
+                close_unstarted(runtime, &tenant, run_id, now, failure.clone()).await;
+                return Err(permanent(&failure.message));
             }
         };
         // A cancel asked while the run waited in the queue stops it before its first call.
@@ -235,13 +237,19 @@ impl QueuedRun {
 }
 
 /// Why a queued run could not start, as its failure says it.
-fn cannot_start(e: &StartError) -> String {
-    match e {
+fn cannot_start(e: &StartError) -> RunFailure {
+    let message = match e {
         StartError::Agent(CatalogError::NotFound) => "The agent no longer exists.".to_owned(),
         StartError::Agent(_) => "The agent no longer compiles with these parameters.".to_owned(),
         StartError::Documents(m) | StartError::Resume(m) | StartError::ToolResults(m) => m.clone(),
+        StartError::ContextWindow(over) => over.message(),
         StartError::Store(_) => "The store could not load the run's agent or session.".to_owned(),
-    }
+    };
+    let class = match e {
+        StartError::ContextWindow(_) => ErrorClass::ContextWindowExceeded,
+        _ => ErrorClass::Internal,
+    };
+    RunFailure::new(class, message)
 }
 
 /// The newest run of the continuation chain `run_id` starts (`run_id` itself when nobody
@@ -332,9 +340,9 @@ impl QueuedRuns {
         let mut prepared = match prepare(runtime, request, None).await {
             Ok(p) => p,
             Err(e) => {
-                let message = cannot_start(&e);
-                close_unstarted(runtime, tenant, next.id, now, RunFailure::new(ErrorClass::Internal, &message)).await;
-                return Some(Err(permanent(&message)));
+                let failure = cannot_start(&e);
+                close_unstarted(runtime, tenant, next.id, now, failure.clone()).await;
+                return Some(Err(permanent(&failure.message)));
             }
         };
         // Left `Running` when the ledger cannot be read: reconciliation closes it, and the
@@ -399,7 +407,7 @@ impl QueuedRuns {
         };
         let mut prepared = match prepare(runtime, request, None).await {
             Ok(p) => p,
-            Err(e) => return failed(&cannot_start(&e)).await,
+            Err(e) => return failed(&cannot_start(&e).message).await,
         };
         let (last_sequence, mut continuation) = match (
             runtime.stores.runs.last_sequence(tenant, run.id).await,

@@ -9,6 +9,7 @@ use crate::catalog::CatalogError;
 use crate::error::StoreError;
 use crate::identity::Caller;
 use crate::names::{AgentName, RunId, SessionId, TenantId};
+use crate::runs::preflight::ContextWindowExceeded;
 use crate::runs::store::DocumentInput;
 
 /// A request to run an agent.
@@ -108,6 +109,9 @@ pub enum StartError {
     Resume(String),
     /// The client-side tool results do not fit the calls they answer (the message is ours).
     ToolResults(String),
+    /// The pre-flight check estimated the prompt over its model's context window less the
+    /// reserve ([`crate::runs::preflight`]); no provider was called.
+    ContextWindow(ContextWindowExceeded),
     Store(StoreError),
 }
 

@@ -964,7 +964,7 @@ impl Walk {
         let mut place = self.subtree.place.child_of(self.run_id);
         // An agent node may stop for approval where the workflow can stop with it.
         place.may_wait = runtime.settings.workflow_checkpointing;
-        let options = Options { place: Some(&place), agent: Some(compiled), replay_of: None };
+        let options = Options { place: Some(&place), agent: Some(compiled), ..Options::default() };
         let mut prepared = prepare_in(runtime, request, None, options)
             .await
             .map_err(|e| refused(format!("the agent '{agent}' could not be prepared ({e:?})")))?;

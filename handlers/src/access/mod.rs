@@ -120,7 +120,10 @@ pub fn requirement(method: &Method, route: &str) -> Requirement {
             S(Scope::AgentsRead)
         }
         "/api/agents/{name}/rollback" => S(Scope::AgentsAdmin),
-        "/api/agents/{name}/run" => S(Scope::RunsWrite),
+        // An estimate reads the session a run would continue: it needs what the run needs.
+        "/api/agents/{name}/run" | "/api/agents/{name}/estimate" => S(Scope::RunsWrite),
+        // Model metadata and provider health are read like agent definitions.
+        "/api/models" | "/api/models/health/{provider}" => S(Scope::AgentsRead),
         // Workflow definitions are read and administered like agents'; running, resuming and
         // answering one starts runs.
         "/api/workflows" | "/api/workflows/{name}" => S(if read { Scope::AgentsRead } else { Scope::AgentsAdmin }),

@@ -1,8 +1,10 @@
 //! The agents group: definitions as data (`/api/agents`, versions, diffs, rollback,
-//! validation) in [`definitions`], and starting a run (`POST /api/agents/{name}/run`) in
-//! [`run`].
+//! validation) in [`definitions`], starting a run (`POST /api/agents/{name}/run`) in [`run`],
+//! and a run's prompt counted against its model's context window
+//! (`POST /api/agents/{name}/estimate`) in [`estimate`].
 
 pub mod definitions;
+pub mod estimate;
 pub mod run;
 
 use axum::Router;
@@ -20,4 +22,5 @@ pub fn router() -> Router<AppState> {
         .route("/api/agents/{name}/versions/{a}/diff/{b}", get(definitions::diff))
         .route("/api/agents/{name}/rollback", post(definitions::rollback))
         .route("/api/agents/{name}/run", post(run::run))
+        .route("/api/agents/{name}/estimate", post(estimate::estimate))
 }

@@ -222,22 +222,10 @@ async fn start(
         )
         .with("field", "approvals"));
     }
-    if !deciding && !answering && body.message.trim().is_empty() {
-        return Err(ApiError::bad_request("validation_failed", "'message' must not be empty.").with("field", "message"));
+    if !deciding && !answering {
+        message_given(&body.message)?;
     }
-    if body.culture.as_ref().is_some_and(|c| c.len() > MAX_CULTURE_LEN) {
-        return Err(ApiError::bad_request(
-            "validation_failed",
-            format!("'culture' is at most {MAX_CULTURE_LEN} characters."),
-        ));
-    }
-    let session_id = body
-        .session_id
-        .as_deref()
-        .map(SessionId::parse)
-        .transpose()
-        .map_err(|e| ApiError::bad_request("validation_failed", e.0).with("field", "sessionId"))?;
-    let parameters = parameter_values(body.parameters)?;
+    let (session_id, parameters) = checked_input(body.culture.as_deref(), body.session_id.as_deref(), body.parameters)?;
     let runtime = state.runtime.clone();
     let pairs = header_pairs(headers);
     let admission = Admission {
@@ -370,6 +358,34 @@ pub(crate) fn accepted_body(accepted: runs::outcome::Accepted) -> serde_json::Va
         location,
     };
     serde_json::to_value(body).unwrap_or_default()
+}
+
+/// A new turn's message must not be empty.
+pub(crate) fn message_given(message: &str) -> ApiResult<()> {
+    if message.trim().is_empty() {
+        return Err(ApiError::bad_request("validation_failed", "'message' must not be empty.").with("field", "message"));
+    }
+    Ok(())
+}
+
+/// What every run-like body carries, checked the same way: the culture's length, the session
+/// id, and the parameter values (as strings).
+pub(crate) fn checked_input(
+    culture: Option<&str>,
+    session_id: Option<&str>,
+    parameters: BTreeMap<String, Value>,
+) -> ApiResult<(Option<SessionId>, BTreeMap<String, String>)> {
+    if culture.is_some_and(|c| c.len() > MAX_CULTURE_LEN) {
+        return Err(ApiError::bad_request(
+            "validation_failed",
+            format!("'culture' is at most {MAX_CULTURE_LEN} characters."),
+        ));
+    }
+    let session_id = session_id
+        .map(SessionId::parse)
+        .transpose()
+        .map_err(|e| ApiError::bad_request("validation_failed", e.0).with("field", "sessionId"))?;
+    Ok((session_id, parameter_values(parameters)?))
 }
 
 /// Every value travels as a string; numbers and booleans are accepted in their JSON text.

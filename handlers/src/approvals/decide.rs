@@ -236,6 +236,7 @@ fn describe(e: &StartError) -> String {
     match e {
         StartError::Agent(a) => format!("{a:?}"),
         StartError::Documents(m) | StartError::Resume(m) | StartError::ToolResults(m) => m.clone(),
+        StartError::ContextWindow(over) => over.message(),
         StartError::Store(s) => format!("{s:?}"),
     }
 }

@@ -31,6 +31,9 @@ pub const DOCUMENT: &str = include_str!(concat!(env!("OUT_DIR"), "/openapi.min.j
         crate::agents::definitions::diff,
         crate::agents::definitions::rollback,
         crate::agents::run::run,
+        crate::agents::estimate::estimate,
+        crate::models::list,
+        crate::models::health,
         crate::workflows::definitions::list,
         crate::workflows::definitions::get,
         crate::workflows::definitions::create,
@@ -117,6 +120,7 @@ pub const DOCUMENT: &str = include_str!(concat!(env!("OUT_DIR"), "/openapi.min.j
     tags(
         (name = "meta", description = "Server metadata"),
         (name = "agents", description = "Agent definitions"),
+        (name = "models", description = "The model catalog and provider health"),
         (name = "workflows", description = "Workflows: several agents run together, with checkpoints and human input"),
         (name = "runs", description = "Running agents and reading what happened"),
         (name = "sessions", description = "Conversations between turns"),

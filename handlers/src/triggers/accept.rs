@@ -289,6 +289,8 @@ async fn start(
         Err(StartError::Documents(m) | StartError::Resume(m) | StartError::ToolResults(m)) => {
             return Err(unavailable(&m));
         }
+        // The event itself is too large for the agent's model: the sender's to shorten.
+        Err(StartError::ContextWindow(over)) => return Err(crate::error::context_window_exceeded(&over)),
     };
     Ok(accepted_body(accepted))
 }

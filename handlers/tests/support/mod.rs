@@ -295,3 +295,60 @@ impl JobTransport for Manual {
         Ok(())
     }
 }
+
+/// A request an [`http_stub`] received: method, path and headers (lowercase names).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StubRequest {
+    pub method: String,
+    pub path: String,
+    pub headers: std::collections::BTreeMap<String, String>,
+}
+
+/// An HTTP/1.1 server on 127.0.0.1 that answers every request with what `answer` says for it
+/// (status, JSON body), one request per connection; its address, and every request it got.
+/// For the outside world a test talks to (a provider's model list), never the internet.
+pub async fn http_stub(
+    answer: impl Fn(&StubRequest) -> (u16, String) + Send + Sync + 'static,
+) -> (SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<StubRequest>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (kept, answer) = (seen.clone(), std::sync::Arc::new(answer));
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let (kept, answer) = (kept.clone(), answer.clone());
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&buf).to_string();
+                let mut line = head.lines().next().unwrap_or_default().split(' ');
+                let request = StubRequest {
+                    method: line.next().unwrap_or_default().to_owned(),
+                    path: line.next().unwrap_or_default().to_owned(),
+                    headers: head
+                        .lines()
+                        .skip(1)
+                        .filter_map(|l| l.split_once(':'))
+                        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+                        .collect(),
+                };
+                let (status, body) = answer(&request);
+                kept.lock().unwrap().push(request);
+                let response = format!(
+                    "HTTP/1.1 {status} Stub\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(response.as_bytes()).await;
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    (addr, seen)
+}
