@@ -76,6 +76,9 @@ pub struct Catalog {
     tools: ToolRegistry,
     loops: crate::harness::Loops,
     cache: Mutex<HashMap<CacheKey, Arc<CompiledAgent>>>,
+    /// Tenants' egress policies: a definition naming a provider its tenant does not allow
+    /// does not validate and does not compile.
+    providers_allowed: Option<Arc<crate::model::byok::TenantProviders>>,
 }
 
 impl Catalog {
@@ -92,7 +95,36 @@ impl Catalog {
             tools,
             loops: crate::harness::Loops::default(),
             cache: Mutex::new(HashMap::new()),
+            providers_allowed: None,
         }
+    }
+
+    /// Holds definitions to their tenants' egress policies.
+    pub fn with_provider_policy(mut self, policy: Arc<crate::model::byok::TenantProviders>) -> Self {
+        self.providers_allowed = Some(policy);
+        self
+    }
+
+    /// The problems `binding` has under `tenant`'s egress policy (none without one).
+    async fn egress_problems(
+        &self,
+        tenant: &TenantId,
+        binding: &crate::definition::ModelBinding,
+    ) -> Result<Vec<Problem>, StoreError> {
+        match &self.providers_allowed {
+            Some(policy) => Ok(policy.state(tenant).await?.egress_problems(binding)),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// `compiled`, unless its tenant's egress policy refuses a provider it names.
+    async fn allowed(
+        &self,
+        tenant: &TenantId,
+        compiled: Arc<CompiledAgent>,
+    ) -> Result<Arc<CompiledAgent>, CatalogError> {
+        let problems = self.egress_problems(tenant, &compiled.definition.model).await?;
+        if problems.is_empty() { Ok(compiled) } else { Err(CatalogError::Invalid(problems)) }
     }
 
     /// The harness-loop criteria registered in code, and the judge binding.
@@ -242,6 +274,7 @@ impl Catalog {
         let (resolution, _) = self.resolve(tenant, def, true).await?;
         let mut problems = compiler::check(def, &resolution, &self.providers, &self.tools);
         problems.extend(self.loops.check(def));
+        problems.extend(self.egress_problems(tenant, &def.model).await?);
         Ok(ValidationReport::from_problems(problems))
     }
 
@@ -291,8 +324,9 @@ impl Catalog {
             fingerprint,
             culture: culture_key,
         };
-        if cacheable && let Some(hit) = self.cache_lock().get(&key) {
-            return Ok(hit.clone());
+        let hit = if cacheable { self.cache_lock().get(&key).cloned() } else { None };
+        if let Some(hit) = hit {
+            return self.allowed(tenant, hit).await;
         }
         let loop_problems = self.loops.check(&entry.definition);
         if !loop_problems.is_empty() {
@@ -319,7 +353,7 @@ impl Catalog {
             }
             cache.insert(key, compiled.clone());
         }
-        Ok(compiled)
+        self.allowed(tenant, compiled).await
     }
 
     /// Compiles `definition` (one stored version, not necessarily the latest) in `tenant`,
@@ -337,12 +371,14 @@ impl Catalog {
         if !loop_problems.is_empty() {
             return Err(CatalogError::Invalid(loop_problems));
         }
-        compiler::compile(definition, version, &resolution, culture, parameters, &self.providers, &self.tools)
-            .map(Arc::new)
-            .map_err(|e| match e {
-                CompileFailure::Invalid(p) => CatalogError::Invalid(p),
-                CompileFailure::Parameters(p) => CatalogError::Parameters(p),
-            })
+        let compiled =
+            compiler::compile(definition, version, &resolution, culture, parameters, &self.providers, &self.tools)
+                .map(Arc::new)
+                .map_err(|e| match e {
+                    CompileFailure::Invalid(p) => CatalogError::Invalid(p),
+                    CompileFailure::Parameters(p) => CatalogError::Parameters(p),
+                })?;
+        self.allowed(tenant, compiled).await
     }
 
     fn cache_lock(&self) -> std::sync::MutexGuard<'_, HashMap<CacheKey, Arc<CompiledAgent>>> {

@@ -160,8 +160,8 @@ pub const MAX_REPAIR_ATTEMPTS: u32 = 3;
 pub const MAX_FALLBACKS: usize = 4;
 
 /// A link of a fallback chain: another provider and model, with its own settings. Unset
-/// sampling fields take the primary binding's; `providerSettings` are the link's own (the
-/// primary's belong to another provider).
+/// `temperature`, `topP` and `maxOutputTokens` take the primary binding's; `reasoningEffort`
+/// and `providerSettings` are the link's own (not every provider takes the primary's).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FallbackLink {
@@ -191,7 +191,8 @@ impl ModelBinding {
             temperature: link.temperature.or(self.temperature),
             top_p: link.top_p.or(self.top_p),
             max_output_tokens: link.max_output_tokens.or(self.max_output_tokens),
-            reasoning_effort: link.reasoning_effort.or(self.reasoning_effort),
+            // Not inherited, like the vendor settings: not every provider takes one.
+            reasoning_effort: link.reasoning_effort,
             response_format: self.response_format.clone(),
             provider_settings: link.provider_settings.clone(),
             allow_concurrent_tool_calls: self.allow_concurrent_tool_calls,

@@ -176,29 +176,49 @@ pub struct TurnResult {
     /// The last model turn's text: the answer.
     pub text: String,
     pub finish: Option<FinishReason>,
-    /// Where the calls went when a fallback link answered any of them (see [`Rerouted`]).
-    pub rerouted: Option<Rerouted>,
+    /// Where the turn's model calls went and what each cost (see [`Route`]).
+    pub route: Route,
 }
 
-/// A turn some of whose model calls a fallback link answered: the run is recorded with the
-/// provider of the link that answered last, and its cost is the sum of each call's at the
-/// prices of the model that answered it.
+/// Where a run's model calls went and what they cost, call by call. A run some of whose calls
+/// a fallback link answered is recorded with the provider of the call that answered last, and
+/// its cost is the sum of each call's at the prices of the model that answered it — unknown
+/// (`null`) as soon as one call with usage had no price, as for any run.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Rerouted {
-    pub provider: String,
+pub struct Route {
+    /// Whether a fallback link answered any call.
+    pub rerouted: bool,
+    /// The provider that answered the last call (none: no call answered).
+    pub last_provider: Option<String>,
+    /// The calls' costs so far.
     pub cost: Option<CostSnapshot>,
+    /// A call with usage had no price.
+    pub unpriced: bool,
 }
 
-impl Rerouted {
-    /// Two parts of one run (the harness loop's iterations): the later's provider, both costs.
-    pub fn merge(later: Option<Self>, earlier: Option<Self>) -> Option<Self> {
-        match (later, earlier) {
-            (Some(mut l), Some(e)) => {
-                l.cost = crate::pricing::add_cost(e.cost, l.cost.as_ref());
-                Some(l)
-            }
-            (l, e) => l.or(e),
+impl Route {
+    /// One more call, answered by `provider`: its usage's `cost` (none: no usage, or no price).
+    fn add_call(&mut self, provider: &str, has_usage: bool, cost: Option<CostSnapshot>) {
+        if self.last_provider.as_deref() != Some(provider) {
+            self.last_provider = Some(provider.to_owned());
         }
+        self.unpriced |= has_usage && cost.is_none();
+        self.cost = crate::pricing::add_cost(self.cost.take(), cost.as_ref());
+    }
+
+    /// Two parts of one run, `later` after `self` (a loop's iterations, a repair turn).
+    pub fn then(self, later: Route) -> Route {
+        Route {
+            rerouted: self.rerouted || later.rerouted,
+            last_provider: later.last_provider.or(self.last_provider),
+            cost: crate::pricing::add_cost(self.cost, later.cost.as_ref()),
+            unpriced: self.unpriced || later.unpriced,
+        }
+    }
+
+    /// What the calls cost, when every call with usage had a price.
+    pub fn cost(&self) -> Option<CostSnapshot> {
+        if self.unpriced { None } else { self.cost.clone() }
     }
 }
 
@@ -218,12 +238,8 @@ pub struct TurnTally {
     pub finish: Option<FinishReason>,
     /// Whether any model call got as far as a response.
     pub called: bool,
-    /// The provider that answered the last call, when it was not the agent's own.
-    pub provider: Option<String>,
-    /// Every call's cost so far, each at its answering model's prices.
-    pub cost: Option<CostSnapshot>,
-    /// Whether a fallback link answered any call.
-    pub rerouted: bool,
+    /// Where the calls went, and what each cost.
+    pub route: Route,
 }
 
 /// How a turn begins.
@@ -284,10 +300,7 @@ pub async fn run_turn(
         called: state.called,
         text: state.last_text,
         finish: state.finish,
-        rerouted: state.rerouted.then(|| Rerouted {
-            provider: state.provider.unwrap_or_else(|| agent.provider.name().to_owned()),
-            cost: state.cost,
-        }),
+        route: state.route,
     }
 }
 
@@ -431,12 +444,10 @@ pub async fn model_turn(
     let mut poll = clock.sleep(poll_every);
     // The response cache: the same request answered within the cache's lifetime is answered
     // again without a call (and without spending a token).
-    let cache = agent
-        .definition
-        .model
-        .response_cache
-        .and_then(|c| c.lifetime())
-        .map(|lifetime| (crate::model::cache::key(&env.tenant, agent.provider.name(), request), lifetime));
+    let cache =
+        agent.definition.model.response_cache.and_then(|c| c.lifetime()).and_then(|lifetime| {
+            Some((crate::model::cache::key(&env.tenant, agent.provider.name(), request)?, lifetime))
+        });
     let cached = match &cache {
         Some((key, _)) => match runtime.stores.response_cache.get(&env.tenant, key, clock.now()).await {
             Ok(answer) => answer,
@@ -447,10 +458,29 @@ pub async fn model_turn(
         },
         None => None,
     };
+    // Each link goes out with the tenant's own credential where it bound one (BYOK), never
+    // with the host's in its place; a tenant without bindings calls the providers as they are.
+    let credential_failure = |e: crate::model::byok::CredentialError| Stop::Failed(RunFailure::from_credential(&e));
+    let tenant_providers = &runtime.tenant_providers;
+    let bound = tenant_providers
+        .state(&env.tenant)
+        .await
+        .map_err(|e| credential_failure(crate::model::byok::CredentialError::Store(e)))?;
+    let primary = tenant_providers.resolve(&env.tenant, &bound, &agent.provider).map_err(credential_failure)?;
+    let linked = agent
+        .fallbacks
+        .iter()
+        .map(|l| tenant_providers.resolve(&env.tenant, &bound, &l.provider))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(credential_failure)?;
     // The binding's fallback chain (no allocation without one); retries and fallbacks happen
     // only before the answer starts, and never past the tree's time budget.
-    let fallbacks: Vec<Link<'_>> =
-        agent.fallbacks.iter().map(|l| Link { provider: &l.provider, binding: Some(l.binding.as_ref()) }).collect();
+    let fallbacks: Vec<Link<'_>> = agent
+        .fallbacks
+        .iter()
+        .zip(&linked)
+        .map(|(l, provider)| Link { provider, binding: Some(l.binding.as_ref()) })
+        .collect();
     let until = env.tree.budget.ends_at();
     let mut notes = Vec::new();
     let from_cache = cached.is_some();
@@ -461,7 +491,7 @@ pub async fn model_turn(
         let events = futures::stream::iter(answer.events().into_iter().map(Ok)).boxed();
         Ok(Opened { provider: agent.provider.name().to_owned(), model: request.model.clone(), stream: events })
     } else {
-        let opening = runtime.models.open(&agent.provider, &fallbacks, request, timeout, until, &mut notes);
+        let opening = runtime.models.open(&primary, &fallbacks, request, timeout, until, &mut notes);
         let mut opening = std::pin::pin!(opening.instrument(span));
         loop {
             tokio::select! {
@@ -488,14 +518,11 @@ pub async fn model_turn(
         Err(Failed { provider, error }) => return Err(Stop::Failed(RunFailure::from_provider(&provider, &error))),
     };
     let fail = |e: ProviderError| Stop::Failed(RunFailure::from_provider(&provider, &e));
-    // The run names the provider and model that answered its last call.
-    if provider != agent.provider.name() || asked_model != request.model {
-        state.rerouted = true;
-        state.provider = Some(provider.clone());
-        state.model = Some(asked_model.clone());
-    } else if state.provider.take().is_some() {
-        state.model = None;
-    }
+    // The run names the provider and model that answered its last call: a fallback link's
+    // model as asked, the agent's own as its provider reports it (or as bound).
+    let rerouted = provider != agent.provider.name() || asked_model != request.model;
+    state.route.rerouted |= rerouted;
+    state.model = rerouted.then(|| asked_model.clone());
     state.called = true;
 
     let mut turn = ModelTurn { text: String::new(), calls: Vec::new(), reasoning: Vec::new(), finish: None };
@@ -551,10 +578,24 @@ pub async fn model_turn(
         let model = state.model.as_deref().unwrap_or(&asked_model);
         let cost = runtime.pricing.cost(&provider, model, Some(&u));
         env.tree.budget.spend(&u, cost.as_ref().map(|c| c.total_cost));
-        state.cost = crate::pricing::add_cost(state.cost.take(), cost.as_ref());
+        state.route.add_call(&provider, true, cost);
+    } else {
+        state.route.add_call(&provider, false, None);
     }
     state.finish = turn.finish;
-    if let Some((key, lifetime)) = cache.filter(|_| !from_cache && turn.finish != Some(FinishReason::ContentFilter)) {
+    // Kept: a whole answer of the agent's own model (not a fallback link's, which a hit would
+    // pass off as the primary's), and for a JSON format only an answer that holds.
+    let keep = !from_cache
+        && !rerouted
+        && !matches!(turn.finish, Some(FinishReason::ContentFilter | FinishReason::Length))
+        && agent.structured.as_ref().is_none_or(|check| {
+            !turn.calls.is_empty()
+                || matches!(
+                    check.check(&agent.name, &turn.text, runtime.response_validator.as_ref()),
+                    crate::structured::Checked::Holds(_)
+                )
+        });
+    if let Some((key, lifetime)) = cache.filter(|_| keep) {
         let answer = crate::model::cache::CachedAnswer {
             text: turn.text.clone(),
             tool_calls: turn.calls.clone(),

@@ -21,6 +21,11 @@ pub enum ErrorClass {
     ProviderAuthentication,
     /// The provider refused the request (other 4xx).
     ProviderRejected,
+    /// The tenant bound its own credential to a provider that takes none: the run does not
+    /// go out with the host's key instead.
+    ProviderCredentialUnsupported,
+    /// The tenant's credential binding names a configuration key that holds no value.
+    ProviderCredentialMissing,
     /// A model call never came back. Not a cancellation.
     Timeout,
     /// The provider's own safety filter cut the response.
@@ -90,6 +95,8 @@ impl ErrorClass {
             Self::RateLimited => "provider_rate_limited",
             Self::ProviderAuthentication => "provider_authentication_failed",
             Self::ProviderRejected => "provider_rejected",
+            Self::ProviderCredentialUnsupported => "provider_credential_unsupported",
+            Self::ProviderCredentialMissing => "provider_credential_missing",
             Self::Timeout => "timeout",
             Self::ContentFiltered => "content_filtered",
             Self::ContentBlocked => "content_blocked",
@@ -174,6 +181,28 @@ impl RunFailure {
 
     pub fn canceled() -> Self {
         Self::new(ErrorClass::Canceled, "The run was canceled.")
+    }
+
+    /// Why a tenant's call could not go out with the tenant's own credential.
+    pub fn from_credential(error: &crate::model::byok::CredentialError) -> Self {
+        use crate::model::byok::CredentialError;
+        match error {
+            CredentialError::Unsupported(p) => Self::new(
+                ErrorClass::ProviderCredentialUnsupported,
+                format!(
+                    "This tenant bound its own credential to '{p}', which does not take one; the host's credential is never used in its place."
+                ),
+            ),
+            CredentialError::Missing(p) => Self::new(
+                ErrorClass::ProviderCredentialMissing,
+                format!("This tenant's credential for '{p}' names a configuration key that holds no value."),
+            ),
+            CredentialError::EndpointRefused(why) => Self::new(
+                ErrorClass::Configuration,
+                format!("This tenant's provider endpoint is refused by the egress guard: {why}."),
+            ),
+            CredentialError::Store(e) => Self::foreign("StoreError", &format!("{e:?}")),
+        }
     }
 }
 

@@ -37,6 +37,8 @@ pub enum ProblemCode {
     NotApplicable,
     /// JSON output asked of a model the model catalog lists as unable to give it.
     StructuredOutputUnsupported,
+    /// A provider the tenant's egress policy does not allow.
+    ProviderNotAllowed,
 }
 
 /// One thing wrong with a definition.

@@ -207,6 +207,8 @@ pub struct Runtime {
     pub models: crate::model::resilience::ModelCalls,
     /// The host's own check of structured answers, after the built-in ones.
     pub response_validator: Option<Arc<dyn crate::structured::ResponseValidator>>,
+    /// Tenants' own provider credentials (BYOK) and egress policies, as this instance sees them.
+    pub tenant_providers: Arc<crate::model::byok::TenantProviders>,
     /// The providers' health, cached per provider in this instance.
     pub model_health: crate::model::health::HealthChecks,
     /// Where queued runs go: set once by a host that runs a job consumer
@@ -260,6 +262,7 @@ pub struct RuntimeBuilder {
     loop_evaluators: BTreeMap<String, Arc<dyn crate::harness::LoopEvaluator>>,
     workflow_functions: crate::workflows::functions::FunctionRegistry,
     response_validator: Option<Arc<dyn crate::structured::ResponseValidator>>,
+    provider_keys: crate::model::byok::ProviderKeySettings,
     errors: Vec<String>,
 }
 
@@ -292,8 +295,15 @@ impl RuntimeBuilder {
             loop_evaluators: BTreeMap::new(),
             workflow_functions: Default::default(),
             response_validator: None,
+            provider_keys: crate::model::byok::ProviderKeySettings::default(),
             errors: Vec::new(),
         }
+    }
+
+    /// Where tenants' provider key names go and their values are read (`Tracon:ProviderKeys:*`).
+    pub fn provider_keys(mut self, settings: crate::model::byok::ProviderKeySettings) -> Self {
+        self.provider_keys = settings;
+        self
     }
 
     /// The host's own check of structured answers (the spec's `IStructuredResponseValidator`):
@@ -487,7 +497,14 @@ impl RuntimeBuilder {
         let pricing = self.pricing.with_catalog(&self.models);
         let mut providers = self.providers;
         providers.set_catalog(self.models);
-        let catalog = Catalog::new(code.clone(), stores.definitions.clone(), providers, self.tools).with_loops(loops);
+        let tenant_providers = Arc::new(crate::model::byok::TenantProviders::new(
+            stores.tenant_providers.clone(),
+            self.provider_keys,
+            self.platform.clock.clone(),
+        ));
+        let catalog = Catalog::new(code.clone(), stores.definitions.clone(), providers, self.tools)
+            .with_loops(loops)
+            .with_provider_policy(tenant_providers.clone());
         for def in code.values() {
             for p in catalog.validate_code_agent(def) {
                 errors.push(format!("Code agent '{}': {} ({})", def.name, p.message, p.field));
@@ -520,6 +537,7 @@ impl RuntimeBuilder {
         Ok(Runtime {
             models,
             response_validator: self.response_validator,
+            tenant_providers,
             gatekeeper,
             quota_sinks,
             webhooks: Arc::new(self.webhooks),

@@ -55,13 +55,15 @@ pub fn builder_from_config(
     let pricing = Pricing::new(Pricing::configured_currency(config));
     let quotas = crate::quota::Quotas::from_config(config).map_err(|e| e.to_string())?;
     let webhooks = crate::webhooks::WebhookSettings::from_config(config).map_err(|e| e.to_string())?;
+    let provider_keys = crate::model::byok::ProviderKeySettings::from_config(config).map_err(|e| e.to_string())?;
     let mut builder = RuntimeBuilder::new(platform)
         .settings(settings)
         .pricing(pricing)
         .model_catalog(models)
         .stores(stores)
         .quotas(quotas)
-        .webhooks(webhooks);
+        .webhooks(webhooks)
+        .provider_keys(provider_keys);
     if let Some(prefix) = config.get("Tracon:Attribution:LabelHeaderPrefix") {
         builder = builder.attribution(Arc::new(HeaderLabels::new(prefix)));
     }

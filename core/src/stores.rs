@@ -38,6 +38,8 @@ pub struct Stores {
     pub breakers: Arc<dyn crate::model::breaker::BreakerStore>,
     /// Cached model answers (`model.responseCache`).
     pub response_cache: Arc<dyn crate::model::cache::ResponseCacheStore>,
+    /// Tenants' own provider credentials (BYOK) and egress policies.
+    pub tenant_providers: Arc<dyn crate::model::byok::TenantProviderStore>,
     /// Whether the stores survive a restart.
     pub persistent: bool,
 }
@@ -62,6 +64,7 @@ impl Stores {
             webhooks: Arc::new(crate::webhooks::memory::MemoryWebhookStore::default()),
             breakers: Arc::new(crate::model::breaker::MemoryBreakerStore::default()),
             response_cache: Arc::new(crate::model::cache::MemoryResponseCache::default()),
+            tenant_providers: Arc::new(crate::model::byok::MemoryTenantProviderStore::default()),
             persistent: false,
         }
     }

@@ -370,3 +370,124 @@ async fn a_call_waits_for_a_slot_of_the_providers_concurrency_limit() {
     assert!(second.await.unwrap(), "the slot freed, the second call went out");
     assert_eq!(held.calls.load(Ordering::SeqCst), 2);
 }
+
+#[tokio::test]
+async fn a_cancellation_is_neither_retried_nor_passed_to_a_fallback() {
+    let w = world(settings(3));
+    let canceled = Staged::new("primary", vec![Step::Fail(ProviderError::canceled())]);
+    let backup = Staged::new("backup", vec![Step::Answer("from backup")]);
+    let primary: Arc<dyn ModelProvider> = canceled.clone();
+    let (answer, notes) = open(&w, &primary, &[(backup.clone(), binding("backup", "small"))]).await;
+    assert_eq!(answer, Err((ProviderErrorKind::Canceled, "primary".into())));
+    assert_eq!((canceled.calls(), backup.calls(), notes.len()), (1, 0, 0));
+}
+
+#[tokio::test]
+async fn a_breaker_opened_by_the_calls_own_failures_still_fails_it_with_the_real_error() {
+    let breaker = BreakerSettings { failure_threshold: 1, ..BreakerSettings::default() };
+    let w = world(ResilienceSettings { breaker, ..settings(2) });
+    let slow = Staged::new("primary", vec![Step::Fail(ProviderError::timeout("slow"))]);
+    let primary: Arc<dyn ModelProvider> = slow.clone();
+    let (answer, _) = open(&w, &primary, &[]).await;
+    assert_eq!(answer, Err((ProviderErrorKind::Timeout, "primary".into())), "a timeout, not 'no call was made'");
+    assert_eq!(slow.calls(), 1, "the breaker it opened stopped the retries");
+}
+
+#[tokio::test]
+async fn waiting_for_a_slot_past_the_runs_time_never_counts_against_the_breaker_nor_moves_on() {
+    let breaker = BreakerSettings { failure_threshold: 1, ..BreakerSettings::default() };
+    let w = world(ResilienceSettings { breaker, max_concurrent_calls_per_provider: Some(1), ..settings(0) });
+    let held = Arc::new(Held { gate: Arc::new(tokio::sync::Semaphore::new(0)), calls: AtomicUsize::new(0) });
+    let provider: Arc<dyn ModelProvider> = held.clone();
+    let links: Vec<Link<'_>> = Vec::new();
+    let mut notes = Vec::new();
+    let first = w.calls.open(&provider, &links, &request(), Duration::from_secs(5), None, &mut notes).await;
+    assert!(first.is_ok(), "the only slot is taken");
+    // The next call's time is already up: it gets no slot, and the provider is not blamed.
+    let backup = Staged::new("backup", vec![Step::Answer("from backup")]);
+    let chain: Vec<(Arc<dyn ModelProvider>, ModelBinding)> = vec![(backup.clone(), binding("backup", "small"))];
+    let links: Vec<Link<'_>> = chain.iter().map(|(p, b)| Link { provider: p, binding: Some(b) }).collect();
+    let until = Some(w.clock.now());
+    let second = w.calls.open(&provider, &links, &request(), Duration::from_secs(5), until, &mut notes).await;
+    assert!(matches!(second, Err(ref f) if f.error.kind == ProviderErrorKind::Timeout && f.provider == "held"));
+    assert_eq!(w.breakers.get("held").await.unwrap(), Default::default(), "nothing counted");
+    assert_eq!(backup.calls(), 0, "no link is tried once the run's time is spent");
+}
+
+/// A breaker store that counts its statements.
+#[derive(Default)]
+struct Counting {
+    inner: MemoryBreakerStore,
+    reads: AtomicUsize,
+    writes: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl BreakerStore for Counting {
+    async fn get(&self, p: &str) -> Result<tracon_core::model::breaker::BreakerState, tracon_core::error::StoreError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.get(p).await
+    }
+    async fn failed(
+        &self,
+        p: &str,
+        now: chrono::DateTime<chrono::Utc>,
+        threshold: u32,
+        probe: bool,
+    ) -> Result<tracon_core::model::breaker::BreakerState, tracon_core::error::StoreError> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.inner.failed(p, now, threshold, probe).await
+    }
+    async fn succeeded(
+        &self,
+        p: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), tracon_core::error::StoreError> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.inner.succeeded(p, now).await
+    }
+    async fn claim_probe(
+        &self,
+        p: &str,
+        now: chrono::DateTime<chrono::Utc>,
+        due: chrono::DateTime<chrono::Utc>,
+        until: chrono::DateTime<chrono::Utc>,
+    ) -> Result<bool, tracon_core::error::StoreError> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.inner.claim_probe(p, now, due, until).await
+    }
+}
+
+#[tokio::test]
+async fn a_healthy_provider_costs_the_breaker_one_read_per_instance_and_no_statement_per_call() {
+    let store = Arc::new(Counting::default());
+    let clock = Arc::new(ShiftedClock::default());
+    let calls = ModelCalls::new(settings(0), store.clone(), clock.clone());
+    let w = World { calls, clock, breakers: Arc::new(MemoryBreakerStore::default()) };
+    let primary: Arc<dyn ModelProvider> = Staged::new("primary", vec![Step::Answer("hi")]);
+    for _ in 0..50 {
+        w.clock.advance(5_000);
+        assert!(open(&w, &primary, &[]).await.0.is_ok());
+    }
+    assert_eq!((store.reads.load(Ordering::SeqCst), store.writes.load(Ordering::SeqCst)), (1, 0));
+    // After a failure it reads (at most once a second) and writes until a success resets it.
+    let flaky: Arc<dyn ModelProvider> = Staged::new("flaky", vec![status(500), Step::Answer("back")]);
+    assert!(open(&w, &flaky, &[]).await.0.is_err());
+    w.clock.advance(2_000);
+    assert!(open(&w, &flaky, &[]).await.0.is_ok());
+    let (reads, writes) = (store.reads.load(Ordering::SeqCst), store.writes.load(Ordering::SeqCst));
+    assert_eq!(
+        (reads, writes),
+        (3, 2),
+        "flaky: its first read, a re-read of the dirty state; the failure and the reset"
+    );
+    for _ in 0..10 {
+        w.clock.advance(5_000);
+        open(&w, &flaky, &[]).await.0.ok();
+    }
+    assert_eq!(
+        (store.reads.load(Ordering::SeqCst), store.writes.load(Ordering::SeqCst)),
+        (3, 2),
+        "clean again: silent"
+    );
+}

@@ -352,6 +352,10 @@ fn body_for(method: &Method, template: &str, agent: &str, scope: Scope) -> Optio
         ("POST", "/api/approvals/rules") => Some(json!({"toolName": "a-tool"})),
         ("POST", "/api/tenants") => Some(json!({"id": "a-new", "displayName": "A's"})),
         ("PUT", "/api/tenants/{id}") => Some(json!({"displayName": "renamed"})),
+        ("PUT", "/api/tenants/{id}/providers/{provider}") => {
+            Some(json!({"apiKeyConfigurationName": "Tracon:ProviderKeys:tenant-a:Own"}))
+        }
+        ("PUT", "/api/tenants/{id}/egress") => Some(json!({"allowedProviders": []})),
         ("PUT", "/api/triggers/{name}") => Some(json!({"targetKind": "agent", "targetName": "a-own-agent",
             "signingSecretConfigurationName": "Tracon:TriggerSecrets:tenant-a:Own"})),
         ("POST", "/api/triggers/{tenantId}/{name}") => Some(json!({"event": "unsigned"})),
@@ -469,7 +473,12 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
             } else {
                 key
             };
-            template.replace("{name}", agent).replace("{id}", id).replace("{a}", run).replace("{b}", run)
+            template
+                .replace("{name}", agent)
+                .replace("{id}", id)
+                .replace("{a}", run)
+                .replace("{b}", run)
+                .replace("{provider}", "openai")
         };
         let diff = template.contains("/diff/");
         let theirs_path = fill(

@@ -881,14 +881,16 @@ pub const BREAKER_GET: &str =
     "SELECT consecutive_failures, opened_at, probe_until FROM model_breakers WHERE provider = $1";
 
 /// A counted failure at `$2` with threshold `$3`; `$4` says it was the half-open probe's (the
-/// breaker opens again, the claim released). An open breaker's `opened_at` stays otherwise.
+/// breaker opens again, the claim released — unless another caller closed it meanwhile). An
+/// open breaker's `opened_at` stays otherwise.
 pub const BREAKER_FAILED: &str = "INSERT INTO model_breakers AS b (provider, consecutive_failures, opened_at, probe_until, updated_at) \
-     VALUES ($1, 1, CASE WHEN $4::boolean OR 1 >= $3::integer THEN $2::timestamptz END, NULL, $2::timestamptz) \
+     VALUES ($1, 1, CASE WHEN 1 >= $3::integer THEN $2::timestamptz END, NULL, $2::timestamptz) \
      ON CONFLICT (provider) DO UPDATE SET \
        consecutive_failures = b.consecutive_failures + 1, \
-       opened_at = CASE WHEN $4::boolean THEN $2::timestamptz WHEN b.opened_at IS NOT NULL THEN b.opened_at \
+       opened_at = CASE WHEN $4::boolean AND b.opened_at IS NOT NULL THEN $2::timestamptz \
+                        WHEN b.opened_at IS NOT NULL THEN b.opened_at \
                         WHEN b.consecutive_failures + 1 >= $3::integer THEN $2::timestamptz END, \
-       probe_until = CASE WHEN $4::boolean THEN NULL ELSE b.probe_until END, \
+       probe_until = CASE WHEN $4::boolean AND b.opened_at IS NOT NULL THEN NULL ELSE b.probe_until END, \
        updated_at = $2::timestamptz \
      RETURNING consecutive_failures, opened_at, probe_until";
 
@@ -900,6 +902,24 @@ pub const BREAKER_SUCCEEDED: &str = "UPDATE model_breakers SET consecutive_failu
 pub const BREAKER_CLAIM_PROBE: &str = "UPDATE model_breakers SET probe_until = $4, updated_at = $2 \
      WHERE provider = $1 AND opened_at IS NOT NULL AND opened_at <= $3 \
        AND (probe_until IS NULL OR probe_until < $2)";
+
+// ---- tenants' provider credentials and egress -------------------------------------------------
+
+pub const BINDING_LIST: &str = "SELECT provider, api_key_configuration_name, endpoint, updated_at \
+     FROM tenant_provider_bindings WHERE tenant_id = $1 ORDER BY provider";
+
+pub const BINDING_PUT: &str = "INSERT INTO tenant_provider_bindings \
+     (tenant_id, provider, api_key_configuration_name, endpoint, updated_at) VALUES ($1, $2, $3, $4, $5) \
+     ON CONFLICT (tenant_id, provider) DO UPDATE SET api_key_configuration_name = $3, endpoint = $4, updated_at = $5";
+
+pub const BINDING_DELETE: &str = "DELETE FROM tenant_provider_bindings WHERE tenant_id = $1 AND provider = $2";
+
+pub const EGRESS_GET: &str = "SELECT allowed_providers, updated_at FROM tenant_provider_egress WHERE tenant_id = $1";
+
+pub const EGRESS_PUT: &str = "INSERT INTO tenant_provider_egress (tenant_id, allowed_providers, updated_at) \
+     VALUES ($1, $2, $3) ON CONFLICT (tenant_id) DO UPDATE SET allowed_providers = $2, updated_at = $3";
+
+pub const EGRESS_DELETE: &str = "DELETE FROM tenant_provider_egress WHERE tenant_id = $1";
 
 // ---- the response cache ----------------------------------------------------------------------
 
@@ -964,7 +984,10 @@ mod tests {
             EVENTS_READ,
             EVENTS_ANSWERS,
             CACHE_GET,
-            CACHE_PUT,
+            BINDING_LIST,
+            BINDING_DELETE,
+            EGRESS_GET,
+            EGRESS_DELETE,
             TOOL_LATE,
             TOOL_LIST,
             SESSION_GET,

@@ -39,6 +39,10 @@ pub async fn breakers_open_at_the_threshold_and_close_on_a_success(s: Stores) {
     let closed = b.get("flaky").await.unwrap();
     assert_eq!((closed.consecutive_failures, closed.opened_at, closed.probe_until), (0, None, None));
     assert!(!b.claim_probe("flaky", at(200), at(170), at(230)).await.unwrap(), "a closed breaker has no probe");
+    // A probe that failed after another caller closed the breaker counts as one failure; it
+    // does not open it again.
+    let late = b.failed("flaky", at(201), 5, true).await.unwrap();
+    assert_eq!((late.consecutive_failures, late.opened_at), (1, None));
     // A threshold of one opens at the first failure; a success on an unknown provider is fine.
     assert_eq!(b.failed("fragile", at(1), 1, false).await.unwrap().opened_at, Some(at(1)));
     b.succeeded("unknown", at(1)).await.unwrap();

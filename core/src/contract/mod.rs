@@ -16,6 +16,7 @@ mod breakers;
 mod cache;
 mod fixtures;
 mod ledger;
+mod tenant_providers;
 pub use breakers::{
     breakers_open_at_the_threshold_and_close_on_a_success, concurrent_probe_claims_let_exactly_one_through,
 };
@@ -26,6 +27,7 @@ pub use ledger::{
     the_ledger_is_fenced_by_the_run_being_running,
     the_ledger_records_each_step_with_its_calls_starts_before_their_endings,
 };
+pub use tenant_providers::provider_bindings_and_egress_are_kept_per_tenant;
 pub mod idempotency;
 pub mod jobs;
 pub mod triggers;
@@ -1393,6 +1395,7 @@ macro_rules! store_contract_tests {
             breakers_open_at_the_threshold_and_close_on_a_success,
             concurrent_probe_claims_let_exactly_one_through,
             cached_answers_are_read_per_tenant_until_they_expire,
+            provider_bindings_and_egress_are_kept_per_tenant,
         );
     };
 }

@@ -60,6 +60,22 @@ impl ModelProvider for AnthropicProvider {
         ANTHROPIC
     }
 
+    fn with_credential(
+        &self,
+        credential: &super::byok::TenantCredential<'_>,
+    ) -> Option<std::sync::Arc<dyn ModelProvider>> {
+        let (base_url, client) = match credential.endpoint {
+            Some((url, client)) => (url.trim_end_matches('/').to_owned(), client.clone()),
+            None => (self.base_url.clone(), self.client.clone()),
+        };
+        Some(std::sync::Arc::new(Self {
+            base_url,
+            api_key: credential.api_key.to_owned(),
+            default_max_output_tokens: self.default_max_output_tokens,
+            client,
+        }))
+    }
+
     fn known_settings(&self) -> &'static [&'static str] {
         &[PROMPT_CACHING_SETTING, THINKING_BUDGET_SETTING]
     }
@@ -94,6 +110,15 @@ impl ModelProvider for AnthropicProvider {
                     "With Anthropic thinking enabled, temperature must be absent or 1.".to_owned(),
                 ));
             }
+        }
+        if let Some(ResponseFormat::JsonSchema { schema, .. }) = &binding.response_format
+            && schema.get("type").and_then(Value::as_str) != Some("object")
+        {
+            out.push((
+                "model.responseFormat.schema".to_owned(),
+                "Anthropic takes a JSON answer as a tool's input: the schema's top-level type must be \"object\"."
+                    .to_owned(),
+            ));
         }
         if matches!(binding.response_format, Some(ResponseFormat::Json | ResponseFormat::JsonSchema { .. }))
             && binding.provider_settings.keys().any(|k| k.eq_ignore_ascii_case(THINKING_BUDGET_SETTING))
@@ -263,8 +288,10 @@ enum Block {
         name: String,
         json: String,
     },
-    /// The forced tool of a JSON answer: its input streams out as text.
-    Answer,
+    /// The forced tool of a JSON answer: its input streams out as text (whether any did).
+    Answer {
+        streamed: bool,
+    },
     Thinking {
         text: String,
         signature: Option<String>,
@@ -317,7 +344,7 @@ impl MessagesStreamParser {
                     }
                     Some("tool_use") if block.get("name").and_then(Value::as_str) == Some(RESPONSE_TOOL) => {
                         self.answered = true;
-                        Block::Answer
+                        Block::Answer { streamed: false }
                     }
                     Some("tool_use") => Block::Tool {
                         id: block.get("id").and_then(Value::as_str).unwrap_or_default().to_owned(),
@@ -341,8 +368,9 @@ impl MessagesStreamParser {
                     (Some("input_json_delta"), Some(Block::Tool { json, .. })) => {
                         json.push_str(delta.get("partial_json").and_then(Value::as_str).unwrap_or_default());
                     }
-                    (Some("input_json_delta"), Some(Block::Answer)) => {
+                    (Some("input_json_delta"), Some(Block::Answer { streamed })) => {
                         if let Some(t) = delta.get("partial_json").and_then(Value::as_str).filter(|t| !t.is_empty()) {
+                            *streamed = true;
                             out.push(ModelEvent::TextDelta(t.to_owned()));
                         }
                     }
@@ -370,7 +398,9 @@ impl MessagesStreamParser {
                     Some(Block::Thinking { text, signature }) => {
                         out.push(ModelEvent::ReasoningBlock(ReasoningBlock { text, signature }))
                     }
-                    Some(Block::Text | Block::Answer | Block::Other) | None => {}
+                    // An empty input may come without a delta: the answer is then `{}`.
+                    Some(Block::Answer { streamed: false }) => out.push(ModelEvent::TextDelta("{}".to_owned())),
+                    Some(Block::Text | Block::Answer { .. } | Block::Other) | None => {}
                 }
             }
             "message_delta" => {

@@ -105,6 +105,22 @@ impl ModelProvider for AzureOpenAiProvider {
         AZURE_OPENAI
     }
 
+    fn with_credential(
+        &self,
+        credential: &super::byok::TenantCredential<'_>,
+    ) -> Option<std::sync::Arc<dyn ModelProvider>> {
+        let (endpoint, client) = match credential.endpoint {
+            Some((url, client)) => (super::sse::endpoint_url(url, AZURE_OPENAI).ok()?, client.clone()),
+            None => (self.endpoint.clone(), self.client.clone()),
+        };
+        Some(std::sync::Arc::new(Self {
+            endpoint,
+            api_key: credential.api_key.to_owned(),
+            api_version: self.api_version.clone(),
+            client,
+        }))
+    }
+
     fn check_binding(&self, binding: &ModelBinding) -> Vec<(String, String)> {
         let mut out = Vec::new();
         if !is_deployment_name(&binding.model) {

@@ -7,12 +7,16 @@
 //! again.
 //!
 //! The state is a row per provider in the store ([`BreakerStore`]), so Lambda functions,
-//! Workers and local servers sharing a database agree. Each instance reads it at most once
-//! a second per provider ([`Breaker`] caches it), and writes only what changes it: every
-//! counted failure, and a success only when there was something to reset. A healthy
-//! provider therefore costs no write per call, and one read a second. "Consecutive" is as
-//! each instance sees it within that second: a success here resets failures counted
-//! elsewhere only once this instance has read them.
+//! Workers and local servers sharing a database agree. An instance ([`Breaker`]) reads a
+//! provider's row the first time it calls it, and again at most once a second while what it
+//! read is not a clean, closed breaker; it writes only what changes the row: every counted
+//! failure (the write answers the row as it now is), and a success only when there was
+//! something to reset. So a healthy provider costs no statement per call at all. An instance
+//! that has seen only successes learns that the breaker opened elsewhere from its own next
+//! call: if the provider is down, that call fails, and its failure's write answers the open
+//! breaker — one call per instance per outage, what the shared breaker costs to keep the
+//! hot path free. "Consecutive" is as each instance sees it: a success here resets failures
+//! counted elsewhere only once this instance has read them.
 //!
 //! The breaker never breaks a run: a store that cannot be read or written lets the call
 //! through.
@@ -134,7 +138,8 @@ impl BreakerStore for MemoryBreakerStore {
         let mut rows = lock(&self.rows);
         let s = rows.entry(provider.to_owned()).or_default();
         s.consecutive_failures = s.consecutive_failures.saturating_add(1);
-        if probe {
+        // A probe's failure opens the breaker again, unless another caller closed it meanwhile.
+        if probe && s.opened_at.is_some() {
             s.opened_at = Some(now);
             s.probe_until = None;
         } else if s.opened_at.is_none() && s.consecutive_failures >= threshold {
@@ -183,7 +188,21 @@ pub struct Breaker {
     store: Arc<dyn BreakerStore>,
     clock: Arc<dyn Clock>,
     settings: BreakerSettings,
-    seen: Mutex<HashMap<String, (BreakerState, DateTime<Utc>)>>,
+    seen: Mutex<HashMap<String, (Seen, DateTime<Utc>)>>,
+}
+
+/// What an instance last read of a breaker.
+#[derive(Debug, Clone, Copy)]
+enum Seen {
+    State(BreakerState),
+    /// The store could not be read: calls go out, and nothing is written on success.
+    Unreadable,
+}
+
+impl Seen {
+    fn is_clean(&self) -> bool {
+        matches!(self, Seen::State(s) if s.consecutive_failures == 0 && s.opened_at.is_none())
+    }
 }
 
 impl Breaker {
@@ -247,10 +266,9 @@ impl Breaker {
             // ends this way hands its claim back by expiring.
             Err(_) => {}
             Ok(()) => {
-                let clean = lock(&self.seen)
-                    .get(provider)
-                    .is_some_and(|(s, _)| s.consecutive_failures == 0 && s.opened_at.is_none());
-                if clean && !probe {
+                let nothing_to_reset =
+                    lock(&self.seen).get(provider).is_some_and(|(s, _)| s.is_clean() || matches!(s, Seen::Unreadable));
+                if nothing_to_reset && !probe {
                     return;
                 }
                 match self.store.succeeded(provider, now).await {
@@ -261,11 +279,16 @@ impl Breaker {
         }
     }
 
+    /// The breaker as this instance knows it: a clean one as last read (no statement), any
+    /// other re-read at most every `cache_for`. `None` when the store could not be read.
     async fn state(&self, provider: &str, now: DateTime<Utc>) -> Option<BreakerState> {
-        if let Some((state, read_at)) = lock(&self.seen).get(provider).copied()
-            && (now - read_at).to_std().is_ok_and(|age| age < self.settings.cache_for)
-        {
-            return Some(state);
+        if let Some((seen, read_at)) = lock(&self.seen).get(provider).copied() {
+            let fresh = (now - read_at).to_std().is_ok_and(|age| age < self.settings.cache_for);
+            match seen {
+                Seen::State(state) if fresh || seen.is_clean() => return Some(state),
+                Seen::Unreadable if fresh => return None,
+                _ => {}
+            }
         }
         match self.store.get(provider).await {
             Ok(state) => {
@@ -274,12 +297,13 @@ impl Breaker {
             }
             Err(e) => {
                 tracing::warn!(provider, error = ?e, "could not read the circuit breaker; calling anyway");
+                lock(&self.seen).insert(provider.to_owned(), (Seen::Unreadable, now));
                 None
             }
         }
     }
 
     fn remember(&self, provider: &str, state: BreakerState, at: DateTime<Utc>) {
-        lock(&self.seen).insert(provider.to_owned(), (state, at));
+        lock(&self.seen).insert(provider.to_owned(), (Seen::State(state), at));
     }
 }

@@ -118,8 +118,9 @@ impl ResponseCacheStore for MemoryResponseCache {
 
 /// The cache key of `request` to `provider` for `tenant`: SHA-256 (hex) over everything that
 /// shapes the answer. Tools are keyed sorted by name, so their order does not matter; their
-/// descriptions and schemas are part of the key.
-pub fn key(tenant: &TenantId, provider: &str, request: &ModelRequest) -> String {
+/// descriptions and schemas are part of the key. `None` when the request cannot be encoded
+/// (the call then skips the cache).
+pub fn key(tenant: &TenantId, provider: &str, request: &ModelRequest) -> Option<String> {
     #[derive(Serialize)]
     struct Keyed<'a> {
         version: u8,
@@ -156,8 +157,8 @@ pub fn key(tenant: &TenantId, provider: &str, request: &ModelRequest) -> String 
         provider_settings: &request.provider_settings,
         parallel_tool_calls: request.parallel_tool_calls,
     };
-    let bytes = serde_json::to_vec(&keyed).unwrap_or_default();
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    let bytes = serde_json::to_vec(&keyed).ok()?;
+    Some(Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect())
 }
 
 #[cfg(test)]
@@ -188,14 +189,15 @@ mod tests {
     #[test]
     fn the_key_changes_with_everything_that_shapes_the_answer_and_nothing_else() {
         let t = TenantId::default_tenant();
-        let base = key(&t, "openai", &request());
+        let base = key(&t, "openai", &request()).unwrap();
         assert_eq!(base.len(), 64);
-        assert_eq!(key(&t, "OpenAI", &request()), base, "provider names are case-insensitive");
+        assert_eq!(key(&t, "OpenAI", &request()).unwrap(), base, "provider names are case-insensitive");
         let mut reordered = request();
         reordered.tools = Arc::from(reordered.tools.iter().rev().cloned().collect::<Vec<_>>());
-        assert_eq!(key(&t, "openai", &reordered), base, "the tool order does not matter");
+        assert_eq!(key(&t, "openai", &reordered).unwrap(), base, "the tool order does not matter");
         let other = TenantId::parse("acme").unwrap();
-        let mut changed: Vec<String> = vec![key(&other, "openai", &request()), key(&t, "anthropic", &request())];
+        let mut changed: Vec<String> =
+            vec![key(&other, "openai", &request()).unwrap(), key(&t, "anthropic", &request()).unwrap()];
         type Edit = Box<dyn Fn(&mut ModelRequest)>;
         let edits: Vec<Edit> = vec![
             Box::new(|r| r.model = "n".into()),
@@ -212,7 +214,7 @@ mod tests {
         for edit in &edits {
             let mut r = request();
             edit(&mut r);
-            changed.push(key(&t, "openai", &r));
+            changed.push(key(&t, "openai", &r).unwrap());
         }
         for (i, k) in changed.iter().enumerate() {
             assert_ne!(*k, base, "edit {i}");

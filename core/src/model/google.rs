@@ -145,6 +145,17 @@ impl ModelProvider for GoogleProvider {
         GOOGLE
     }
 
+    fn with_credential(
+        &self,
+        credential: &super::byok::TenantCredential<'_>,
+    ) -> Option<std::sync::Arc<dyn ModelProvider>> {
+        let (base_url, client) = match credential.endpoint {
+            Some((url, client)) => (sse::endpoint_url(url, GOOGLE).ok()?, client.clone()),
+            None => (self.base_url.clone(), self.client.clone()),
+        };
+        Some(std::sync::Arc::new(Self { base_url, api_key: credential.api_key.to_owned(), client }))
+    }
+
     fn known_settings(&self) -> &'static [&'static str] {
         &KNOWN_SETTINGS
     }

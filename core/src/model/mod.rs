@@ -19,6 +19,7 @@
 pub mod anthropic;
 pub mod azure;
 pub mod breaker;
+pub mod byok;
 pub mod cache;
 pub mod catalog;
 pub mod error;
@@ -272,6 +273,19 @@ pub trait ModelProvider: Send + Sync {
     /// Starts one streamed model call. The request is borrowed: a provider serialises what
     /// it needs before it returns the stream.
     async fn stream(&self, request: &ModelRequest) -> Result<ModelStream, ProviderError>;
+
+    /// This provider with a tenant's own credential (BYOK, see [`byok`]): the same
+    /// provider, calling with the tenant's key (and at the tenant's endpoint when it has one).
+    /// `None` (the default): it takes no tenant credential, and a tenant that bound one to it
+    /// cannot call it at all — never with the host's key instead.
+    fn with_credential(&self, _credential: &byok::TenantCredential<'_>) -> Option<Arc<dyn ModelProvider>> {
+        None
+    }
+
+    /// What its circuit breaker is keyed by: its name, but for a tenant's own endpoint.
+    fn breaker_key(&self) -> &str {
+        self.name()
+    }
 
     /// A cost-free reachability check with the provider's own credential — a model list,
     /// never a completion. `None` (the default): this provider has no check, and its health

@@ -196,6 +196,25 @@ impl ModelProvider for OpenAiProvider {
         &self.name
     }
 
+    fn with_credential(
+        &self,
+        credential: &super::byok::TenantCredential<'_>,
+    ) -> Option<std::sync::Arc<dyn ModelProvider>> {
+        let (base_url, client) = match credential.endpoint {
+            Some((url, client)) => (trim_base(url), client.clone()),
+            None => (self.base_url.clone(), self.client.clone()),
+        };
+        Some(std::sync::Arc::new(Self {
+            name: self.name.clone(),
+            base_url,
+            api_key: Some(credential.api_key.to_owned()),
+            flavor: self.flavor,
+            surface: self.surface,
+            structured: self.structured,
+            client,
+        }))
+    }
+
     fn check_binding(&self, binding: &ModelBinding) -> Vec<(String, String)> {
         // A compatible server may not know reasoningEffort; sending it anyway is the
         // caller's explicit choice, so it is allowed.

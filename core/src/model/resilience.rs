@@ -174,7 +174,9 @@ impl ModelCalls {
                 Ok(stream) => return Ok(Opened { provider: name.to_owned(), model: request.model.clone(), stream }),
                 Err(e) => e,
             };
-            let Some(following) = next.next().filter(|_| error.is_retryable()) else {
+            // No next link once the run's time is spent.
+            let in_time = until.is_none_or(|u| self.clock.now() < u);
+            let Some(following) = next.next().filter(|_| error.is_retryable() && in_time) else {
                 return Err(Failed { provider: name.to_owned(), error });
             };
             notes.push(Note::FellBack {
@@ -198,16 +200,26 @@ impl ModelCalls {
         notes: &mut Vec<Note>,
     ) -> Result<ModelStream, ProviderError> {
         let name = provider.name();
+        let breaker = provider.breaker_key();
         let mut attempt = 0;
+        let mut last: Option<ProviderError> = None;
         loop {
             attempt += 1;
-            let probe = match self.breaker.admit(name).await {
-                Admission::Open { seconds_left } => return Err(ProviderError::breaker_open(name, seconds_left)),
+            let probe = match self.breaker.admit(breaker).await {
+                // Opened by this call's own failures: the failure is the run's, not "no call".
+                Admission::Open { seconds_left } => {
+                    return Err(last.unwrap_or_else(|| ProviderError::breaker_open(name, seconds_left)));
+                }
                 Admission::Probe => true,
                 Admission::Closed => false,
             };
-            let result = self.attempt(provider, request, attempt_timeout, until).await;
-            self.breaker.record(name, result.as_ref().map(|_| ()), probe).await;
+            let result = match self.attempt(provider, request, attempt_timeout, until).await {
+                // Waiting for a slot of this instance says nothing of the provider's health.
+                Err(Attempt::NoSlot(e)) => return Err(e),
+                Err(Attempt::Failed(e)) => Err(e),
+                Ok(stream) => Ok(stream),
+            };
+            self.breaker.record(breaker, result.as_ref().map(|_| ()), probe).await;
             let error = match result {
                 Ok(stream) => return Ok(stream),
                 Err(e) => e,
@@ -227,6 +239,7 @@ impl ModelCalls {
                 delay,
             });
             self.clock.sleep(delay).await;
+            last = Some(error);
         }
     }
 
@@ -251,8 +264,8 @@ impl ModelCalls {
         request: &ModelRequest,
         timeout: Duration,
         until: Option<DateTime<Utc>>,
-    ) -> Result<ModelStream, ProviderError> {
-        let permit = self.slot(provider.name(), until).await?;
+    ) -> Result<ModelStream, Attempt> {
+        let permit = self.slot(provider.name(), until).await.map_err(Attempt::NoSlot)?;
         let call = async {
             let mut stream = provider.stream(request).await?;
             let mut head = Vec::new();
@@ -268,8 +281,10 @@ impl ModelCalls {
         };
         let (head, rest) = tokio::select! {
             biased;
-            r = call => r?,
-            _ = self.clock.sleep(timeout) => return Err(ProviderError::timeout("no response before the model timeout")),
+            r = call => r.map_err(Attempt::Failed)?,
+            _ = self.clock.sleep(timeout) => {
+                return Err(Attempt::Failed(ProviderError::timeout("no response before the model timeout")));
+            }
         };
         let stream = futures::stream::iter(head).chain(rest);
         Ok(match permit {
@@ -305,6 +320,14 @@ impl ModelCalls {
             _ = self.clock.sleep(wait) => Err(out_of_time()),
         }
     }
+}
+
+/// How an attempt failed.
+enum Attempt {
+    /// No slot of this instance's concurrency limit came free in the run's time.
+    NoSlot(ProviderError),
+    /// The call failed.
+    Failed(ProviderError),
 }
 
 /// Whether an event would reach the caller (after it, a failure can no longer be retried).

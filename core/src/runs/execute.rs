@@ -307,7 +307,7 @@ impl<'r> Execution<'r> {
                 called: false,
                 text: String::new(),
                 finish: None,
-                rerouted: None,
+                route: Default::default(),
             };
         }
         let mut turn = self.one_turn(history, start).await;
@@ -402,12 +402,17 @@ impl<'r> Execution<'r> {
             let repairing = attempt <= repairs;
             self.emitter.emit(RunEvent::ResponseRejected { attempt, problems: problems.clone(), repairing }).await;
             if !repairing {
+                // The problems can quote the answer: they stay in the run's log.
+                let repaired = match attempt - 1 {
+                    0 => String::new(),
+                    1 => " after 1 repair turn".to_owned(),
+                    n => format!(" after {n} repair turns"),
+                };
                 let failure = RunFailure::new(
                     ErrorClass::StructuredResponseRejected,
                     format!(
-                        "The model's answer is not {} ({}).",
-                        check.wanted(),
-                        if attempt > 1 { format!("after {} repair turns", attempt - 1) } else { problems.join(" ") }
+                        "The model's answer is not {}{repaired}; the run's response.rejected events say why.",
+                        check.wanted()
                     ),
                 );
                 turn.end = TurnEnd::Failed(failure);
@@ -425,7 +430,7 @@ impl<'r> Execution<'r> {
     async fn follow_up(&mut self, mut turn: TurnResult, message: Message) -> TurnResult {
         self.record_follow_up(&turn, &message).await;
         let (new_from, usage, called, model) = (turn.new_from, turn.usage, turn.called, turn.model.clone());
-        let rerouted = turn.rerouted.take();
+        let route = std::mem::take(&mut turn.route);
         let start = TurnStart::User { prelude: Vec::new(), message };
         let mut next = self.one_turn(std::mem::take(&mut turn.messages), start).await;
         next.new_from = new_from;
@@ -433,8 +438,11 @@ impl<'r> Execution<'r> {
             next.usage.get_or_insert_with(Default::default).add(&earlier);
         }
         next.called |= called;
-        next.model = next.model.or(model);
-        next.rerouted = crate::engine::Rerouted::merge(next.rerouted, rerouted);
+        // The run names the model of its last call: the later turn's when it made one.
+        if next.route.last_provider.is_none() {
+            next.model = model;
+        }
+        next.route = route.then(std::mem::take(&mut next.route));
         next
     }
 
@@ -513,8 +521,7 @@ impl<'r> Execution<'r> {
         let (run_id, tenant) = (self.run_id, self.request.tenant.clone());
         let agent = self.agent.clone();
         let clock = runtime.platform.clock.clone();
-        let provider_name =
-            turn.rerouted.as_ref().map_or_else(|| agent.provider.name().to_owned(), |r| r.provider.clone());
+        let provider_name = turn.route.last_provider.clone().unwrap_or_else(|| agent.provider.name().to_owned());
         let model = turn.model.clone().or_else(|| Some(agent.definition.model.model.clone()));
         // The model calls of the attempts before a hand-over count too.
         let earlier = self.continuation.as_ref().and_then(|c| c.in_place.as_ref()).and_then(|p| p.usage);
@@ -524,15 +531,18 @@ impl<'r> Execution<'r> {
         if matches!(end, TurnEnd::Yielded) {
             return self.hand_over(turn).await;
         }
-        let cost = match &turn.rerouted {
-            None => runtime.pricing.cost(&provider_name, model.as_deref().unwrap_or_default(), turn.usage.as_ref()),
+        let cost = if turn.route.rerouted {
             // Each call at the prices of the model that answered it; an earlier attempt's at the
-            // agent's own.
-            Some(r) => {
-                let before =
-                    runtime.pricing.cost(agent.provider.name(), &agent.definition.model.model, earlier.as_ref());
-                crate::pricing::add_cost(r.cost.clone(), before.as_ref())
+            // agent's own. Unknown as soon as one of them has no price.
+            let before = runtime.pricing.cost(agent.provider.name(), &agent.definition.model.model, earlier.as_ref());
+            match turn.route.cost() {
+                Some(calls) if earlier.is_none() || before.is_some() => {
+                    crate::pricing::add_cost(Some(calls), before.as_ref())
+                }
+                _ => None,
             }
+        } else {
+            runtime.pricing.cost(&provider_name, model.as_deref().unwrap_or_default(), turn.usage.as_ref())
         };
         let mut outcome = RunOutcome {
             run_id,

@@ -153,6 +153,9 @@ pub fn requirement(method: &Method, route: &str) -> Requirement {
         "/api/approvals/pending" | "/api/approvals/{id}" | "/api/approvals/{id}/decision" => S(Scope::ApprovalsDecide),
         "/api/approvals/rules" | "/api/approvals/rules/{id}" => S(Scope::ApprovalsAdmin),
         "/api/tenants" | "/api/tenants/{id}" => S(Scope::PlatformAdmin),
+        "/api/tenants/{id}/providers" | "/api/tenants/{id}/providers/{provider}" | "/api/tenants/{id}/egress" => {
+            S(Scope::SecurityAdmin)
+        }
         // Signed by the external system instead (`crate::triggers`).
         "/api/triggers/{tenantId}/{name}" => Open,
         "/api/triggers" | "/api/triggers/{name}" => S(Scope::TriggersAdmin),

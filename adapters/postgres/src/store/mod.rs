@@ -17,6 +17,7 @@ mod keys;
 mod runs;
 mod schedules;
 mod sessions;
+mod tenant_providers;
 mod tenants;
 mod triggers;
 mod webhooks;
@@ -37,6 +38,7 @@ pub use keys::PgApiKeyStore;
 pub use runs::PgRunStore;
 pub use schedules::PgScheduleStore;
 pub use sessions::PgSessionStore;
+pub use tenant_providers::PgTenantProviderStore;
 pub use tenants::{PgQuotaNoticeStore, PgTenantStore};
 pub use triggers::PgTriggerStore;
 pub use webhooks::PgWebhookStore;
@@ -67,6 +69,7 @@ pub fn stores(db: Db, protection: Protection) -> Stores {
         triggers: Arc::new(PgTriggerStore::new(db.clone())),
         breakers: Arc::new(PgBreakerStore::new(db.clone())),
         response_cache: Arc::new(PgResponseCache::new(db.clone(), protection.clone())),
+        tenant_providers: Arc::new(PgTenantProviderStore::new(db.clone())),
         idempotency: Arc::new(PgIdempotencyStore::new(db, protection)),
         persistent: true,
     }
