@@ -13,7 +13,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::definition::{AgentDefinition, ModelBinding};
-use crate::model::{ModelProvider, ProviderRegistry, ToolSpec};
+use crate::model::{ModelProvider, ProviderRegistry, ToolChoice, ToolSpec};
 use crate::report::{Problem, ProblemCode};
 use crate::tools::{ToolRegistration, ToolRegistry};
 
@@ -122,7 +122,11 @@ pub fn check(
 /// lists with `supportsStructuredOutput: false` — the primary's or a fallback link's, which
 /// answers in the same format. A model the catalog does not list is not checked: the catalog
 /// is metadata, not permission.
-fn structured_output_problem(path: &str, binding: &ModelBinding, providers: &ProviderRegistry) -> Option<Problem> {
+pub(crate) fn structured_output_problem(
+    path: &str,
+    binding: &ModelBinding,
+    providers: &ProviderRegistry,
+) -> Option<Problem> {
     use crate::definition::ResponseFormat;
     if !matches!(binding.response_format, Some(ResponseFormat::Json | ResponseFormat::JsonSchema { .. })) {
         return None;
@@ -267,6 +271,9 @@ pub struct CompiledAgent {
     pub tools: Vec<Arc<ToolRegistration>>,
     pub tool_specs: Arc<[ToolSpec]>,
     pub max_iterations: u32,
+    /// Which tool the turn's first model call must call (an OpenAI client's `tool_choice`);
+    /// later calls of the turn decide for themselves, except that `None` holds throughout.
+    pub tool_choice: ToolChoice,
 }
 
 /// A fallback link, compiled: its provider and the binding a call through it uses.
@@ -305,6 +312,7 @@ impl CompiledAgent {
             tools: self.tools.clone(),
             tool_specs: self.tool_specs.clone(),
             max_iterations: self.max_iterations,
+            tool_choice: self.tool_choice.clone(),
         }
     }
 
@@ -418,6 +426,7 @@ pub fn compile(
         structured,
         tools: regs,
         tool_specs,
+        tool_choice: ToolChoice::Auto,
     })
 }
 

@@ -67,6 +67,44 @@ pub struct AgentDefinition {
     /// installation's (`Tracon:SubAgents:*`).
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "objects_only::optional")]
     pub sub_agents: Option<SubAgentSettings>,
+    /// What an OpenAI-compatible caller may add to a run of this agent besides its
+    /// messages; unset, it adds nothing (`tools` and `response_format` are refused).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "objects_only::optional")]
+    pub open_ai: Option<OpenAiSettings>,
+}
+
+/// What an OpenAI-compatible caller (`/v1/chat/completions`, `/v1/responses`) may add to a
+/// run of the agent, for that request only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OpenAiSettings {
+    /// The caller's `tools`: `Refuse` (the default: only the agent's own client-side tools
+    /// may be declared) or `ClientSide` (they join the run as client-side tools).
+    #[serde(default)]
+    pub caller_tools: CallerTools,
+    /// The caller's `response_format` / `text.format`: `Refuse` (the default: the agent
+    /// fixes its output format) or `Allow` (it holds for that request, checked and repaired
+    /// like the definition's own `model.responseFormat`).
+    #[serde(default)]
+    pub caller_response_format: CallerResponseFormat,
+}
+
+/// Whether a caller's `tools` join its run ([`OpenAiSettings::caller_tools`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub enum CallerTools {
+    #[default]
+    Refuse,
+    /// Declared by the caller, never executed on the server: each call is handed back as a
+    /// `tool_calls` / `function_call` item and answered by the caller's next request.
+    ClientSide,
+}
+
+/// Whether a caller's output format holds for its run ([`OpenAiSettings::caller_response_format`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+pub enum CallerResponseFormat {
+    #[default]
+    Refuse,
+    Allow,
 }
 
 /// Longest accepted sub-agent wait limit, in seconds (a day).
@@ -485,6 +523,7 @@ impl AgentDefinition {
             metadata: BTreeMap::new(),
             harness: None,
             sub_agents: None,
+            open_ai: None,
         }
     }
 

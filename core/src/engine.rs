@@ -30,7 +30,8 @@ use crate::events::{ApprovalRequest, ToolCallStatus};
 use crate::failure::{ErrorClass, RunFailure};
 use crate::model::resilience::{Failed, Link, Note, Opened};
 use crate::model::{
-    FinishReason, Message, ModelEvent, ModelRequest, ProviderError, ProviderErrorKind, ReasoningBlock, ToolCall, Usage,
+    FinishReason, Message, ModelEvent, ModelRequest, ProviderError, ProviderErrorKind, ReasoningBlock, ToolCall,
+    ToolChoice, Usage,
 };
 use crate::names::{RunId, TenantId};
 use crate::ports::{Clock, millis_between};
@@ -376,6 +377,14 @@ async fn run_loop(
         let offer_tools = iteration < max && !agent.tool_specs.is_empty();
         // One request per run, updated in place: the conversation is never copied per turn.
         request.tools = if offer_tools { agent.tool_specs.clone() } else { Arc::from(Vec::new()) };
+        // A required or named tool is the turn's first call's; after a tool round the model
+        // decides (or it would call tools until the iteration limit). `None` holds throughout.
+        request.tool_choice = match &agent.tool_choice {
+            ToolChoice::None => ToolChoice::None,
+            choice if iteration == 1 => choice.clone(),
+            _ => ToolChoice::Auto,
+        };
+        let offer_tools = offer_tools && agent.tool_choice != ToolChoice::None;
 
         let turn = model_turn(runtime, agent, request, env, emitter, state).await?;
         state.last_text.clone_from(&turn.text);
@@ -387,6 +396,10 @@ async fn run_loop(
             return Err(Stop::Failed(RunFailure::from_provider(agent.provider.name(), &e)));
         }
         if turn.calls.is_empty() || !offer_tools {
+            // Calls the model was not to make are not made: the turn ends with its text.
+            if !turn.calls.is_empty() && state.finish == Some(FinishReason::ToolCalls) {
+                state.finish = Some(FinishReason::Stop);
+            }
             request.messages.push(Message::Assistant {
                 text: Some(turn.text),
                 tool_calls: Vec::new(),

@@ -246,6 +246,9 @@ pub fn start_error(agent: &str, e: StartError) -> ApiError {
             ApiError::bad_request("validation_failed", message).with("field", "toolResults")
         }
         StartError::ContextWindow(over) => context_window_exceeded(&over),
+        StartError::Caller(refusal) => {
+            ApiError::bad_request("invalid_request_error", refusal.message).with("field", refusal.field)
+        }
         StartError::Store(s) => s.into(),
     }
 }

@@ -492,7 +492,7 @@ async fn requests_that_would_change_meaning_if_ignored_are_refused_with_their_pa
     for (body, param) in [
         (ask(json!({"tools": [{"type": "function", "name": "x", "parameters": {}}]})), "tools"),
         (ask(json!({"tool_choice": "required"})), "tool_choice"),
-        (ask(json!({"text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}})), "text"),
+        (ask(json!({"text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}})), "text.format"),
         (ask(json!({"background": true})), "background"),
         (ask(json!({"n": 2})), "n"),
         (ask(json!({"frobnicate": 1})), "frobnicate"),

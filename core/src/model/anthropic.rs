@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use super::sse;
 use super::{
     FinishReason, Message, ModelEvent, ModelProvider, ModelRequest, ModelStream, ProviderError, ReasoningBlock,
-    ToolCall, Usage,
+    ToolCall, ToolChoice, Usage,
 };
 use crate::definition::{ModelBinding, ResponseFormat};
 
@@ -246,11 +246,16 @@ pub fn build_body(request: &ModelRequest, default_max_tokens: u32) -> Value {
         Some(ResponseFormat::Json) => Some(json!({"type": "object"})),
         None | Some(ResponseFormat::Text) => None,
     };
+    let parallel_off = !request.parallel_tool_calls;
     if let Some(schema) = answer_schema {
-        let choice = if tools.is_empty() {
-            json!({"type": "tool", "name": RESPONSE_TOOL})
-        } else {
-            json!({"type": "any", "disable_parallel_tool_use": true})
+        let choice = match (&request.tool_choice, tools.is_empty()) {
+            (ToolChoice::None, _) | (_, true) => json!({"type": "tool", "name": RESPONSE_TOOL}),
+            (ToolChoice::Function(name), false) => {
+                json!({"type": "tool", "name": name, "disable_parallel_tool_use": parallel_off})
+            }
+            (ToolChoice::Auto | ToolChoice::Required, false) => {
+                json!({"type": "any", "disable_parallel_tool_use": true})
+            }
         };
         tools.push(json!({"name": RESPONSE_TOOL, "input_schema": schema,
             "description": "Give your final answer by calling this tool: its input is the answer."}));
@@ -258,7 +263,14 @@ pub fn build_body(request: &ModelRequest, default_max_tokens: u32) -> Value {
         body["tool_choice"] = choice;
     } else if !tools.is_empty() {
         body["tools"] = Value::Array(tools);
-        body["tool_choice"] = json!({"type": "auto", "disable_parallel_tool_use": !request.parallel_tool_calls});
+        body["tool_choice"] = match &request.tool_choice {
+            ToolChoice::Auto => json!({"type": "auto", "disable_parallel_tool_use": parallel_off}),
+            ToolChoice::None => json!({"type": "none"}),
+            ToolChoice::Required => json!({"type": "any", "disable_parallel_tool_use": parallel_off}),
+            ToolChoice::Function(name) => {
+                json!({"type": "tool", "name": name, "disable_parallel_tool_use": parallel_off})
+            }
+        };
     }
     if let Some(t) = request.temperature {
         body["temperature"] = json!(t);

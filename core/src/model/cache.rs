@@ -137,6 +137,7 @@ pub fn key(tenant: &TenantId, provider: &str, request: &ModelRequest) -> Option<
         response_format: Option<&'a crate::definition::ResponseFormat>,
         provider_settings: &'a std::collections::BTreeMap<String, serde_json::Value>,
         parallel_tool_calls: bool,
+        tool_choice: Option<serde_json::Value>,
     }
     let mut tools: Vec<_> =
         request.tools.iter().map(|t| (t.name.as_str(), t.description.as_str(), &t.parameters)).collect();
@@ -156,6 +157,7 @@ pub fn key(tenant: &TenantId, provider: &str, request: &ModelRequest) -> Option<
         response_format: request.response_format.as_ref(),
         provider_settings: &request.provider_settings,
         parallel_tool_calls: request.parallel_tool_calls,
+        tool_choice: super::openai::chat_tool_choice(&request.tool_choice),
     };
     let bytes = serde_json::to_vec(&keyed).ok()?;
     Some(Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect())

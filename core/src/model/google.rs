@@ -33,7 +33,7 @@ use serde_json::{Map, Value, json};
 use super::sse;
 use super::{
     FinishReason, Message, ModelEvent, ModelProvider, ModelRequest, ModelStream, ProviderError, ProviderErrorKind,
-    ReasoningBlock, ToolCall, Usage,
+    ReasoningBlock, ToolCall, ToolChoice, Usage,
 };
 use crate::definition::{ModelBinding, ResponseFormat};
 
@@ -292,6 +292,15 @@ pub fn build_body(request: &ModelRequest) -> Value {
             .map(|t| json!({"name": t.name, "description": t.description, "parametersJsonSchema": t.parameters}))
             .collect();
         body["tools"] = json!([{"functionDeclarations": declarations}]);
+        let calling = match &request.tool_choice {
+            ToolChoice::Auto => None,
+            ToolChoice::None => Some(json!({"mode": "NONE"})),
+            ToolChoice::Required => Some(json!({"mode": "ANY"})),
+            ToolChoice::Function(name) => Some(json!({"mode": "ANY", "allowedFunctionNames": [name]})),
+        };
+        if let Some(calling) = calling {
+            body["toolConfig"] = json!({"functionCallingConfig": calling});
+        }
     }
     let mut config = Map::new();
     if let Some(t) = request.temperature {

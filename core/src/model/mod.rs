@@ -106,6 +106,21 @@ pub struct ToolSpec {
     pub parameters: serde_json::Value,
 }
 
+/// Whether and which tool the model must call (an OpenAI client's `tool_choice`). Each
+/// provider says it in its own words; with no tools offered it is not sent.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Hash)]
+pub enum ToolChoice {
+    /// The model decides (what every provider does when nothing is said).
+    #[default]
+    Auto,
+    /// The model answers in text; the tools are offered but not to be called.
+    None,
+    /// The model calls at least one of the tools.
+    Required,
+    /// The model calls this tool.
+    Function(String),
+}
+
 /// One model call, provider-neutral.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelRequest {
@@ -121,6 +136,8 @@ pub struct ModelRequest {
     pub response_format: Option<ResponseFormat>,
     pub provider_settings: BTreeMap<String, serde_json::Value>,
     pub parallel_tool_calls: bool,
+    /// Sent only beside tools; [`ToolChoice::Auto`] is left unsaid.
+    pub tool_choice: ToolChoice,
 }
 
 impl ModelRequest {
@@ -137,6 +154,7 @@ impl ModelRequest {
             response_format: binding.response_format.clone(),
             provider_settings: binding.provider_settings.clone(),
             parallel_tool_calls: binding.allow_concurrent_tool_calls,
+            tool_choice: ToolChoice::Auto,
         }
     }
 

@@ -282,6 +282,17 @@ pub(crate) async fn stream_chat(
     Ok(sse::model_events(events, |p: &mut ChatStreamParser, ev| p.push(&ev.data), ChatStreamParser::finish))
 }
 
+/// `tool_choice` in Chat Completions' words (`auto` is left unsaid: it is the default).
+pub(crate) fn chat_tool_choice(choice: &super::ToolChoice) -> Option<serde_json::Value> {
+    use super::ToolChoice;
+    match choice {
+        ToolChoice::Auto => None,
+        ToolChoice::None => Some(serde_json::Value::from("none")),
+        ToolChoice::Required => Some(serde_json::Value::from("required")),
+        ToolChoice::Function(name) => Some(serde_json::json!({"type": "function", "function": {"name": name}})),
+    }
+}
+
 /// The Chat Completions request body, borrowing everything from the request: serialised
 /// straight onto the wire, with no intermediate JSON tree.
 #[derive(Serialize)]
@@ -294,6 +305,8 @@ pub struct ChatBody<'a> {
     tools: Vec<WireTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     parallel_tool_calls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -444,6 +457,7 @@ impl<'a> ChatBody<'a> {
             stream: true,
             stream_options: StreamOptions { include_usage: true },
             parallel_tool_calls: (!tools.is_empty()).then_some(request.parallel_tool_calls),
+            tool_choice: if tools.is_empty() { None } else { chat_tool_choice(&request.tool_choice) },
             tools,
             temperature: request.temperature,
             top_p: request.top_p,

@@ -25,6 +25,17 @@ use super::sse;
 use super::{FinishReason, Message, ModelEvent, ModelRequest, ModelStream, ProviderError, ToolCall, Usage};
 use crate::definition::ResponseFormat;
 
+/// `tool_choice` in the Responses API's words (`auto` is left unsaid: it is the default).
+fn responses_tool_choice(choice: &super::ToolChoice) -> Option<serde_json::Value> {
+    use super::ToolChoice;
+    match choice {
+        ToolChoice::Auto => None,
+        ToolChoice::None => Some(serde_json::Value::from("none")),
+        ToolChoice::Required => Some(serde_json::Value::from("required")),
+        ToolChoice::Function(name) => Some(serde_json::json!({"type": "function", "name": name})),
+    }
+}
+
 /// The Responses request body, borrowing everything from the request.
 #[derive(Serialize)]
 pub struct ResponsesBody<'a> {
@@ -38,6 +49,8 @@ pub struct ResponsesBody<'a> {
     tools: Vec<FunctionTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     parallel_tool_calls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -138,6 +151,7 @@ impl<'a> ResponsesBody<'a> {
             stream: true,
             store: false,
             parallel_tool_calls: (!tools.is_empty()).then_some(request.parallel_tool_calls),
+            tool_choice: if tools.is_empty() { None } else { responses_tool_choice(&request.tool_choice) },
             tools,
             temperature: request.temperature,
             top_p: request.top_p,

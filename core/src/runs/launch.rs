@@ -37,6 +37,9 @@ pub struct Start<'a> {
     /// Text the caller adds after the agent's own instructions for this run (an OpenAI
     /// client's `system` messages or `instructions`).
     pub extra_instructions: Option<String>,
+    /// What an OpenAI-compatible caller adds for this run: its tools, `tool_choice`, its
+    /// output format ([`crate::runs::caller`]).
+    pub caller: crate::runs::caller::CallerAdditions,
     /// The run's id, when the surface names something after the run before it starts (a
     /// stored response's session is its id); otherwise one is drawn.
     pub run_id: Option<RunId>,
@@ -45,7 +48,14 @@ pub struct Start<'a> {
 impl<'a> Start<'a> {
     /// A start in the request's own session (if any), with the agent's instructions as they are.
     pub fn new(request: RunRequest, delivery: Delivery<'a>) -> Self {
-        Self { request, delivery, history: History::Session, extra_instructions: None, run_id: None }
+        Self {
+            request,
+            delivery,
+            history: History::Session,
+            extra_instructions: None,
+            caller: crate::runs::caller::CallerAdditions::default(),
+            run_id: None,
+        }
     }
 }
 
@@ -115,7 +125,7 @@ pub fn new_run_id(runtime: &Runtime) -> RunId {
 /// documents that break a rule, a definition that no longer compiles, a session that moved
 /// on, a store that cannot be reached — is refused here, before anything streams.
 pub async fn launch(runtime: &Arc<Runtime>, start: Start<'_>) -> Result<Launched, StartError> {
-    let Start { request, delivery, history, extra_instructions, run_id } = start;
+    let Start { request, delivery, history, extra_instructions, caller, run_id } = start;
     let here = match delivery {
         Delivery::Queued { transport, max_attempts } => {
             let accepted = enqueue(runtime, request, max_attempts).await?;
@@ -130,7 +140,8 @@ pub async fn launch(runtime: &Arc<Runtime>, start: Start<'_>) -> Result<Launched
         Delivery::Background => Here::Background,
     };
     let prepared =
-        prepare_in(runtime, request, run_id, Options { extra_instructions, history, ..Options::default() }).await?;
+        prepare_in(runtime, request, run_id, Options { extra_instructions, caller, history, ..Options::default() })
+            .await?;
     let run_id = prepared.run_id;
     let (guard, cancel) = runtime.drain.enter(run_id);
     let span = tracing::info_span!("runs.execute", agent = %prepared.agent.name, run_id = %run_id);

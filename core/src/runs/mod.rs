@@ -17,6 +17,7 @@
 //! outcome to a response.
 
 pub mod admission;
+pub mod caller;
 pub mod children;
 pub mod continuation;
 pub mod drain;

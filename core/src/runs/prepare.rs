@@ -74,6 +74,8 @@ pub struct Options<'a> {
     /// Text the caller adds after the agent's own instructions for this run (an OpenAI
     /// client's `system` messages or `instructions`).
     pub extra_instructions: Option<String>,
+    /// What an OpenAI-compatible caller adds for this run ([`crate::runs::caller`]).
+    pub caller: crate::runs::caller::CallerAdditions,
     /// What the model sees before the new message.
     pub history: History,
 }
@@ -118,6 +120,10 @@ pub async fn prepare_in(
     };
     if let Some(extra) = options.extra_instructions.take() {
         agent = Arc::new(agent.with_extra_instructions(&extra));
+    }
+    if !options.caller.is_empty() {
+        let providers = runtime.catalog.providers();
+        agent = Arc::new(crate::runs::caller::apply(&agent, &options.caller, providers).map_err(StartError::Caller)?);
     }
     let session = load_session(runtime, &request).await?;
     if request.resume.is_some() {

@@ -112,6 +112,8 @@ pub enum StartError {
     /// The pre-flight check estimated the prompt over its model's context window less the
     /// reserve ([`crate::runs::preflight`]); no provider was called.
     ContextWindow(ContextWindowExceeded),
+    /// What an OpenAI-compatible caller added breaks a rule or what the agent allows.
+    Caller(crate::runs::caller::CallerRefusal),
     Store(StoreError),
 }
 

@@ -16,10 +16,11 @@ use tracon_core::runs::launch::{Delivery, History, Launched, Start, launch};
 use tracon_core::runs::request::RunRequest;
 use tracon_core::runs::store::RunStatus;
 
-use super::{OpenAiResult, approval_error, checked_fields, failure_error, invalid};
+use super::{OpenAiResult, approval_error, caller, checked_fields, failure_error, invalid};
 use crate::error::{ApiError, start_error};
 use crate::extract::{ApiJson, Ctx, header_pairs};
 use crate::sse;
+use tracon_core::runs::caller::CallerAdditions;
 
 /// What a chat request asks for, checked.
 struct ChatAsk {
@@ -29,6 +30,8 @@ struct ChatAsk {
     caller_instructions: Option<String>,
     stream: bool,
     include_usage: bool,
+    /// The caller's tools, `tool_choice` and output format.
+    caller: CallerAdditions,
 }
 
 /// The chat route's own fields (besides [`LEFT_TO_THE_AGENT`]).
@@ -41,6 +44,7 @@ const CHAT_FIELDS: &[&str] = &[
     "tools",
     "functions",
     "tool_choice",
+    "parallel_tool_calls",
     "function_call",
     "response_format",
     "logprobs",
@@ -51,17 +55,21 @@ const CHAT_FIELDS: &[&str] = &[
 ];
 
 fn parse_chat(body: &Value) -> OpenAiResult<ChatAsk> {
+    // `tools`, `tool_choice`, `parallel_tool_calls` and `response_format` are the caller's
+    // additions ([`caller::additions`]); the agent decides whether it takes them.
     let changes_meaning = |key: &str, value: &Value| match key {
-        "tools" | "functions" => value.as_array().is_some_and(|a| !a.is_empty()),
-        "tool_choice" | "function_call" => !matches!(value.as_str(), Some("none" | "auto")) && !value.is_null(),
-        "response_format" => value.get("type").and_then(Value::as_str).is_some_and(|t| t != "text"),
+        "functions" => value.as_array().is_some_and(|a| !a.is_empty()),
+        "function_call" => !matches!(value.as_str(), Some("none" | "auto")) && !value.is_null(),
         "logprobs" => value.as_bool() == Some(true),
-        "top_logprobs" => !value.is_null(),
-        "audio" | "modalities" | "web_search_options" => !value.is_null(),
+        "top_logprobs" => !value.is_null() && value.as_u64() != Some(0),
+        // Text is what every answer here is.
+        "modalities" => !value.is_null() && *value != json!(["text"]),
+        "audio" | "web_search_options" => !value.is_null(),
         _ => false,
     };
     let agent = checked_fields(body, CHAT_FIELDS, changes_meaning, "choice")?;
     let object = body.as_object().ok_or_else(|| invalid("", "The body must be a JSON object."))?;
+    let caller = caller::additions(object, caller::Api::Chat)?;
     let stream = match object.get("stream") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
@@ -143,7 +151,7 @@ fn parse_chat(body: &Value) -> OpenAiResult<ChatAsk> {
         return Err(invalid(&format!("messages[{}].content", messages.len() - 1), "The user's message is empty."));
     }
     let caller_instructions = (!instructions.is_empty()).then(|| instructions.join("\n\n"));
-    Ok(ChatAsk { agent, message, history: turns, caller_instructions, stream, include_usage })
+    Ok(ChatAsk { agent, message, history: turns, caller_instructions, stream, include_usage, caller })
 }
 
 /// The `tool_calls` of an assistant message in the history (calls of client-side tools the
@@ -233,12 +241,15 @@ pub async fn chat_completions(
     let ApiJson(body) = ApiJson::<Value>::from_request(request, &state).await?;
     let ask = parse_chat(&body)?;
     tracing::Span::current().record("agent", ask.agent.as_str());
-    // Only client-side tools are the caller's to answer; a server-side tool's result cannot
-    // be supplied from outside.
+    // Only client-side tools — registered ones and the caller's own — are the caller's to
+    // answer; a server-side tool's result cannot be supplied from outside.
     let foreign = ask.history.iter().find_map(|m| match m {
         Message::Assistant { tool_calls, .. } => tool_calls
             .iter()
-            .find(|c| !state.runtime.catalog.tools().get(&c.name).is_some_and(|t| t.is_client()))
+            .find(|c| {
+                !state.runtime.catalog.tools().get(&c.name).is_some_and(|t| t.is_client())
+                    && !caller::tool_names(&ask.caller).any(|n| n == c.name)
+            })
             .map(|c| &c.name),
         _ => None,
     });
@@ -265,6 +276,7 @@ pub async fn chat_completions(
     let start = Start {
         history: History::Supplied(ask.history),
         extra_instructions: ask.caller_instructions,
+        caller: ask.caller,
         ..Start::new(request, if ask.stream { Delivery::Live } else { Delivery::Buffered })
     };
     let launched = launch(&runtime, start).await.map_err(|e| start_error(ask.agent.as_str(), e))?;

@@ -147,7 +147,7 @@ pub async fn delete_conversation(
 
 /// A conversation item as OpenAI lists it; `None` for what is not a text message (the
 /// agent's own tool calls and their results).
-fn conversation_item(item: &SessionItem) -> Option<Value> {
+pub(super) fn conversation_item(item: &SessionItem) -> Option<Value> {
     let (role, part) = match &item.message {
         Message::User { text } => ("user", json!({"type": "input_text", "text": text})),
         Message::Assistant { text: Some(text), .. } if !text.is_empty() => ("assistant", output_text(text)),
@@ -160,13 +160,13 @@ fn conversation_item(item: &SessionItem) -> Option<Value> {
 
 /// The items list's query: `limit` (1..100, default 20), `order` (`asc`/`desc`, default
 /// `desc`), `after` (an item id).
-struct ItemsQuery {
+pub(super) struct ItemsQuery {
     limit: usize,
     ascending: bool,
     after: Option<String>,
 }
 
-fn items_query(raw: Option<&str>) -> OpenAiResult<ItemsQuery> {
+pub(super) fn items_query(raw: Option<&str>) -> OpenAiResult<ItemsQuery> {
     let mut query = ItemsQuery { limit: DEFAULT_ITEMS_LIMIT, ascending: false, after: None };
     for pair in raw.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -214,7 +214,13 @@ pub async fn list_conversation_items(
     let query = items_query(raw.as_deref())?;
     let session = conversation(&state, (&tenant, &caller), &headers, &id, Use::Read).await?;
     let items = state.runtime.stores.sessions.items(&tenant, &session.id).await.map_err(ApiError::from)?;
-    let mut all: Vec<Value> = items.iter().filter_map(conversation_item).collect();
+    let all: Vec<Value> = items.iter().filter_map(conversation_item).collect();
+    Ok(axum::Json(page(all, &query, "conversation")?).into_response())
+}
+
+/// One page of `all` (items in stored order) as OpenAI's list object: `query`'s order,
+/// after its cursor, at most its limit. `of` names what the items belong to, for an error.
+pub(super) fn page(mut all: Vec<Value>, query: &ItemsQuery, of: &str) -> OpenAiResult<Value> {
     if !query.ascending {
         all.reverse();
     }
@@ -222,7 +228,7 @@ pub async fn list_conversation_items(
         None => 0,
         Some(after) => {
             let at = all.iter().position(|i| i["id"].as_str() == Some(after.as_str()));
-            at.map(|p| p + 1).ok_or_else(|| invalid("after", "'after' is not an item of this conversation."))?
+            at.map(|p| p + 1).ok_or_else(|| invalid("after", format!("'after' is not an item of this {of}.")))?
         }
     };
     let rest = all.get(start..).unwrap_or_default();
@@ -230,8 +236,5 @@ pub async fn list_conversation_items(
     let has_more = rest.len() > data.len();
     let first_id = data.first().map_or(Value::Null, |i| i["id"].clone());
     let last_id = data.last().map_or(Value::Null, |i| i["id"].clone());
-    Ok(axum::Json(
-        json!({"object": "list", "data": data, "first_id": first_id, "last_id": last_id, "has_more": has_more}),
-    )
-    .into_response())
+    Ok(json!({"object": "list", "data": data, "first_id": first_id, "last_id": last_id, "has_more": has_more}))
 }

@@ -14,11 +14,16 @@
 //! assistant message and one `tool` message per call; the turn goes on. Only client-side
 //! calls may appear in the history — a server-side tool's result cannot come from outside.
 //!
+//! What the caller adds (`caller.rs`, decided by `tracon_core::runs::caller`): its `tools`
+//! join the run as client-side tools when the agent's `openAi.callerTools` is `ClientSide`
+//! (a tool the agent declares client-side already is always accepted); `tool_choice` and
+//! `parallel_tool_calls` reach the model for the whole tool set; its `response_format`
+//! (Responses: `text.format`) holds when `openAi.callerResponseFormat` is `Allow`.
+//!
 //! Errors use OpenAI's envelope, `{"error": {"message", "type", "param", "code"}}`, with
 //! `type` and `code` the same stable `errorType` the native endpoints use. A request field
-//! whose silent omission would change the answer (`n` > 1, caller-declared `tools` — the
-//! agent's definition declares them, client-side ones included —, a
-//! `response_format`, `logprobs`) is refused with `400` and `param` naming it; sampling
+//! whose silent omission would change the answer (`n` > 1, `logprobs`, audio) or that the
+//! agent does not take is refused with `400` and `param` naming it; sampling
 //! settings (`temperature`, `max_tokens` …) are accepted and left to the agent's definition.
 
 use axum::Router;
@@ -40,8 +45,10 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/v1/chat/completions", routing::post(chat::chat_completions))
         .route("/v1/models", routing::get(models))
+        .route("/v1/models/{id}", routing::get(model))
         .route("/v1/responses", routing::post(responses::create_response))
-        .route("/v1/responses/{id}", routing::get(responses::get_response))
+        .route("/v1/responses/{id}", routing::get(responses::get_response).delete(responses::delete_response))
+        .route("/v1/responses/{id}/input_items", routing::get(responses::list_input_items))
         .route("/v1/conversations", routing::post(conversations::create_conversation))
         .route(
             "/v1/conversations/{id}",
@@ -140,6 +147,39 @@ pub async fn models(Ctx { state, tenant, caller }: Ctx) -> OpenAiResult<Response
     Ok(axum::Json(json!({"object": "list", "data": data})).into_response())
 }
 
+/// One agent the caller may run, as an OpenAI model (`models.retrieve`). An agent the caller
+/// may not run, another tenant's and an unknown name all answer `404 model_not_found`.
+#[utoipa::path(get, path = "/v1/models/{id}", tag = "openai",
+    params(("id" = String, Path, description = "The agent's name")),
+    responses(
+        (status = 200, description = "`{\"id\", \"object\": \"model\", \"created\", \"owned_by\"}`", body = Object),
+        (status = 404, description = "`{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`", body = Object)))]
+#[tracing::instrument(name = "openai.model", skip_all)]
+pub async fn model(
+    Ctx { state, tenant, caller }: Ctx,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> OpenAiResult<Response> {
+    let missing = || {
+        let shown =
+            tracon_core::names::AgentName::parse(&id).map_or_else(|_| "that name".to_owned(), |n| format!("'{n}'"));
+        OpenAiError(
+            ApiError::new(StatusCode::NOT_FOUND, "model_not_found", format!("No model (agent) named {shown} exists."))
+                .with("field", "model"),
+        )
+    };
+    let Ok(name) = AgentName::parse(&id) else { return Err(missing()) };
+    let Some(entry) = state.runtime.catalog.get(&tenant, &name).await.map_err(ApiError::from)? else {
+        return Err(missing());
+    };
+    let start = RunAction::StartRun { agent: &entry.definition.name, session: None };
+    if !is_allowed(state.runtime.run_authorizer.as_ref(), &caller, &tenant, start).await {
+        return Err(missing());
+    }
+    let created = entry.created_at.map_or(0, |t| t.timestamp());
+    Ok(axum::Json(json!({"id": entry.definition.name, "object": "model", "created": created, "owned_by": "tracon"}))
+        .into_response())
+}
+
 /// Fields accepted and left to the agent's definition: they tune how a model samples, and
 /// the agent decides its model and settings.
 pub(crate) const LEFT_TO_THE_AGENT: &[&str] = &[
@@ -154,7 +194,6 @@ pub(crate) const LEFT_TO_THE_AGENT: &[&str] = &[
     "user",
     "metadata",
     "store",
-    "parallel_tool_calls",
     "service_tier",
     "reasoning_effort",
     "logit_bias",
@@ -223,6 +262,7 @@ pub(crate) fn checked_fields(
     Ok(agent)
 }
 
+mod caller;
 pub mod chat;
 pub mod conversations;
 pub mod responses;

@@ -59,9 +59,10 @@ use tracon_core::sessions::ownership::Use;
 
 use crate::error::{ApiError, start_error};
 use crate::extract::{ApiJson, Ctx, header_pairs};
-use crate::openai::{OpenAiError, OpenAiResult, approval_error, checked_fields, failure_error, invalid};
+use crate::openai::{OpenAiError, OpenAiResult, approval_error, caller, checked_fields, failure_error, invalid};
 use crate::sse;
 use crate::state::AppState;
+use tracon_core::runs::caller::CallerAdditions;
 
 // ---- ids ------------------------------------------------------------------------------------
 
@@ -199,14 +200,21 @@ pub(super) fn parse_items(items: &[Value], param: &str) -> OpenAiResult<Vec<Item
 /// Checks the tool items against the conversation they join (`before`, then `items`): every
 /// call is one of a client-side tool, every output answers an open call (and gets its tool
 /// name), and no call is left without an output when the input ends with outputs.
-fn resolve_tool_items(state: &AppState, before: &[Message], items: &mut [Message]) -> OpenAiResult<()> {
+fn resolve_tool_items(
+    state: &AppState,
+    own: &CallerAdditions,
+    before: &[Message],
+    items: &mut [Message],
+) -> OpenAiResult<()> {
     let registry = state.runtime.catalog.tools();
+    let client =
+        |name: &str| registry.get(name).is_some_and(|t| t.is_client()) || caller::tool_names(own).any(|n| n == name);
     let mut seen: Vec<Message> = Vec::with_capacity(before.len() + items.len());
     seen.extend_from_slice(before);
     for item in items.iter_mut() {
         match item {
             Message::Assistant { tool_calls, .. } => {
-                if let Some(c) = tool_calls.iter().find(|c| !registry.get(&c.name).is_some_and(|t| t.is_client())) {
+                if let Some(c) = tool_calls.iter().find(|c| !client(&c.name)) {
                     return Err(invalid(
                         "input",
                         format!(
@@ -284,9 +292,10 @@ const RESPONSES_FIELDS: &[&str] = &[
     "truncation",
     "prompt_cache_retention",
     "n",
-    // Accepted while they change nothing (see `parse_response`).
+    // The caller's additions (`caller::additions`): the agent decides whether it takes them.
     "tools",
     "tool_choice",
+    "parallel_tool_calls",
     "text",
     "include",
     "background",
@@ -309,13 +318,47 @@ struct ResponseAsk {
     previous: Option<String>,
     conversation: Option<String>,
     metadata: Value,
+    /// The caller's tools, `tool_choice` and output format.
+    caller: CallerAdditions,
+    /// What the response object says of them: as the caller sent them.
+    echo: Echo,
+}
+
+/// The request's tool and format fields as the caller sent them, for the response object.
+#[derive(Clone)]
+struct Echo {
+    tools: Value,
+    tool_choice: Value,
+    parallel_tool_calls: Value,
+    text: Value,
+}
+
+impl Default for Echo {
+    fn default() -> Self {
+        Self {
+            tools: json!([]),
+            tool_choice: json!("auto"),
+            parallel_tool_calls: json!(true),
+            text: json!({"format": {"type": "text"}}),
+        }
+    }
+}
+
+impl Echo {
+    fn of(object: &serde_json::Map<String, Value>) -> Self {
+        let given = |key: &str| object.get(key).filter(|v| !v.is_null()).cloned();
+        let default = Self::default();
+        Self {
+            tools: given("tools").unwrap_or(default.tools),
+            tool_choice: given("tool_choice").unwrap_or(default.tool_choice),
+            parallel_tool_calls: given("parallel_tool_calls").unwrap_or(default.parallel_tool_calls),
+            text: given("text").filter(|t| t.get("format").is_some()).unwrap_or(default.text),
+        }
+    }
 }
 
 fn parse_response(body: &Value) -> OpenAiResult<ResponseAsk> {
     let changes_meaning = |key: &str, value: &Value| match key {
-        "tools" => value.as_array().is_some_and(|a| !a.is_empty()),
-        "tool_choice" => !matches!(value.as_str(), Some("none" | "auto")) && !value.is_null(),
-        "text" => value.pointer("/format/type").and_then(Value::as_str).is_some_and(|t| t != "text"),
         "include" => value.as_array().is_some_and(|a| !a.is_empty()),
         "background" => value.as_bool() == Some(true),
         "top_logprobs" => !value.is_null() && value.as_u64() != Some(0),
@@ -324,6 +367,8 @@ fn parse_response(body: &Value) -> OpenAiResult<ResponseAsk> {
     };
     let agent = checked_fields(body, RESPONSES_FIELDS, changes_meaning, "output")?;
     let object = body.as_object().ok_or_else(|| invalid("", "The body must be a JSON object."))?;
+    let caller = caller::additions(object, caller::Api::Responses)?;
+    let echo = Echo::of(object);
     let flag = |name: &str, default: bool| match object.get(name) {
         None | Some(Value::Null) => Ok(default),
         Some(Value::Bool(b)) => Ok(*b),
@@ -402,6 +447,8 @@ fn parse_response(body: &Value) -> OpenAiResult<ResponseAsk> {
         previous,
         conversation,
         metadata,
+        caller,
+        echo,
     })
 }
 
@@ -418,6 +465,7 @@ struct ResponseBase {
     instructions: Option<String>,
     store: bool,
     metadata: Value,
+    echo: Echo,
 }
 
 impl ResponseBase {
@@ -444,15 +492,15 @@ impl ResponseBase {
             "max_tool_calls": null,
             "model": self.model,
             "output": output,
-            "parallel_tool_calls": true,
+            "parallel_tool_calls": self.echo.parallel_tool_calls,
             "previous_response_id": self.previous_response_id,
             "conversation": self.conversation.as_ref().map(|id| json!({"id": id})),
             "reasoning": {"effort": null, "summary": null},
             "store": self.store,
             "temperature": null,
-            "text": {"format": {"type": "text"}},
-            "tool_choice": "auto",
-            "tools": [],
+            "text": self.echo.text,
+            "tool_choice": self.echo.tool_choice,
+            "tools": self.echo.tools,
             "top_p": null,
             "truncation": "disabled",
             "usage": usage_json(usage),
@@ -732,6 +780,23 @@ impl StoredResponse {
         Some(self.items[..=last].iter().map(|i| i.message.clone()).collect())
     }
 
+    /// The items the response was given: the session's items before its answer, up to and
+    /// including its user message (in its own session, the conversation it continued too).
+    fn input(&self) -> Vec<&SessionItem> {
+        let Some(last) = self.items.iter().rposition(|i| i.run_id == Some(self.run_id)) else { return Vec::new() };
+        let upto = &self.items[..=last];
+        let Some(user) = upto.iter().rposition(|i| matches!(i.message, Message::User { .. })) else {
+            return Vec::new();
+        };
+        let first = if self.in_conversation {
+            // A conversation holds other responses too: from this run's first item on.
+            upto.iter().position(|i| i.run_id == Some(self.run_id)).unwrap_or(user).min(user)
+        } else {
+            0
+        };
+        upto[first..=user].iter().collect()
+    }
+
     /// The texts the response answered with: its assistant messages after its user message.
     fn texts(&self) -> Vec<String> {
         let own: Vec<&SessionItem> = self.items.iter().filter(|i| i.run_id == Some(self.run_id)).collect();
@@ -843,7 +908,7 @@ pub async fn create_response(
         None => None,
     };
     if has_tool_items && conversation.is_none() {
-        resolve_tool_items(&state, previous.as_deref().unwrap_or_default(), &mut ask.earlier)?;
+        resolve_tool_items(&state, &ask.caller, previous.as_deref().unwrap_or_default(), &mut ask.earlier)?;
     }
     if let Some(id) = &conversation {
         let raw = id.as_str();
@@ -853,7 +918,7 @@ pub async fn create_response(
         if has_tool_items {
             let items = sessions.items(&tenant, raw).await.map_err(ApiError::from)?;
             let before: Vec<Message> = items.into_iter().map(|i| i.message).collect();
-            resolve_tool_items(&state, &before, &mut ask.earlier)?;
+            resolve_tool_items(&state, &ask.caller, &before, &mut ask.earlier)?;
         }
         // Earlier input items join the conversation before the turn that follows them: a
         // versioned append of their own, written before the run row exists, so a lost race
@@ -908,6 +973,7 @@ pub async fn create_response(
     let start = Start {
         history,
         extra_instructions: ask.extra_instructions,
+        caller: ask.caller,
         run_id: Some(run_id),
         ..Start::new(request, Delivery::Live)
     };
@@ -927,6 +993,7 @@ pub async fn create_response(
         instructions: ask.instructions,
         store: ask.store,
         metadata: ask.metadata,
+        echo: ask.echo,
     };
     let clock = runtime.platform.clock.clone();
     let LiveRun { mut events, cancel, outcome, .. } = live;
@@ -961,6 +1028,62 @@ pub async fn create_response(
 }
 
 // ---- GET /v1/responses/{id} -----------------------------------------------------------------
+
+/// Deletes a stored response: the session named after it goes, so neither `GET` nor
+/// `previous_response_id` finds it again; its run stays in the run record. A response that
+/// is part of a conversation is the conversation's (`409 response_in_conversation`: delete
+/// the conversation). Unknown, `store: false` and another tenant's answer `404`.
+#[utoipa::path(delete, path = "/v1/responses/{id}", tag = "openai",
+    params(("id" = String, Path, description = "Response id (`resp_…`)")),
+    responses(
+        (status = 200, description = "`{\"id\", \"object\": \"response\", \"deleted\": true}`", body = Object),
+        (status = 404, description = "`{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`", body = Object),
+        (status = 409, description = "The response is part of a conversation", body = Object)))]
+#[tracing::instrument(name = "openai.responses.delete", skip_all)]
+pub async fn delete_response(
+    Ctx { state, tenant, caller }: Ctx,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> OpenAiResult<Response> {
+    let stored = stored_response(&state, &tenant, &caller, &headers, &id).await?.ok_or_else(response_not_found)?;
+    if stored.in_conversation {
+        return Err(OpenAiError(ApiError::new(
+            StatusCode::CONFLICT,
+            "response_in_conversation",
+            format!(
+                "This response is part of conversation '{}'; its items are the conversation's. Delete the conversation instead.",
+                stored.session.id
+            ),
+        )));
+    }
+    visible_session(&state, &tenant, &caller, &headers, &id, Use::Delete).await?.ok_or_else(response_not_found)?;
+    if !state.runtime.stores.sessions.delete(&tenant, &id).await.map_err(ApiError::from)? {
+        return Err(response_not_found());
+    }
+    Ok(axum::Json(json!({"id": id, "object": "response", "deleted": true})).into_response())
+}
+
+/// The input a stored response was given — the conversation before its answer, its user
+/// message last — as a page of message items (`limit`, `order`, `after` as for a
+/// conversation's items).
+#[utoipa::path(get, path = "/v1/responses/{id}/input_items", tag = "openai",
+    params(("id" = String, Path, description = "Response id (`resp_…`)")),
+    responses(
+        (status = 200, description = "`{\"object\": \"list\", \"data\", \"first_id\", \"last_id\", \"has_more\"}`", body = Object),
+        (status = 404, description = "`{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`", body = Object)))]
+#[tracing::instrument(name = "openai.responses.input_items", skip_all)]
+pub async fn list_input_items(
+    Ctx { state, tenant, caller }: Ctx,
+    Path(id): Path<String>,
+    axum::extract::RawQuery(raw): axum::extract::RawQuery,
+    headers: HeaderMap,
+) -> OpenAiResult<Response> {
+    let query = super::conversations::items_query(raw.as_deref())?;
+    let stored = stored_response(&state, &tenant, &caller, &headers, &id).await?.ok_or_else(response_not_found)?;
+    let input = stored.input();
+    let all: Vec<Value> = input.into_iter().filter_map(super::conversations::conversation_item).collect();
+    Ok(axum::Json(super::conversations::page(all, &query, "response's input")?).into_response())
+}
 
 /// A stored response, rebuilt from its run and the session that holds it. Responses made
 /// with `store: false`, another tenant's, and unknown ids answer `404`.
@@ -998,6 +1121,7 @@ pub async fn get_response(
         conversation: stored.in_conversation.then(|| stored.session.id.clone()),
         instructions: None,
         store: true,
+        echo: Echo::default(),
         metadata: json!({}),
     };
     let completed_at = run.and_then(|r| r.ended_at).map(|t| t.timestamp());
@@ -1051,6 +1175,7 @@ mod tests {
             instructions: None,
             store: true,
             metadata: json!({}),
+            echo: Echo::default(),
         };
         let clock: Arc<dyn Clock> = tracon_core::ports::tokio_rt::platform().clock;
         let mut writer = ResponseWriter::new(base, clock, None);

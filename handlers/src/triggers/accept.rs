@@ -289,6 +289,7 @@ async fn start(
         Err(StartError::Documents(m) | StartError::Resume(m) | StartError::ToolResults(m)) => {
             return Err(unavailable(&m));
         }
+        Err(StartError::Caller(refusal)) => return Err(unavailable(&refusal.message)),
         // The event itself is too large for the agent's model: the sender's to shorten.
         Err(StartError::ContextWindow(over)) => return Err(crate::error::context_window_exceeded(&over)),
     };
