@@ -5,17 +5,19 @@
 # holds the server to its OpenAPI document. Sourced by scripts/test.
 
 OPENAI_PYTHON_VERSION="3.51.0"
+# LangChain's OpenAI chat model (and pydantic, for .parse() and with_structured_output).
+LANGCHAIN_OPENAI_VERSION="1.7.4"
 SCHEMATHESIS_VERSION="4.32.5"
 
 install_sdk_tools() {
   local venv="$PWD/target/tools/sdk-venv"
-  if ! "$venv/bin/python" -c "import openai, sys; sys.exit(openai.__version__ != '$OPENAI_PYTHON_VERSION')" 2>/dev/null; then
-    echo "==> installing the OpenAI Python SDK $OPENAI_PYTHON_VERSION (PyPI)"
+  if ! "$venv/bin/python" -c "import openai, sys; from importlib.metadata import version; sys.exit(openai.__version__ != '$OPENAI_PYTHON_VERSION' or version('langchain-openai') != '$LANGCHAIN_OPENAI_VERSION')" 2>/dev/null; then
+    echo "==> installing the OpenAI Python SDK $OPENAI_PYTHON_VERSION and langchain-openai $LANGCHAIN_OPENAI_VERSION (PyPI)"
     mkdir -p "$PWD/target/tools"
     { [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"; } &&
-      "$venv/bin/pip" install --quiet "openai==$OPENAI_PYTHON_VERSION"
+      "$venv/bin/pip" install --quiet "openai==$OPENAI_PYTHON_VERSION" "langchain-openai==$LANGCHAIN_OPENAI_VERSION"
   fi
-  if [ ! -d tests/sdk/node_modules/openai ]; then
+  if [ ! -d tests/sdk/node_modules/openai ] || [ ! -d tests/sdk/node_modules/ai ]; then
     echo "==> installing the OpenAI Node SDK (npm ci)"
     (cd tests/sdk && npm ci --no-audit --no-fund --silent)
   fi

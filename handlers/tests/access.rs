@@ -470,6 +470,8 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
                 response
             } else if template.starts_with("/v1/conversations") {
                 conversation
+            } else if template.starts_with("/v1/models") {
+                agent
             } else {
                 key
             };

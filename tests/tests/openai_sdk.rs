@@ -237,3 +237,92 @@ async fn the_official_node_sdk_chains_responses_and_keeps_conversations() {
     assert_eq!(roles_sent_with(&mock, "Thanks!"), ["user", "assistant", "user", "assistant", "user"]);
     drop(mock);
 }
+
+/// The frameworks' server: three agents that take a caller's tools and output format —
+/// `weather` (its model calls `get_weather`, then answers), `plain` (answers in text) and
+/// `json` (answers the JSON of a weather report) — for the SDKs, LangChain and the AI SDK.
+async fn frameworks_server() -> (MockServer, Tracon, String) {
+    let (mock, server, key) = server().await;
+    mock.script(
+        "sdk-weather",
+        vec![MockTurn::tool_call("get_weather", json!({"city": "Izmir"})), MockTurn::text("It is sunny in Izmir.")],
+    );
+    mock.script("sdk-plain", vec![MockTurn::text("No tools needed.")]);
+    mock.script("sdk-json", vec![MockTurn::text(r#"{"city":"Izmir","celsius":24}"#)]);
+    let client = reqwest::Client::new();
+    for (name, model) in [("weather", "sdk-weather"), ("plain", "sdk-plain"), ("json", "sdk-json")] {
+        let res = client
+            .post(server.url("/api/agents"))
+            .bearer_auth(TOKEN)
+            .json(&json!({"name": name, "model": {"provider": "openai", "model": model},
+                "openAi": {"callerTools": "ClientSide", "callerResponseFormat": "Allow"}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
+    }
+    (mock, server, key)
+}
+
+fn run_frameworks_client(program: &std::ffi::OsStr, script: &str, server: &Tracon, key: &str) {
+    let agents = [("TRACON_WEATHER_AGENT", "weather"), ("TRACON_PLAIN_AGENT", "plain"), ("TRACON_JSON_AGENT", "json")];
+    run_sdk(program, &[script], &agents, (server, key), "sdk frameworks: ok");
+}
+
+/// What the model was sent for `tool_choice` in each of `model`'s requests (Chat Completions
+/// or Responses), and whether the caller's `get_weather` was offered with it.
+fn choices_sent(mock: &MockServer, model: &str) -> Vec<(serde_json::Value, bool)> {
+    mock.requests(model)
+        .iter()
+        .map(|r| {
+            let body = &r["body"];
+            let offered = body["tools"].as_array().is_some_and(|tools| {
+                tools.iter().any(|t| t["function"]["name"] == "get_weather" || t["name"] == "get_weather")
+            });
+            (body.get("tool_choice").cloned().unwrap_or(serde_json::Value::Null), offered)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_drives_caller_tools_structured_output_and_the_new_routes() {
+    let (mock, server, key) = frameworks_server().await;
+    run_frameworks_client(python().as_os_str(), "frameworks.py", &server, &key);
+    let weather = choices_sent(&mock, "sdk-weather");
+    assert!(weather.iter().all(|(_, offered)| *offered), "{weather:?}");
+    let sent: Vec<&serde_json::Value> = weather.iter().map(|(c, _)| c).collect();
+    assert!(sent.contains(&&json!("required")), "{sent:?}");
+    assert!(sent.contains(&&json!({"type": "function", "function": {"name": "get_weather"}})), "{sent:?}");
+    assert_eq!(choices_sent(&mock, "sdk-plain"), [(json!("none"), true)]);
+    // `.parse()` sent its schema on to the model.
+    let parsed = &mock.requests("sdk-json")[0]["body"]["response_format"];
+    assert_eq!(
+        (parsed["type"].as_str(), parsed["json_schema"]["name"].as_str()),
+        (Some("json_schema"), Some("Weather"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn langchain_binds_tools_and_gets_structured_output() {
+    let (mock, server, key) = frameworks_server().await;
+    run_frameworks_client(python().as_os_str(), "langchain_tools.py", &server, &key);
+    assert!(choices_sent(&mock, "sdk-weather").iter().all(|(_, offered)| *offered));
+    assert_eq!(mock.requests("sdk-json")[0]["body"]["response_format"]["type"], "json_schema");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_sdk_drives_caller_tools_and_the_new_routes() {
+    assert!(sdk_dir().join("node_modules/openai").exists(), "run `npm ci` in tests/sdk (scripts/test does)");
+    let (mock, server, key) = frameworks_server().await;
+    run_frameworks_client(std::ffi::OsStr::new("node"), "frameworks.mjs", &server, &key);
+    assert_eq!(choices_sent(&mock, "sdk-plain"), [(json!("none"), true)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_vercel_ai_sdk_runs_tools_over_several_steps_and_makes_objects() {
+    assert!(sdk_dir().join("node_modules/ai").exists(), "run `npm ci` in tests/sdk (scripts/test does)");
+    let (mock, server, key) = frameworks_server().await;
+    run_frameworks_client(std::ffi::OsStr::new("node"), "aisdk.mjs", &server, &key);
+    // Each multi-step run came back for the answer after its tool ran on the client.
+    assert!(mock.requests("sdk-weather").len() >= 4, "{:?}", mock.requests("sdk-weather").len());
+}

@@ -165,8 +165,10 @@ pub fn requirement(method: &Method, route: &str) -> Requirement {
         "/api/schedules" | "/api/schedules/{id}" => S(Scope::SchedulesAdmin),
         "/v1/chat/completions"
         | "/v1/models"
+        | "/v1/models/{id}"
         | "/v1/responses"
         | "/v1/responses/{id}"
+        | "/v1/responses/{id}/input_items"
         | "/v1/conversations"
         | "/v1/conversations/{id}"
         | "/v1/conversations/{id}/items" => S(Scope::RunsWrite),
