@@ -9,10 +9,39 @@ use std::net::SocketAddr;
 use clap::Parser;
 use tracon_tests::mock::{MockConfig, MockServer};
 
+/// How scripts are given, for `--help`.
+const SCRIPT_FORMAT: &str = "\
+Scripts (per model name; a model without one answers \"Hello from the mock model.\"):
+  POST /_mock/scripts/{model}   {\"turns\": [TURN, ...], \"select\": \"byAssistantMessages\" | \"byRequest\"}
+  DELETE /_mock/scripts/{model} removes it
+  GET /_mock/requests/{model}   the requests it got, oldest first ({\"path\", \"query\", \"body\", ...})
+  PUT /_mock/chaos              a share of requests fails; DELETE turns it off, GET reports
+  POST /_mock/release/{model}   streams held by hangAfterChunks go on
+
+A TURN is one answer; every field is optional:
+  {\"text\": \"Looking it up.\",
+   \"toolCalls\": [{\"name\": \"lookup\", \"arguments\": {\"q\": \"x\"}, \"id\": \"call_1\"}],
+   \"usage\": {\"input\": 20, \"output\": 7},   (null: no usage at all)
+   \"finish\": \"stop\" | \"tool_calls\" | \"length\" | \"content_filter\" | \"prompt_filtered\",
+   \"status\": 503,                             (answer with this HTTP error instead)
+   \"hang\": true, \"hangAfterChunks\": 2, \"delayMs\": 100, \"chunkDelayMs\": 10}
+A string \"arguments\" is sent verbatim (so it can be invalid JSON).
+
+select: byAssistantMessages (default) answers turn N to a request whose conversation already
+holds N assistant messages, so a fresh conversation starts at turn 0 and a tool round trip
+walks the script; byRequest answers turn N to the N-th request. Past the end the last turn
+repeats.
+
+Example:
+  curl -X POST localhost:PORT/_mock/scripts/gpt-4o-mini -H 'Content-Type: application/json' \\
+    -d '{\"turns\": [{\"toolCalls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Izmir\"}}]},
+                   {\"text\": \"It is sunny in Izmir.\"}]}'";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "mock-model",
-    about = "A mock OpenAI / Anthropic / Gemini / Azure OpenAI model server answering from scripts."
+    about = "A mock OpenAI / Anthropic / Gemini / Azure OpenAI model server answering from scripts.",
+    after_help = SCRIPT_FORMAT
 )]
 struct Args {
     /// Port on 127.0.0.1 (0 picks a free one).
