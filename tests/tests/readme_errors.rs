@@ -8,15 +8,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The calls whose first string argument (after an optional `StatusCode::…`) is an error type.
-const MAKERS: &[&str] = &[
-    "ApiError::new(",
-    "Self::new(",
-    "bad_request(",
-    "not_found(",
-    "conflict(",
-    "forbidden(",
-    "unavailable(",
-];
+const MAKERS: &[&str] =
+    &["ApiError::new(", "Self::new(", "bad_request(", "not_found(", "conflict(", "forbidden(", "unavailable("];
 
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
