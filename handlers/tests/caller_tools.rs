@@ -312,6 +312,17 @@ async fn the_responses_api_takes_function_tools_and_text_format_and_echoes_them(
     .await;
     assert_eq!(status, StatusCode::OK, "{second}");
     assert_eq!(second["output"][0]["content"][0]["text"], "It is sunny.");
+    // Its input: the question, the call handed back and the caller's output for it.
+    let (_, items) = call(
+        &app,
+        Method::GET,
+        &format!("/v1/responses/{}/input_items?order=asc", second["id"].as_str().unwrap()),
+        None,
+    )
+    .await;
+    let kinds: Vec<&str> = items["data"].as_array().unwrap().iter().map(|i| i["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["message", "function_call", "function_call_output"], "{items}");
+    assert_eq!(items["data"][2]["output"], "sunny");
 
     let format = json!({"format": {"type": "json_schema", "name": "ok", "schema": {"type": "object"}}});
     let (status, third) = call(

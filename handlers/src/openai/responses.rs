@@ -782,10 +782,16 @@ impl StoredResponse {
 
     /// The items the response was given: the session's items before its answer, up to and
     /// including its user message (in its own session, the conversation it continued too).
-    fn input(&self) -> Vec<&SessionItem> {
+    fn input(&self, ran_here: &std::collections::BTreeSet<String>) -> Vec<&SessionItem> {
         let Some(last) = self.items.iter().rposition(|i| i.run_id == Some(self.run_id)) else { return Vec::new() };
         let upto = &self.items[..=last];
-        let Some(user) = upto.iter().rposition(|i| matches!(i.message, Message::User { .. })) else {
+        // Its input ends with its user message, or with the outputs of client-side calls it
+        // was given: a tool result this run did not produce itself.
+        let Some(user) = upto.iter().rposition(|i| match &i.message {
+            Message::User { .. } => true,
+            Message::Tool { call_id, .. } => !ran_here.contains(call_id.as_str()),
+            _ => false,
+        }) else {
             return Vec::new();
         };
         let first = if self.in_conversation {
@@ -1080,9 +1086,39 @@ pub async fn list_input_items(
 ) -> OpenAiResult<Response> {
     let query = super::conversations::items_query(raw.as_deref())?;
     let stored = stored_response(&state, &tenant, &caller, &headers, &id).await?.ok_or_else(response_not_found)?;
-    let input = stored.input();
-    let all: Vec<Value> = input.into_iter().filter_map(super::conversations::conversation_item).collect();
+    // The tool calls the run made itself: their results are its output, not its input.
+    let events = state.runtime.stores.runs.read_events(&tenant, stored.run_id, 0, MAX_EVENTS_READ).await;
+    let ran_here: std::collections::BTreeSet<String> = events
+        .map_err(ApiError::from)?
+        .into_iter()
+        .filter_map(|e| match e.event {
+            RunEvent::ToolInvoking { call_id, .. } => Some(call_id),
+            _ => None,
+        })
+        .collect();
+    let all: Vec<Value> = stored.input(&ran_here).into_iter().flat_map(input_items).collect();
     Ok(axum::Json(super::conversations::page(all, &query, "response's input")?).into_response())
+}
+
+/// Most events of a run read to tell its own tool calls from the caller's.
+const MAX_EVENTS_READ: usize = 10_000;
+
+/// A session item as the input items it was: a message, or the client-side `function_call`s
+/// of an assistant message and the `function_call_output` that answered one.
+fn input_items(item: &SessionItem) -> Vec<Value> {
+    match &item.message {
+        Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => tool_calls
+            .iter()
+            .enumerate()
+            .map(|(j, c)| {
+                json!({"type": "function_call", "id": format!("fc_{:06}_{j}", item.sequence), "call_id": c.id,
+                    "name": c.name, "arguments": c.arguments, "status": "completed"})
+            })
+            .collect(),
+        Message::Tool { call_id, content, .. } => vec![json!({"type": "function_call_output",
+            "id": format!("fco_{:06}", item.sequence), "call_id": call_id, "output": content, "status": "completed"})],
+        _ => super::conversations::conversation_item(item).into_iter().collect(),
+    }
 }
 
 /// A stored response, rebuilt from its run and the session that holds it. Responses made
