@@ -80,6 +80,9 @@ pub mod problem {
     pub struct Unavailable(ProblemDetails);
 }
 
+/// The members a problem document has of its own, which no extension may repeat.
+const RESERVED_MEMBERS: [&str; 6] = ["type", "title", "status", "detail", "instance", "errorType"];
+
 /// A handler failure.
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -154,13 +157,23 @@ impl ApiError {
     }
 
     pub fn problem(&self) -> ProblemDetails {
+        let mut extensions = self.extensions.clone();
+        // An extension never shadows one of the document's own members: a JSON client keeps
+        // only one of two equal keys, and `status` must stay the HTTP status (RFC 9457).
+        extensions.retain(|key, _| {
+            let reserved = RESERVED_MEMBERS.contains(&key.as_str());
+            if reserved {
+                tracing::warn!(member = %key, error_type = self.error_type, "an extension member shadows a problem member; left out");
+            }
+            !reserved
+        });
         ProblemDetails {
             kind: format!("urn:tracon:problem:{}", self.error_type),
             title: self.status.canonical_reason().unwrap_or("Error").to_owned(),
             status: self.status.as_u16(),
             detail: self.detail.clone(),
             error_type: self.error_type.to_owned(),
-            extensions: self.extensions.clone(),
+            extensions,
         }
     }
 }
