@@ -138,6 +138,86 @@ async fn cancelling_an_ended_run_answers_one_status_the_http_one_and_names_the_r
     assert_eq!(doc["runStatus"], "Completed", "{raw}");
 }
 
+// ---- 4. a body that is not an object; a call answered twice ------------------------------
+
+#[tokio::test]
+async fn a_body_that_is_not_a_json_object_is_refused_as_such_not_as_an_empty_message() {
+    let app = app();
+    for body in [json!([]), json!(["Hello"]), json!("Hello"), json!(42), json!(null)] {
+        let (status, doc) = post(&app.router, "/api/agents/support/run", body.clone()).await;
+        assert_problem(status, &doc, StatusCode::BAD_REQUEST, "validation_failed");
+        let detail = doc["detail"].as_str().unwrap();
+        assert!(detail.contains("must be a JSON object"), "{body}: {detail}");
+        assert!(!detail.contains("'message'"), "{body}: {detail}");
+    }
+    // Every JSON body is an object, on every route.
+    let (status, doc) = post(&app.router, "/api/agents", json!([])).await;
+    assert_problem(status, &doc, StatusCode::BAD_REQUEST, "validation_failed");
+    assert!(doc["detail"].as_str().unwrap().contains("must be a JSON object"), "{doc}");
+    // Broken JSON is still `invalid_json`.
+    let reply = call(Method::POST, "/api/agents/support/run").bytes("application/json", "[1, ").send(&app.router).await;
+    assert_problem(reply.status, &reply.json(), StatusCode::BAD_REQUEST, "invalid_json");
+    assert_eq!(*app.calls.lock().unwrap(), 0, "no model was called");
+}
+
+/// Runs `clock` in `session` until it hands back its client-side call; the call's id.
+async fn handed_back_call(app: &Router, session: &str) -> String {
+    let reply = call(Method::POST, "/api/agents/clock/run")
+        .json(Some(json!({"message": "What time is it?", "sessionId": session})))
+        .send(app)
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    let done = frames(&reply.text()).into_iter().find(|(e, _)| e == "done").unwrap().1;
+    done["clientToolCalls"][0]["callId"].as_str().unwrap().to_owned()
+}
+
+/// The message says the call was answered already, not that it does not exist.
+fn answered_twice(message: &str) -> bool {
+    message.contains("already answered") && !message.contains("does not name")
+}
+
+#[tokio::test]
+async fn a_tool_call_answered_twice_is_refused_as_answered_twice_not_as_unknown() {
+    let app = app();
+    let call_id = handed_back_call(&app.router, "s-twice").await;
+    let twice = json!({"sessionId": "s-twice", "toolResults": [
+        {"callId": call_id, "result": "10:42"},
+        {"callId": call_id, "result": "10:43"}
+    ]});
+    let (status, doc) = post(&app.router, "/api/agents/clock/run", twice).await;
+    assert_problem(status, &doc, StatusCode::BAD_REQUEST, "validation_failed");
+    let detail = doc["detail"].as_str().unwrap();
+    assert!(answered_twice(detail), "{detail}");
+    assert!(!detail.contains("does not name"), "{detail}");
+    assert_eq!(doc["field"], "toolResults");
+
+    // OpenAI chat: two `tool` messages for one call.
+    let assistant = json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_local_time", "arguments": "{}"}}]});
+    let body = json!({"model": "clock", "messages": [
+        {"role": "user", "content": "What time is it?"},
+        assistant,
+        {"role": "tool", "tool_call_id": "call_1", "content": "10:42"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "10:43"}
+    ]});
+    let (status, doc) = post(&app.router, "/v1/chat/completions", body).await;
+    assert_openai_error(status, &doc, StatusCode::BAD_REQUEST, "invalid_request_error", "messages[3].tool_call_id");
+    let message = doc["error"]["message"].as_str().unwrap();
+    assert!(answered_twice(message), "{message}");
+
+    // OpenAI Responses: two `function_call_output` items for one call.
+    let body = json!({"model": "clock", "store": false, "input": [
+        {"role": "user", "content": "What time is it?"},
+        {"type": "function_call", "call_id": "call_1", "name": "get_local_time", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "10:42"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "10:43"}
+    ]});
+    let (status, doc) = post(&app.router, "/v1/responses", body).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{doc}");
+    let message = doc["error"]["message"].as_str().unwrap();
+    assert!(answered_twice(message), "{message}");
+}
+
 // ---- 8. the status filter names every status ---------------------------------------------
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! Running an agent, end to end: the service every run-starting surface calls.
 //!
-//! - [`request`] — what a surface asks for ([`request::RunRequest`]) and why a start is refused;
+//! - [`request`] — what a surface asks for ([`request::RunRequest`]) and why a start is refused,
+//!   and [`answers`] — where a tool answer a caller sends stands;
 //! - [`prepare`] — everything that can refuse a run before anything streams (with the
 //!   pre-flight check of the prompt against its model's context window, [`preflight`]);
 //! - [`estimate`] — a run's prompt counted against that window, without running it;
@@ -17,6 +18,7 @@
 //! outcome to a response.
 
 pub mod admission;
+pub mod answers;
 pub mod children;
 pub mod continuation;
 pub mod drain;

@@ -99,12 +99,22 @@ fn parse_chat(body: &Value) -> OpenAiResult<ChatAsk> {
                     .get("tool_call_id")
                     .and_then(Value::as_str)
                     .ok_or_else(|| invalid(&format!("messages[{i}].tool_call_id"), "'tool_call_id' is required."))?;
-                let name = answered_call(&turns, call_id).ok_or_else(|| {
-                    invalid(
-                        &format!("messages[{i}].tool_call_id"),
-                        "'tool_call_id' does not name a call of the assistant message before it.",
-                    )
-                })?;
+                let param = format!("messages[{i}].tool_call_id");
+                let name = match tracon_core::runs::answers::call_answer(&turns, call_id) {
+                    tracon_core::runs::answers::CallAnswer::Open(name) => name,
+                    tracon_core::runs::answers::CallAnswer::AlreadyAnswered => {
+                        return Err(invalid(
+                            &param,
+                            "'tool_call_id' answers a call that is already answered: each call is answered once.",
+                        ));
+                    }
+                    tracon_core::runs::answers::CallAnswer::Unknown => {
+                        return Err(invalid(
+                            &param,
+                            "'tool_call_id' does not name a call of the assistant message before it.",
+                        ));
+                    }
+                };
                 let content = content_text(m.get("content"), &format!("messages[{i}].content"))?;
                 turns.push(Message::Tool { call_id: call_id.to_owned(), name, content, is_error: false });
             }
@@ -167,11 +177,6 @@ fn history_calls(calls: &Value, i: usize) -> OpenAiResult<Vec<ToolCall>> {
             }
         })
         .collect()
-}
-
-/// The tool a `tool` message answers: a call of the last assistant message, not yet answered.
-fn answered_call(turns: &[Message], call_id: &str) -> Option<String> {
-    tracon_core::engine::open_calls(turns).into_iter().find(|c| c.id == call_id).map(|c| c.name)
 }
 
 /// A message's text: a string, or an array of `text` parts (other parts are refused).

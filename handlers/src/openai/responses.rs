@@ -218,11 +218,21 @@ fn resolve_tool_items(state: &AppState, before: &[Message], items: &mut [Message
                 }
             }
             Message::Tool { call_id, name, .. } => {
-                let open = tracon_core::engine::open_calls(&seen);
-                let call = open.into_iter().find(|c| c.id == *call_id).ok_or_else(|| {
-                    invalid("input", "A function_call_output's 'call_id' does not name a call waiting for its output.")
-                })?;
-                *name = call.name;
+                *name = match tracon_core::runs::answers::call_answer(&seen, call_id) {
+                    tracon_core::runs::answers::CallAnswer::Open(tool) => tool,
+                    tracon_core::runs::answers::CallAnswer::AlreadyAnswered => {
+                        return Err(invalid(
+                            "input",
+                            "A function_call_output answers a call that is already answered: each call is answered once.",
+                        ));
+                    }
+                    tracon_core::runs::answers::CallAnswer::Unknown => {
+                        return Err(invalid(
+                            "input",
+                            "A function_call_output's 'call_id' does not name a call waiting for its output.",
+                        ));
+                    }
+                };
             }
             _ => {}
         }
