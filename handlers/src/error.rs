@@ -18,6 +18,7 @@ use tracon_core::report::Problem;
 use tracon_core::runs::admission::Refusal;
 use tracon_core::runs::preflight::ContextWindowExceeded;
 use tracon_core::runs::request::StartError;
+use tracon_core::sessions::AgentMismatch as SessionAgentMismatch;
 use tracon_core::sessions::ownership::SessionRefusal;
 use utoipa::ToSchema;
 
@@ -228,6 +229,7 @@ impl From<Refusal> for ApiError {
             Refusal::Denied => Self::forbidden("run_denied", "The authorization policy does not allow this run."),
             Refusal::InvalidLabels(message) => Self::bad_request("invalid_labels", message),
             Refusal::Session(refusal) => refusal.into(),
+            Refusal::SessionAgent(mismatch) => session_agent_mismatch(&mismatch, "sessionId"),
             Refusal::Quota { over, now } => quota_exceeded(&over, now),
             Refusal::Store(e) => e.into(),
         }
@@ -259,8 +261,18 @@ pub fn start_error(agent: &str, e: StartError) -> ApiError {
             ApiError::bad_request("validation_failed", message).with("field", "toolResults")
         }
         StartError::ContextWindow(over) => context_window_exceeded(&over),
+        StartError::Session(mismatch) => session_agent_mismatch(&mismatch, "sessionId"),
         StartError::Store(s) => s.into(),
     }
+}
+
+/// `409 session_agent_mismatch`: the session (named by `field`) is another agent's
+/// conversation; `sessionAgent` says whose.
+pub fn session_agent_mismatch(mismatch: &SessionAgentMismatch, field: &str) -> ApiError {
+    ApiError::new(StatusCode::CONFLICT, "session_agent_mismatch", mismatch.message())
+        .with("field", field)
+        .with("sessionAgent", &mismatch.session_agent)
+        .with("agent", &mismatch.agent)
 }
 
 /// `400 context_window_exceeded`: the pre-flight check refused the prompt, with the counted

@@ -87,6 +87,7 @@ fn start_refusal(agent: &str, e: &StartError) -> String {
             format!("The agent '{agent}' could not be started: {m}")
         }
         StartError::ContextWindow(over) => format!("The agent '{agent}' could not be started: {}", over.message()),
+        StartError::Session(m) => format!("The agent '{agent}' could not be started: {}", m.message()),
     }
 }
 

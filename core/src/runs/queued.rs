@@ -243,6 +243,7 @@ fn cannot_start(e: &StartError) -> RunFailure {
         StartError::Agent(_) => "The agent no longer compiles with these parameters.".to_owned(),
         StartError::Documents(m) | StartError::Resume(m) | StartError::ToolResults(m) => m.clone(),
         StartError::ContextWindow(over) => over.message(),
+        StartError::Session(m) => m.message(),
         StartError::Store(_) => "The store could not load the run's agent or session.".to_owned(),
     };
     let class = match e {

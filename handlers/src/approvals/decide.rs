@@ -237,6 +237,7 @@ fn describe(e: &StartError) -> String {
         StartError::Agent(a) => format!("{a:?}"),
         StartError::Documents(m) | StartError::Resume(m) | StartError::ToolResults(m) => m.clone(),
         StartError::ContextWindow(over) => over.message(),
+        StartError::Session(m) => m.message(),
         StartError::Store(s) => format!("{s:?}"),
     }
 }

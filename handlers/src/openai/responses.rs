@@ -49,7 +49,7 @@ use tracon_core::identity::Caller;
 use tracon_core::model::{Message, ToolCall, Usage};
 use tracon_core::names::{AgentName, RunId, SessionId, TenantId};
 use tracon_core::ports::Clock;
-use tracon_core::runs::admission::{Admission, Attributed, admit, user_id};
+use tracon_core::runs::admission::{Admission, Attributed, Refusal, admit, user_id};
 use tracon_core::runs::launch::{Delivery, History, Launched, LiveRun, Start, launch, new_run_id};
 use tracon_core::runs::request::RunRequest;
 use tracon_core::runs::store::{RunRecord, RunStatus};
@@ -57,7 +57,7 @@ use tracon_core::sessions::{SessionItem, SessionRecord, SessionWrite};
 
 use tracon_core::sessions::ownership::Use;
 
-use crate::error::{ApiError, start_error};
+use crate::error::{ApiError, session_agent_mismatch, start_error};
 use crate::extract::{ApiJson, Ctx, header_pairs};
 use crate::openai::{OpenAiError, OpenAiResult, approval_error, checked_fields, failure_error, invalid};
 use crate::sse;
@@ -840,14 +840,22 @@ pub async fn create_response(
         session: conversation.as_ref(),
         attribution: Attributed::Port(&pairs),
     };
-    let attribution = admit(&state.runtime, admission).await?;
+    let attribution = admit(&state.runtime, admission).await.map_err(|refusal| match refusal {
+        Refusal::SessionAgent(mismatch) => OpenAiError(session_agent_mismatch(&mismatch, "conversation")),
+        other => other.into(),
+    })?;
     let sessions = state.runtime.stores.sessions.clone();
 
-    // The history a chained response continues, checked like any read of it.
+    // The history a chained response continues, checked like any read of it — and, as any
+    // session is, one agent's conversation.
     let previous = match &ask.previous {
         Some(raw) => {
             let stored =
                 stored_response(&state, &tenant, &caller, &headers, raw).await?.ok_or_else(previous_not_found)?;
+            stored
+                .session
+                .check_agent(ask.agent.as_str())
+                .map_err(|mismatch| OpenAiError(session_agent_mismatch(&mismatch, "previous_response_id")))?;
             Some(stored.history().ok_or_else(previous_not_found)?)
         }
         None => None,

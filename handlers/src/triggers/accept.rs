@@ -291,6 +291,7 @@ async fn start(
         }
         // The event itself is too large for the agent's model: the sender's to shorten.
         Err(StartError::ContextWindow(over)) => return Err(crate::error::context_window_exceeded(&over)),
+        Err(StartError::Session(mismatch)) => return Err(crate::error::session_agent_mismatch(&mismatch, "sessionId")),
     };
     Ok(accepted_body(accepted))
 }
