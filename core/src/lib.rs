@@ -25,6 +25,7 @@ pub mod compiler;
 pub mod config;
 #[cfg(feature = "contract-tests")]
 pub mod contract;
+pub mod culture;
 pub mod definition;
 pub mod definitions;
 pub mod demo;

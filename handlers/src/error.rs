@@ -16,6 +16,7 @@ use tracon_core::failure::new_ref;
 use tracon_core::quota::QuotaExceeded;
 use tracon_core::report::Problem;
 use tracon_core::runs::admission::Refusal;
+use tracon_core::runs::input::InputRefusal;
 use tracon_core::runs::preflight::ContextWindowExceeded;
 use tracon_core::runs::request::StartError;
 use tracon_core::sessions::AgentMismatch as SessionAgentMismatch;
@@ -262,6 +263,7 @@ pub fn start_error(agent: &str, e: StartError) -> ApiError {
         }
         StartError::ContextWindow(over) => context_window_exceeded(&over),
         StartError::Session(mismatch) => session_agent_mismatch(&mismatch, "sessionId"),
+        StartError::Input(refusal) => input_refused(&refusal),
         StartError::Store(s) => s.into(),
     }
 }
@@ -273,6 +275,16 @@ pub fn session_agent_mismatch(mismatch: &SessionAgentMismatch, field: &str) -> A
         .with("field", field)
         .with("sessionAgent", &mismatch.session_agent)
         .with("agent", &mismatch.agent)
+}
+
+/// `400 validation_failed` for input that breaks a rule, naming the field (and, for a message
+/// over the limit, `maxChars`).
+pub fn input_refused(refusal: &InputRefusal) -> ApiError {
+    let e = ApiError::bad_request("validation_failed", refusal.message()).with("field", refusal.field());
+    match refusal {
+        InputRefusal::MessageTooLong { max_chars, .. } => e.with("maxChars", max_chars),
+        InputRefusal::Culture { .. } => e,
+    }
 }
 
 /// `400 context_window_exceeded`: the pre-flight check refused the prompt, with the counted

@@ -218,6 +218,113 @@ async fn a_tool_call_answered_twice_is_refused_as_answered_twice_not_as_unknown(
     assert!(answered_twice(message), "{message}");
 }
 
+// ---- 6. culture tags ---------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_culture_that_is_not_a_bcp47_tag_is_refused_naming_the_field() {
+    let app = app();
+    for culture in ["not a culture", "en_US", "english!", "en-US-US", "tr-", "x"] {
+        for path in ["/api/agents/support/run", "/api/agents/support/estimate"] {
+            let (status, doc) = post(&app.router, path, json!({"message": "Hello", "culture": culture})).await;
+            assert_problem(status, &doc, StatusCode::BAD_REQUEST, "validation_failed");
+            assert_eq!(doc["field"], "culture", "{path} {culture}: {doc}");
+        }
+    }
+    assert_eq!(*app.calls.lock().unwrap(), 0, "no model was called");
+    for culture in ["tr", "tr-TR", "zh-Hant-TW", "pt-BR", "es-419", "de-CH-1996"] {
+        let (status, doc) =
+            post(&app.router, "/api/agents/support/estimate", json!({"message": "Hi", "culture": culture})).await;
+        assert_eq!(status, StatusCode::OK, "{culture}: {doc}");
+    }
+}
+
+#[tokio::test]
+async fn instructions_by_culture_keys_are_bcp47_tags() {
+    let app = app();
+    let def = |key: &str| {
+        json!({"name": "cultured", "instructions": "Help.", "model": {"provider": "script", "model": "m"},
+               "instructionsByCulture": {key: "Yardım et."}})
+    };
+    for bad in ["en-US-US", "tr-a", "en_US"] {
+        let (status, report) = post(&app.router, "/api/agents/validate", def(bad)).await;
+        assert_eq!(status, StatusCode::OK);
+        let problems = report["problems"].as_array().unwrap();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p["code"] == "invalid_culture" && p["field"] == format!("instructionsByCulture.{bad}")),
+            "{bad}: {report}"
+        );
+    }
+    let (status, report) = post(&app.router, "/api/agents/validate", def("sr-Latn-RS")).await;
+    assert_eq!((status, report["valid"].clone()), (StatusCode::OK, json!(true)), "{report}");
+}
+
+// ---- 7. the per-message limit ------------------------------------------------------------
+
+#[tokio::test]
+async fn a_million_character_message_is_refused_before_any_model_call() {
+    let app = app();
+    let message = "a".repeat(1_000_000);
+    let (status, doc) = post(&app.router, "/api/agents/support/run", json!({"message": message})).await;
+    assert_problem(status, &doc, StatusCode::BAD_REQUEST, "validation_failed");
+    assert_eq!(doc["field"], "message");
+    assert_eq!(doc["maxChars"], 100_000, "{doc}");
+    assert_eq!(*app.calls.lock().unwrap(), 0, "nothing reached the provider");
+    // At the limit it runs.
+    let (status, _) = post(&app.router, "/api/agents/support/estimate", json!({"message": "é".repeat(100_000)})).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_message_limit_is_configured_and_holds_on_the_openai_surfaces() {
+    let app = app_with(configured(&[("Tracon__Limits__MaxMessageChars", "20")]));
+    let long = "b".repeat(21);
+    let (status, doc) = post(&app.router, "/api/agents/support/run", json!({"message": long})).await;
+    assert_problem(status, &doc, StatusCode::BAD_REQUEST, "validation_failed");
+    assert_eq!(doc["maxChars"], 20, "{doc}");
+
+    // Chat: the last message, and an earlier one.
+    let (status, doc) = post(
+        &app.router,
+        "/v1/chat/completions",
+        json!({"model": "support", "messages": [{"role": "user", "content": long}]}),
+    )
+    .await;
+    assert_openai_error(status, &doc, StatusCode::BAD_REQUEST, "invalid_request_error", "messages[0].content");
+    let body = json!({"model": "support", "messages": [
+        {"role": "system", "content": long},
+        {"role": "user", "content": "Hi"}]});
+    let (status, doc) = post(&app.router, "/v1/chat/completions", body).await;
+    assert_openai_error(status, &doc, StatusCode::BAD_REQUEST, "invalid_request_error", "messages[0].content");
+
+    // Responses: a string input, an item, and the instructions.
+    let (status, doc) = post(&app.router, "/v1/responses", json!({"model": "support", "input": long})).await;
+    assert_openai_error(status, &doc, StatusCode::BAD_REQUEST, "invalid_request_error", "input");
+    let body = json!({"model": "support", "input": [
+        {"role": "assistant", "content": long},
+        {"role": "user", "content": "Hi"}]});
+    let (status, doc) = post(&app.router, "/v1/responses", body).await;
+    assert_openai_error(status, &doc, StatusCode::BAD_REQUEST, "invalid_request_error", "input[0].content");
+    let (status, doc) =
+        post(&app.router, "/v1/responses", json!({"model": "support", "input": "Hi", "instructions": long})).await;
+    assert_openai_error(status, &doc, StatusCode::BAD_REQUEST, "invalid_request_error", "instructions");
+    assert_eq!(*app.calls.lock().unwrap(), 0, "nothing reached the provider");
+
+    // Within the limit every surface runs.
+    let ok = "c".repeat(20);
+    let (status, _) = post(&app.router, "/v1/responses", json!({"model": "support", "input": ok})).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[test]
+fn the_message_limit_must_be_a_positive_number() {
+    let config = |v: &str| Config::from_pairs([("Tracon__Limits__MaxMessageChars", v.to_owned())]);
+    assert!(RuntimeSettings::from_config(&config("0")).is_err());
+    assert!(RuntimeSettings::from_config(&config("many")).is_err());
+    assert!(RuntimeSettings::from_config(&config("500")).is_ok());
+}
+
 // ---- 8. the status filter names every status ---------------------------------------------
 
 #[tokio::test]

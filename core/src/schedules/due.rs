@@ -95,6 +95,7 @@ async fn queue(
             StartError::Store(_) => "The store could not queue the run.",
             StartError::ContextWindow(_) => "The run's prompt is over its model's context window (Tracon:Preflight).",
             StartError::Session(_) => "The session is another agent's conversation.",
+            StartError::Input(_) => "The schedule's message is over Tracon:Limits:MaxMessageChars.",
             StartError::Documents(_) | StartError::Resume(_) | StartError::ToolResults(_) => {
                 "The run could not be queued."
             }

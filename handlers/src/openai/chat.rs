@@ -237,6 +237,7 @@ pub async fn chat_completions(
     let headers: HeaderMap = request.headers().clone();
     let ApiJson(body) = ApiJson::<Value>::from_request(request, &state).await?;
     let ask = parse_chat(&body)?;
+    super::limits::check_messages(&state.runtime.settings.limits, &body)?;
     tracing::Span::current().record("agent", ask.agent.as_str());
     // Only client-side tools are the caller's to answer; a server-side tool's result cannot
     // be supplied from outside.

@@ -225,4 +225,5 @@ pub(crate) fn checked_fields(
 
 pub mod chat;
 pub mod conversations;
+mod limits;
 pub mod responses;

@@ -822,6 +822,7 @@ pub async fn create_response(
     let headers: HeaderMap = request.headers().clone();
     let ApiJson(body) = ApiJson::<Value>::from_request(request, &state).await?;
     let mut ask = parse_response(&body)?;
+    super::limits::check_messages(&state.runtime.settings.limits, &body)?;
     tracing::Span::current().record("agent", ask.agent.as_str());
     let has_tool_items = ask.earlier.iter().any(|m| match m {
         Message::Assistant { tool_calls, .. } => !tool_calls.is_empty(),
