@@ -41,6 +41,7 @@ pub mod jobs;
 pub mod keys;
 pub mod model;
 pub mod names;
+pub mod placeholders;
 pub mod platform;
 pub mod ports;
 pub mod pricing;

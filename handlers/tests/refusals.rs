@@ -218,6 +218,85 @@ async fn a_tool_call_answered_twice_is_refused_as_answered_twice_not_as_unknown(
     assert!(answered_twice(message), "{message}");
 }
 
+// ---- 2. placeholders no parameter declares ------------------------------------------------
+
+fn with_parameters(name: &str, instructions: &str) -> Value {
+    json!({"name": name, "instructions": instructions, "model": {"provider": "script", "model": "m"},
+           "parameters": [{"name": "customer", "kind": "Text", "required": true}]})
+}
+
+/// The problems of `definition`: what validate reports, and what save refuses with.
+async fn problems_of(app: &Router, definition: Value) -> Vec<Value> {
+    let (status, report) = post(app, "/api/agents/validate", definition.clone()).await;
+    assert_eq!(status, StatusCode::OK, "{report}");
+    let (saved, doc) = post(app, "/api/agents", definition).await;
+    if report["valid"] == true {
+        assert_eq!(saved, StatusCode::CREATED, "{doc}");
+        return Vec::new();
+    }
+    assert_problem(saved, &doc, StatusCode::BAD_REQUEST, "validation_failed");
+    assert_eq!(doc["problems"], report["problems"], "save refuses with validate's problems");
+    report["problems"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+async fn an_undeclared_placeholder_fails_validation_and_save_like_an_unknown_tool() {
+    let app = app();
+    let problems = problems_of(&app.router, with_parameters("a1", "Help {{customer}} in a {{tone}} tone.")).await;
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0]["code"], "unknown_parameter");
+    assert_eq!(problems[0]["field"], "instructions");
+    assert!(problems[0]["message"].as_str().unwrap().contains("tone"), "{problems:?}");
+
+    // An unknown tool is the same kind of refusal: the same status and errorType.
+    let mut unknown_tool = with_parameters("a2", "Help {{customer}}.");
+    unknown_tool["toolNames"] = json!(["missing"]);
+    let problems = problems_of(&app.router, unknown_tool).await;
+    assert_eq!(problems[0]["code"], "unknown_tool");
+
+    // Culture-keyed instructions are held to the same rule.
+    let mut by_culture = with_parameters("a3", "Help {{customer}}.");
+    by_culture["instructionsByCulture"] = json!({"tr": "{{musteri}} için yardım et."});
+    let problems = problems_of(&app.router, by_culture).await;
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(
+        (problems[0]["code"].as_str(), problems[0]["field"].as_str()),
+        (Some("unknown_parameter"), Some("instructionsByCulture.tr"))
+    );
+}
+
+#[tokio::test]
+async fn a_shared_block_placeholder_must_be_declared_by_the_agent_that_uses_it() {
+    let app = app();
+    // The block itself declares nothing: its braces are its own plain text.
+    let block = json!({"name": "house-style", "instructions": "Sign as {{signature}}.",
+                       "model": {"provider": "script", "model": "m"}});
+    assert!(problems_of(&app.router, block).await.is_empty());
+    let mut using = with_parameters("a4", "Help {{customer}}.");
+    using["sharedInstructionsName"] = json!("house-style");
+    let problems = problems_of(&app.router, using.clone()).await;
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0]["code"], "unknown_parameter");
+    assert_eq!(problems[0]["field"], "sharedInstructionsName");
+    assert!(problems[0]["message"].as_str().unwrap().contains("signature"), "{problems:?}");
+    // Declared, it compiles and runs with the value bound.
+    using["parameters"] = json!([{"name": "customer", "kind": "Text", "required": true},
+                                 {"name": "signature", "kind": "Text", "defaultValue": "Ada"}]);
+    assert!(problems_of(&app.router, using).await.is_empty());
+}
+
+#[tokio::test]
+async fn text_that_is_not_a_placeholder_stays_valid() {
+    let app = app();
+    // Not a parameter name between the braces: JSON, field access, spaces, a leading digit.
+    let text = r#"Help {{customer}}. Answer {{"ok": true}} or {{a.b}} or {{ spaced }} or {{1st}} or {{}}."#;
+    assert!(problems_of(&app.router, with_parameters("b1", text)).await.is_empty());
+    // With no parameters declared, braces are plain text (the spec: unaffected).
+    let plain =
+        json!({"name": "b2", "instructions": "Use {{this}} literally.", "model": {"provider": "script", "model": "m"}});
+    assert!(problems_of(&app.router, plain).await.is_empty());
+}
+
 // ---- 6. culture tags ---------------------------------------------------------------------
 
 #[tokio::test]

@@ -48,8 +48,7 @@ pub struct RunBody {
     /// Continue (or open) this session: its history is loaded and this turn appended.
     #[serde(default)]
     pub session_id: Option<String>,
-    /// Picks culture-specific instructions: a BCP 47 tag (`tr`, `tr-TR` …); unmatched falls
-    /// back to the default.
+    /// A BCP 47 tag (`tr`, `tr-TR` …) picking culture-specific instructions; unmatched: the default.
     #[serde(default)]
     pub culture: Option<String>,
     /// Values for the agent's declared `{{name}}` parameters (strings, numbers or booleans).
