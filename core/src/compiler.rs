@@ -44,6 +44,8 @@ pub fn check(
         problems.extend(structured_output_problem(&path, &binding, providers));
     }
 
+    problems.extend(crate::placeholders::problems(def, resolution.shared_block.as_deref()));
+
     for (i, name) in def.tool_names.iter().enumerate() {
         if crate::names::ToolName::parse(name).is_ok() && tools.get(name).is_none() {
             problems.push(Problem::new(

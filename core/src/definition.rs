@@ -564,7 +564,7 @@ impl AgentDefinition {
                 p.push(Problem::new(
                     ProblemCode::InvalidCulture,
                     format!("instructionsByCulture.{tag}"),
-                    "A culture tag is a language subtag optionally followed by '-' subtags, such as 'en', 'tr' or 'pt-BR'.",
+                    "A culture is a BCP 47 language tag (RFC 5646) of at most 35 characters, such as 'en', 'tr-TR', 'pt-BR' or 'zh-Hant-TW'.",
                 ));
             }
             check_len(&mut p, &format!("instructionsByCulture.{tag}"), Some(text), MAX_INSTRUCTIONS_LEN);
@@ -796,15 +796,9 @@ fn check_len(p: &mut Vec<Problem>, field: &str, value: Option<&str>, max: usize)
     }
 }
 
-/// `en`, `tr-TR`, `zh-Hant-TW`: a 2–8 letter language subtag, then `-` subtags of 1–8
-/// letters or digits.
+/// `en`, `tr-TR`, `zh-Hant-TW`: a well-formed BCP 47 tag ([`crate::culture::is_culture_tag`]).
 pub fn is_culture_tag(tag: &str) -> bool {
-    let mut parts = tag.split('-');
-    let lang_ok =
-        parts.next().is_some_and(|l| (2..=8).contains(&l.len()) && l.chars().all(|c| c.is_ascii_alphabetic()));
-    lang_ok
-        && tag.len() <= 35
-        && parts.all(|s| (1..=8).contains(&s.len()) && s.chars().all(|c| c.is_ascii_alphanumeric()))
+    crate::culture::is_culture_tag(tag)
 }
 
 /// Parameter names: `[A-Za-z_][A-Za-z0-9_]{0,63}`.

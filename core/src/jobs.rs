@@ -50,10 +50,11 @@ impl JobStatus {
         }
     }
 
+    /// Every status (what the job list's `status` filter takes).
+    pub const ALL: [JobStatus; 5] = [Self::Queued, Self::Running, Self::Succeeded, Self::Failed, Self::Canceled];
+
     pub fn parse(s: &str) -> Option<Self> {
-        [Self::Queued, Self::Running, Self::Succeeded, Self::Failed, Self::Canceled]
-            .into_iter()
-            .find(|v| v.as_str() == s)
+        Self::ALL.into_iter().find(|v| v.as_str() == s)
     }
 
     pub fn is_terminal(self) -> bool {

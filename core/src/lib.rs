@@ -25,6 +25,7 @@ pub mod compiler;
 pub mod config;
 #[cfg(feature = "contract-tests")]
 pub mod contract;
+pub mod culture;
 pub mod definition;
 pub mod definitions;
 pub mod demo;
@@ -40,6 +41,7 @@ pub mod jobs;
 pub mod keys;
 pub mod model;
 pub mod names;
+pub mod placeholders;
 pub mod platform;
 pub mod ports;
 pub mod pricing;

@@ -20,6 +20,8 @@ pub enum ProblemCode {
     InvalidResponseFormat,
     UnknownProvider,
     UnknownTool,
+    /// A `{{name}}` placeholder that names no declared parameter.
+    UnknownParameter,
     UnknownCallableAgent,
     CallableAgentCycle,
     UnknownSharedInstructions,

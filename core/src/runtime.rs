@@ -70,6 +70,8 @@ pub struct RuntimeSettings {
     /// `Tracon:Preflight:*`: the prompt checked against its model's context window before any
     /// provider is called (off by default).
     pub preflight: crate::runs::preflight::PreflightSettings,
+    /// `Tracon:Limits:*`: how large a run's input may be (`MaxMessageChars`, 100,000).
+    pub limits: crate::runs::input::InputLimits,
 }
 
 /// `Tracon:RunReconciliation:*`: an executing run moves its heartbeat every `heartbeat`
@@ -126,6 +128,7 @@ impl Default for RuntimeSettings {
             workflow_checkpointing: true,
             resilience: crate::model::resilience::ResilienceSettings::default(),
             preflight: crate::runs::preflight::PreflightSettings::default(),
+            limits: crate::runs::input::InputLimits::default(),
         }
     }
 }
@@ -170,6 +173,7 @@ impl RuntimeSettings {
             workflow_checkpointing: config.bool("Tracon:Workflows:EnableCheckpointing")?.unwrap_or(true),
             resilience: crate::model::resilience::ResilienceSettings::from_config(config)?,
             preflight: crate::runs::preflight::PreflightSettings::from_config(config)?,
+            limits: crate::runs::input::InputLimits::from_config(config)?,
         })
     }
 }

@@ -16,8 +16,10 @@ use tracon_core::failure::new_ref;
 use tracon_core::quota::QuotaExceeded;
 use tracon_core::report::Problem;
 use tracon_core::runs::admission::Refusal;
+use tracon_core::runs::input::InputRefusal;
 use tracon_core::runs::preflight::ContextWindowExceeded;
 use tracon_core::runs::request::StartError;
+use tracon_core::sessions::AgentMismatch as SessionAgentMismatch;
 use tracon_core::sessions::ownership::SessionRefusal;
 use utoipa::ToSchema;
 
@@ -79,6 +81,9 @@ pub mod problem {
     #[response(status = 503, content_type = "application/problem+json")]
     pub struct Unavailable(ProblemDetails);
 }
+
+/// The members a problem document has of its own, which no extension may repeat.
+const RESERVED_MEMBERS: [&str; 6] = ["type", "title", "status", "detail", "instance", "errorType"];
 
 /// A handler failure.
 #[derive(Debug, Clone)]
@@ -154,13 +159,23 @@ impl ApiError {
     }
 
     pub fn problem(&self) -> ProblemDetails {
+        let mut extensions = self.extensions.clone();
+        // An extension never shadows one of the document's own members: a JSON client keeps
+        // only one of two equal keys, and `status` must stay the HTTP status (RFC 9457).
+        extensions.retain(|key, _| {
+            let reserved = RESERVED_MEMBERS.contains(&key.as_str());
+            if reserved {
+                tracing::warn!(member = %key, error_type = self.error_type, "an extension member shadows a problem member; left out");
+            }
+            !reserved
+        });
         ProblemDetails {
             kind: format!("urn:tracon:problem:{}", self.error_type),
             title: self.status.canonical_reason().unwrap_or("Error").to_owned(),
             status: self.status.as_u16(),
             detail: self.detail.clone(),
             error_type: self.error_type.to_owned(),
-            extensions: self.extensions.clone(),
+            extensions,
         }
     }
 }
@@ -215,6 +230,7 @@ impl From<Refusal> for ApiError {
             Refusal::Denied => Self::forbidden("run_denied", "The authorization policy does not allow this run."),
             Refusal::InvalidLabels(message) => Self::bad_request("invalid_labels", message),
             Refusal::Session(refusal) => refusal.into(),
+            Refusal::SessionAgent(mismatch) => session_agent_mismatch(&mismatch, "sessionId"),
             Refusal::Quota { over, now } => quota_exceeded(&over, now),
             Refusal::Store(e) => e.into(),
         }
@@ -249,7 +265,28 @@ pub fn start_error(agent: &str, e: StartError) -> ApiError {
         StartError::Caller(refusal) => {
             ApiError::bad_request("invalid_request_error", refusal.message).with("field", refusal.field)
         }
+        StartError::Session(mismatch) => session_agent_mismatch(&mismatch, "sessionId"),
+        StartError::Input(refusal) => input_refused(&refusal),
         StartError::Store(s) => s.into(),
+    }
+}
+
+/// `409 session_agent_mismatch`: the session (named by `field`) is another agent's
+/// conversation; `sessionAgent` says whose.
+pub fn session_agent_mismatch(mismatch: &SessionAgentMismatch, field: &str) -> ApiError {
+    ApiError::new(StatusCode::CONFLICT, "session_agent_mismatch", mismatch.message())
+        .with("field", field)
+        .with("sessionAgent", &mismatch.session_agent)
+        .with("agent", &mismatch.agent)
+}
+
+/// `400 validation_failed` for input that breaks a rule, naming the field (and, for a message
+/// over the limit, `maxChars`).
+pub fn input_refused(refusal: &InputRefusal) -> ApiError {
+    let e = ApiError::bad_request("validation_failed", refusal.message()).with("field", refusal.field());
+    match refusal {
+        InputRefusal::MessageTooLong { max_chars, .. } => e.with("maxChars", max_chars),
+        InputRefusal::Culture { .. } => e,
     }
 }
 

@@ -77,14 +77,24 @@ fn too_large(limit: usize) -> ApiError {
     )
 }
 
-/// Parses a JSON body, telling syntax errors from shape errors and naming the field. A
-/// string holding U+0000 is refused with the field's path ([`tracon_core::text`]).
+/// Parses a JSON body — an object — telling syntax errors from shape errors and naming the
+/// field. A string holding U+0000 is refused with the field's path ([`tracon_core::text`]).
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request("invalid_json", "The request body is empty; send a JSON object."));
     }
     if let Some(field) = nul_field(bytes) {
         return Err(crate::error::nul_refused(&field));
+    }
+    // Every body is an object. Said first: serde reads a struct from an array too (`[]` would
+    // be a body with every field left out), and "the wrong shape" would name a field.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+            Ok(_) => {
+                ApiError::bad_request("validation_failed", "The request body must be a JSON object.").with("field", "")
+            }
+            Err(e) => not_json(&e),
+        });
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     match serde_path_to_error::deserialize::<_, T>(&mut de) {
@@ -103,10 +113,7 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             let path = err.path().to_string();
             let inner = err.into_inner();
             if inner.is_syntax() || inner.is_eof() {
-                Err(ApiError::bad_request(
-                    "invalid_json",
-                    format!("The request body is not valid JSON (line {}, column {}).", inner.line(), inner.column()),
-                ))
+                Err(not_json(&inner))
             } else {
                 // serde's data errors describe the expected shape; they carry no secret.
                 let message = strip_position(&inner.to_string());
@@ -120,6 +127,14 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             }
         }
     }
+}
+
+/// `400 invalid_json`, saying where the syntax broke.
+fn not_json(e: &serde_json::Error) -> ApiError {
+    ApiError::bad_request(
+        "invalid_json",
+        format!("The request body is not valid JSON (line {}, column {}).", e.line(), e.column()),
+    )
 }
 
 /// The path of the first string holding U+0000, when the body spells one (`\u0000`): only

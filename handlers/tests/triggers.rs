@@ -811,3 +811,16 @@ async fn on_a_serverless_host_without_a_token_only_the_signed_accept_endpoint_an
     };
     assert_eq!(other.send(&app).await.0, StatusCode::SERVICE_UNAVAILABLE);
 }
+
+#[tokio::test]
+async fn an_event_over_the_message_limit_is_400_and_queues_nothing() {
+    let h = harness(Options::default());
+    define(&h.app, "slack", slack("path", Some("event.text"))).await;
+    // Within the body limit (256 KB), over the message limit (Tracon:Limits:MaxMessageChars).
+    let body = json!({"event": {"text": "x".repeat(100_001)}}).to_string();
+    let (status, _, bytes) = Accept::signed("/api/triggers/default/slack", body.as_bytes(), SECRET).send(&h.app).await;
+    let doc = json_of(&bytes);
+    assert_eq!((status, doc["errorType"].as_str()), (StatusCode::BAD_REQUEST, Some("validation_failed")), "{doc}");
+    assert_eq!((doc["field"].as_str(), doc["maxChars"].as_u64()), (Some("event.text"), Some(100_000)), "{doc}");
+    assert_eq!(job_count(&h.app).await, 0);
+}

@@ -769,6 +769,27 @@ pub async fn branching_copies_items_and_leaves_the_parent_alone(s: Stores) {
     assert!(conflict(ss.branch(&a(), "parent", 1, "child", None, t0()).await));
 }
 
+pub async fn a_session_names_its_agent_and_a_branch_none_until_its_first_turn(s: Stores) {
+    let ss = &s.sessions;
+    let turn =
+        |agent: &str, text: &str| SessionWrite { agent_name: agent.into(), ..write(vec![Message::user(text)], t0()) };
+    let created = ss.try_create(&a(), "support-1", &turn("support", "hi")).await.unwrap();
+    assert_eq!(created.agent_name.as_deref(), Some("support"));
+    let appended = ss.try_append(&a(), "support-1", 1, &turn("support", "again")).await.unwrap();
+    assert_eq!(appended.agent_name.as_deref(), Some("support"));
+    assert_eq!(ss.get(&a(), "support-1").await.unwrap().unwrap().agent(), Some("support"));
+    // A reserved conversation names no agent (an empty name is none).
+    ss.try_create(&a(), "conv", &turn("", "reserved")).await.unwrap();
+    assert_eq!(ss.get(&a(), "conv").await.unwrap().unwrap().agent(), None);
+    // A branch is a new conversation: no agent until its first turn names one.
+    let branch = ss.branch(&a(), "support-1", 0, "branch", None, t0()).await.unwrap();
+    assert_eq!(branch.agent_name, None);
+    assert_eq!(ss.get(&a(), "branch").await.unwrap().unwrap().agent_name, None);
+    let taken = ss.try_append(&a(), "branch", 1, &turn("orders", "mine now")).await.unwrap();
+    assert_eq!(taken.agent_name.as_deref(), Some("orders"));
+    assert_eq!(ss.get(&a(), "support-1").await.unwrap().unwrap().agent(), Some("support"), "the parent is unchanged");
+}
+
 pub async fn sessions_are_isolated_between_tenants(s: Stores) {
     let ss = &s.sessions;
     for (mine, other) in [(a(), b()), (b(), a())] {
@@ -1366,6 +1387,7 @@ macro_rules! store_contract_tests {
             sessions_list_newest_first_and_delete,
             sessions_list_narrows_to_an_owner_before_paging,
             branching_copies_items_and_leaves_the_parent_alone,
+            a_session_names_its_agent_and_a_branch_none_until_its_first_turn,
             sessions_are_isolated_between_tenants,
             api_keys_are_stored_as_hashes_and_found_by_id,
             api_keys_revoke_once_rotate_and_record_use,

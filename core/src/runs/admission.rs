@@ -1,7 +1,8 @@
 //! Admission: the checks every run-starting surface makes before anything runs, in the
 //! spec's order — the host is not draining, the run policy allows it, the caller's
-//! attribution (labels within their limits), session ownership, the quotas. [`admit`] is the
-//! one place they are made; each surface maps a [`Refusal`] to its own answer.
+//! attribution (labels within their limits), session ownership, the session's agent (a
+//! session is one agent's conversation), the quotas. [`admit`] is the one place they are
+//! made; each surface maps a [`Refusal`] to its own answer.
 
 use crate::access::{RunAction, is_allowed};
 use crate::attribution::{self, Attribution, AttributionRequest};
@@ -10,6 +11,7 @@ use crate::identity::Caller;
 use crate::names::{AgentName, SessionId, TenantId};
 use crate::quota::QuotaExceeded;
 use crate::runtime::Runtime;
+use crate::sessions::AgentMismatch;
 use crate::sessions::ownership::SessionRefusal;
 
 /// Who asks to run what, where.
@@ -41,6 +43,8 @@ pub enum Refusal {
     InvalidLabels(String),
     /// Session ownership refuses the session (`403`).
     Session(SessionRefusal),
+    /// The session is another agent's conversation (`409 session_agent_mismatch`).
+    SessionAgent(AgentMismatch),
     /// A quota is used up (`429 quota_exceeded`), as of `now`.
     Quota {
         over: QuotaExceeded,
@@ -83,12 +87,16 @@ pub async fn may_run(runtime: &Runtime, admission: Admission<'_>) -> Result<Attr
         Attributed::Port(headers) => attribute(runtime, tenant, caller, headers)?,
         Attributed::Given(given) => given,
     };
-    let ownership = runtime.settings.session_ownership;
-    if ownership.enabled
-        && let Some(id) = session
-    {
+    if let Some(id) = session {
         let existing = runtime.stores.sessions.get(tenant, id.as_str()).await?;
-        ownership.may_run(attribution.user_id.as_deref(), existing.as_ref()).map_err(Refusal::Session)?;
+        let ownership = runtime.settings.session_ownership;
+        if ownership.enabled {
+            ownership.may_run(attribution.user_id.as_deref(), existing.as_ref()).map_err(Refusal::Session)?;
+        }
+        // After ownership: another user's session says nothing of whose agent it is.
+        if let Some(record) = &existing {
+            record.check_agent(agent.as_str()).map_err(Refusal::SessionAgent)?;
+        }
     }
     Ok(attribution)
 }

@@ -88,6 +88,8 @@ fn start_refusal(agent: &str, e: &StartError) -> String {
         }
         StartError::ContextWindow(over) => format!("The agent '{agent}' could not be started: {}", over.message()),
         StartError::Caller(refusal) => format!("The agent '{agent}' could not be started: {}", refusal.message),
+        StartError::Session(m) => format!("The agent '{agent}' could not be started: {}", m.message()),
+        StartError::Input(i) => format!("The agent '{agent}' could not be started: {}", i.message()),
     }
 }
 

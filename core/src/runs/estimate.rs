@@ -50,6 +50,8 @@ pub struct Estimate {
 /// Counts `request`'s prompt (see the module documentation). Refuses what a run would refuse
 /// first: an unknown agent, bad parameters or documents, a definition that no longer compiles.
 pub async fn estimate(runtime: &Runtime, request: &RunRequest) -> Result<Estimate, StartError> {
+    crate::runs::input::check_run_input(&runtime.settings.limits, &request.message, request.culture.as_deref())
+        .map_err(StartError::Input)?;
     check_documents(&request.documents)?;
     let agent = runtime
         .catalog

@@ -18,6 +18,7 @@ use crate::jobs::JobTransport;
 use crate::names::{RunId, SessionId};
 use crate::ports::new_id;
 use crate::runs::execute::execute;
+use crate::runs::input::check_run_input;
 use crate::runs::outcome::{Accepted, RunOutcome};
 pub use crate::runs::prepare::History;
 use crate::runs::prepare::{Options, prepare_in};
@@ -126,6 +127,11 @@ pub fn new_run_id(runtime: &Runtime) -> RunId {
 /// on, a store that cannot be reached — is refused here, before anything streams.
 pub async fn launch(runtime: &Arc<Runtime>, start: Start<'_>) -> Result<Launched, StartError> {
     let Start { request, delivery, history, extra_instructions, caller, run_id } = start;
+    // A resumption carries the input its run started with, checked then.
+    if request.resume.is_none() {
+        check_run_input(&runtime.settings.limits, &request.message, request.culture.as_deref())
+            .map_err(StartError::Input)?;
+    }
     let here = match delivery {
         Delivery::Queued { transport, max_attempts } => {
             let accepted = enqueue(runtime, request, max_attempts).await?;

@@ -1,6 +1,8 @@
 //! Running an agent, end to end: the service every run-starting surface calls.
 //!
 //! - [`request`] — what a surface asks for ([`request::RunRequest`]) and why a start is refused;
+//! - [`input`] — the rules its input is held to (the message limit, culture tags), and
+//!   [`answers`] — where a tool answer a caller sends stands;
 //! - [`prepare`] — everything that can refuse a run before anything streams (with the
 //!   pre-flight check of the prompt against its model's context window, [`preflight`]);
 //! - [`estimate`] — a run's prompt counted against that window, without running it;
@@ -17,12 +19,14 @@
 //! outcome to a response.
 
 pub mod admission;
+pub mod answers;
 pub mod caller;
 pub mod children;
 pub mod continuation;
 pub mod drain;
 pub mod estimate;
 pub mod execute;
+pub mod input;
 pub mod launch;
 pub mod memory;
 pub mod outcome;

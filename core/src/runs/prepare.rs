@@ -179,13 +179,15 @@ pub async fn prepare_in(
 }
 
 /// The request's session as stored now: its history and generation, or — a session this
-/// turn will create — empty.
-pub(crate) async fn load_session(runtime: &Runtime, request: &RunRequest) -> Result<Option<LoadedSession>, StoreError> {
+/// turn will create — empty. Another agent's conversation is refused here too, for the runs
+/// no admission saw (a queued run's worker, a schedule, a resumption).
+pub(crate) async fn load_session(runtime: &Runtime, request: &RunRequest) -> Result<Option<LoadedSession>, StartError> {
     let Some(id) = &request.session_id else { return Ok(None) };
     let sessions = &runtime.stores.sessions;
     Ok(Some(match sessions.get(&request.tenant, id.as_str()).await? {
         None => LoadedSession { id: id.clone(), version: None, history: Vec::new() },
         Some(record) => {
+            record.check_agent(request.agent.as_str()).map_err(StartError::Session)?;
             let items = sessions.items(&request.tenant, id.as_str()).await?;
             LoadedSession {
                 id: id.clone(),

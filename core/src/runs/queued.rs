@@ -244,6 +244,8 @@ fn cannot_start(e: &StartError) -> RunFailure {
         StartError::Documents(m) | StartError::Resume(m) | StartError::ToolResults(m) => m.clone(),
         StartError::ContextWindow(over) => over.message(),
         StartError::Caller(refusal) => refusal.message.clone(),
+        StartError::Session(m) => m.message(),
+        StartError::Input(i) => i.message(),
         StartError::Store(_) => "The store could not load the run's agent or session.".to_owned(),
     };
     let class = match e {

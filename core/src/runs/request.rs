@@ -109,6 +109,11 @@ pub enum StartError {
     Resume(String),
     /// The client-side tool results do not fit the calls they answer (the message is ours).
     ToolResults(String),
+    /// The session is another agent's conversation.
+    Session(crate::sessions::AgentMismatch),
+    /// The request's input breaks a rule: a message over the limit, a culture that is not a
+    /// language tag ([`crate::runs::input`]).
+    Input(crate::runs::input::InputRefusal),
     /// The pre-flight check estimated the prompt over its model's context window less the
     /// reserve ([`crate::runs::preflight`]); no provider was called.
     ContextWindow(ContextWindowExceeded),

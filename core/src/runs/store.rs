@@ -18,9 +18,31 @@ use crate::tools::effect::ToolEffect;
 /// The most runs [`RunStore::list_tree`] returns.
 pub const MAX_TREE_RUNS: usize = 1_000;
 
-/// A run's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
-pub enum RunStatus {
+/// Declares [`RunStatus`] and [`RunStatus::ALL`] from one list: every message and schema that
+/// names the statuses reads `ALL`, so none can leave a status out.
+macro_rules! run_statuses {
+    ($($(#[doc = $doc:literal])* $variant:ident),+ $(,)?) => {
+        /// A run's status.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSchema)]
+        pub enum RunStatus {
+            $($(#[doc = $doc])* $variant,)+
+        }
+
+        impl RunStatus {
+            /// Every status, in declaration order.
+            pub const ALL: &'static [RunStatus] = &[$(RunStatus::$variant),+];
+
+            /// The status as it is written (its JSON form): `Queued`, `Running` …
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(RunStatus::$variant => stringify!($variant),)+
+                }
+            }
+        }
+    };
+}
+
+run_statuses! {
     /// Accepted and waiting for a worker (`Prefer: respond-async`, triggers).
     Queued,
     Running,
@@ -37,16 +59,12 @@ impl RunStatus {
     }
 
     pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "Queued" => Self::Queued,
-            "Running" => Self::Running,
-            "Completed" => Self::Completed,
-            "Failed" => Self::Failed,
-            "Canceled" => Self::Canceled,
-            "AwaitingApproval" => Self::AwaitingApproval,
-            "AwaitingInput" => Self::AwaitingInput,
-            _ => return None,
-        })
+        Self::ALL.iter().copied().find(|status| status.as_str() == s)
+    }
+
+    /// Every status, as a list for a message: `Queued, Running, …, AwaitingInput`.
+    pub fn names() -> String {
+        Self::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
     }
 }
 
@@ -505,4 +523,19 @@ pub struct LateCompletion {
     pub duration_ms: u64,
     /// The canonical result text, or the display-safe error.
     pub result: Result<String, String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_status_is_listed_parsed_and_written_as_it_serializes() {
+        for status in RunStatus::ALL {
+            assert_eq!(serde_json::to_value(status).unwrap(), status.as_str());
+            assert_eq!(RunStatus::parse(status.as_str()), Some(*status));
+            assert!(RunStatus::names().contains(status.as_str()));
+        }
+        assert_eq!(RunStatus::parse("queued"), None);
+    }
 }

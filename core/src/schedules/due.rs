@@ -94,6 +94,8 @@ async fn queue(
             StartError::Agent(_) => "The agent does not compile with the schedule's parameters.",
             StartError::Store(_) => "The store could not queue the run.",
             StartError::ContextWindow(_) => "The run's prompt is over its model's context window (Tracon:Preflight).",
+            StartError::Session(_) => "The session is another agent's conversation.",
+            StartError::Input(_) => "The schedule's message is over Tracon:Limits:MaxMessageChars.",
             StartError::Documents(_) | StartError::Resume(_) | StartError::ToolResults(_) | StartError::Caller(_) => {
                 "The run could not be queued."
             }

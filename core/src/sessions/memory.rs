@@ -109,7 +109,7 @@ impl SessionStore for MemorySessionStore {
         now: DateTime<Utc>,
     ) -> Result<SessionRecord, StoreError> {
         let mut rows = lock(&self.rows);
-        let (parent, parent_items) = rows.get(&(tenant.clone(), source.to_owned())).ok_or(StoreError::NotFound)?;
+        let (_, parent_items) = rows.get(&(tenant.clone(), source.to_owned())).ok_or(StoreError::NotFound)?;
         let new_key = (tenant.clone(), new_id.to_owned());
         if rows.contains_key(&new_key) {
             return Err(StoreError::Conflict(format!("A session named '{new_id}' already exists.")));
@@ -121,7 +121,8 @@ impl SessionStore for MemorySessionStore {
             .collect();
         let record = SessionRecord {
             id: new_id.to_owned(),
-            agent_name: parent.agent_name.clone(),
+            // A new conversation: the first agent that runs in it takes it.
+            agent_name: None,
             version: 1,
             item_count: items.len() as u64,
             created_at: now,

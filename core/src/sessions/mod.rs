@@ -1,5 +1,11 @@
 //! Sessions as stored: a conversation's items with a write generation ([`SessionStore`]),
 //! and its in-memory implementation ([`memory`]).
+//!
+//! A session is one agent's conversation ([`SessionRecord::check_agent`]): the first turn
+//! names the agent, and a run of another agent in it is refused ([`AgentMismatch`]) — its
+//! history holds that agent's instructions' answers and tool calls. A reserved conversation
+//! and a branch have no agent until their first turn: a branch is how a conversation goes on
+//! with another agent.
 
 pub mod memory;
 pub mod ownership;
@@ -26,7 +32,7 @@ pub struct SessionParent {
 #[serde(rename_all = "camelCase")]
 pub struct SessionRecord {
     pub id: String,
-    /// The agent that last spoke in it.
+    /// The agent whose conversation it is; `null` (or empty) until its first turn.
     pub agent_name: Option<String>,
     /// The write generation: 1 after the first save, +1 on every save.
     pub version: u64,
@@ -35,6 +41,48 @@ pub struct SessionRecord {
     pub updated_at: DateTime<Utc>,
     pub owner_user_id: Option<String>,
     pub parent: Option<SessionParent>,
+}
+
+impl SessionRecord {
+    /// The agent whose conversation this is; `None` while no agent has spoken in it (a
+    /// reserved conversation, a branch).
+    pub fn agent(&self) -> Option<&str> {
+        self.agent_name.as_deref().filter(|a| !a.is_empty())
+    }
+
+    /// Refuses a run of `agent` in another agent's conversation.
+    pub fn check_agent(&self, agent: &str) -> Result<(), AgentMismatch> {
+        match self.agent() {
+            Some(owner) if owner != agent => Err(AgentMismatch {
+                session: self.id.clone(),
+                session_agent: owner.to_owned(),
+                agent: agent.to_owned(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A run of one agent in another agent's conversation (`409 session_agent_mismatch`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentMismatch {
+    pub session: String,
+    /// The agent whose conversation the session is.
+    pub session_agent: String,
+    /// The agent the run asked for.
+    pub agent: String,
+}
+
+impl AgentMismatch {
+    pub fn message(&self) -> String {
+        use crate::names::truncate_for_message as short;
+        format!(
+            "Session '{}' is a conversation of agent '{}'; it cannot be continued by agent '{}'. Branch it (POST /api/sessions/{{id}}/branch) to go on with another agent.",
+            short(&self.session),
+            short(&self.session_agent),
+            short(&self.agent)
+        )
+    }
 }
 
 /// One conversation item, at its position.

@@ -37,8 +37,6 @@ use crate::state::AppState;
 
 /// Most client-side tool results one request may carry.
 const MAX_TOOL_RESULTS: usize = 64;
-/// Longest accepted `culture` value.
-const MAX_CULTURE_LEN: usize = 35;
 
 /// The body of a run request.
 #[derive(Debug, serde::Serialize, Deserialize, ToSchema)]
@@ -50,7 +48,7 @@ pub struct RunBody {
     /// Continue (or open) this session: its history is loaded and this turn appended.
     #[serde(default)]
     pub session_id: Option<String>,
-    /// Picks culture-specific instructions (`tr`, `tr-TR` …); unmatched falls back to the default.
+    /// A BCP 47 tag (`tr`, `tr-TR` …) picking culture-specific instructions; unmatched: the default.
     #[serde(default)]
     pub culture: Option<String>,
     /// Values for the agent's declared `{{name}}` parameters (strings, numbers or booleans).
@@ -368,18 +366,16 @@ pub(crate) fn message_given(message: &str) -> ApiResult<()> {
     Ok(())
 }
 
-/// What every run-like body carries, checked the same way: the culture's length, the session
-/// id, and the parameter values (as strings).
+/// What every run-like body carries, checked the same way: the culture (a BCP 47 tag), the
+/// session id, and the parameter values (as strings).
 pub(crate) fn checked_input(
     culture: Option<&str>,
     session_id: Option<&str>,
     parameters: BTreeMap<String, Value>,
 ) -> ApiResult<(Option<SessionId>, BTreeMap<String, String>)> {
-    if culture.is_some_and(|c| c.len() > MAX_CULTURE_LEN) {
-        return Err(ApiError::bad_request(
-            "validation_failed",
-            format!("'culture' is at most {MAX_CULTURE_LEN} characters."),
-        ));
+    if let Some(culture) = culture {
+        tracon_core::runs::input::check_culture("culture", culture)
+            .map_err(|refusal| crate::error::input_refused(&refusal))?;
     }
     let session_id = session_id
         .map(SessionId::parse)

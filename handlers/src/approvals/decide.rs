@@ -238,6 +238,8 @@ fn describe(e: &StartError) -> String {
         StartError::Documents(m) | StartError::Resume(m) | StartError::ToolResults(m) => m.clone(),
         StartError::ContextWindow(over) => over.message(),
         StartError::Caller(refusal) => refusal.message.clone(),
+        StartError::Session(m) => m.message(),
+        StartError::Input(i) => i.message(),
         StartError::Store(s) => format!("{s:?}"),
     }
 }

@@ -106,11 +106,9 @@ pub async fn list(
     let status = match q.status.as_deref() {
         None => None,
         Some(s) => Some(JobStatus::parse(s).ok_or_else(|| {
-            ApiError::bad_request(
-                "validation_failed",
-                "'status' is one of Queued, Running, Succeeded, Failed, Canceled.",
-            )
-            .with("field", "status")
+            let names: Vec<&str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::bad_request("validation_failed", format!("'status' is one of {}.", names.join(", ")))
+                .with("field", "status")
         })?),
     };
     let filter = JobFilter { status, handler_key: q.handler_key };

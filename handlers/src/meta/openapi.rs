@@ -509,8 +509,10 @@ fn parameter_schema(path: &str, name: &str, location: &str) -> Option<serde_json
         ("query", "take") => json!({"type": "integer", "format": "int64", "minimum": 1, "maximum": i64::MAX,
             "default": crate::extract::DEFAULT_TAKE,
             "description": format!("Items to return; at most {} are (larger values are clamped)", crate::extract::MAX_TAKE)}),
-        ("query", "status") if group == "runs" => json!({"type": "string", "enum": [
-            "Queued", "Running", "Completed", "Failed", "Canceled", "AwaitingApproval", "AwaitingInput"]}),
+        ("query", "status") if group == "runs" => {
+            let names: Vec<&str> = tracon_core::runs::store::RunStatus::ALL.iter().map(|s| s.as_str()).collect();
+            json!({"type": "string", "enum": names})
+        }
         ("query", "limit") if group == "conversations" => {
             json!({"type": "integer", "minimum": 1, "maximum": 100, "default": 20})
         }

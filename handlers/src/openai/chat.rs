@@ -107,12 +107,22 @@ fn parse_chat(body: &Value) -> OpenAiResult<ChatAsk> {
                     .get("tool_call_id")
                     .and_then(Value::as_str)
                     .ok_or_else(|| invalid(&format!("messages[{i}].tool_call_id"), "'tool_call_id' is required."))?;
-                let name = answered_call(&turns, call_id).ok_or_else(|| {
-                    invalid(
-                        &format!("messages[{i}].tool_call_id"),
-                        "'tool_call_id' does not name a call of the assistant message before it.",
-                    )
-                })?;
+                let param = format!("messages[{i}].tool_call_id");
+                let name = match tracon_core::runs::answers::call_answer(&turns, call_id) {
+                    tracon_core::runs::answers::CallAnswer::Open(name) => name,
+                    tracon_core::runs::answers::CallAnswer::AlreadyAnswered => {
+                        return Err(invalid(
+                            &param,
+                            "'tool_call_id' answers a call that is already answered: each call is answered once.",
+                        ));
+                    }
+                    tracon_core::runs::answers::CallAnswer::Unknown => {
+                        return Err(invalid(
+                            &param,
+                            "'tool_call_id' does not name a call of the assistant message before it.",
+                        ));
+                    }
+                };
                 let content = content_text(m.get("content"), &format!("messages[{i}].content"))?;
                 turns.push(Message::Tool { call_id: call_id.to_owned(), name, content, is_error: false });
             }
@@ -177,11 +187,6 @@ fn history_calls(calls: &Value, i: usize) -> OpenAiResult<Vec<ToolCall>> {
         .collect()
 }
 
-/// The tool a `tool` message answers: a call of the last assistant message, not yet answered.
-fn answered_call(turns: &[Message], call_id: &str) -> Option<String> {
-    tracon_core::engine::open_calls(turns).into_iter().find(|c| c.id == call_id).map(|c| c.name)
-}
-
 /// A message's text: a string, or an array of `text` parts (other parts are refused).
 fn content_text(content: Option<&Value>, param: &str) -> OpenAiResult<String> {
     match content {
@@ -240,6 +245,7 @@ pub async fn chat_completions(
     let headers: HeaderMap = request.headers().clone();
     let ApiJson(body) = ApiJson::<Value>::from_request(request, &state).await?;
     let ask = parse_chat(&body)?;
+    super::limits::check_messages(&state.runtime.settings.limits, &body)?;
     tracing::Span::current().record("agent", ask.agent.as_str());
     // Only client-side tools — registered ones and the caller's own — are the caller's to
     // answer; a server-side tool's result cannot be supplied from outside.

@@ -265,4 +265,5 @@ pub(crate) fn checked_fields(
 mod caller;
 pub mod chat;
 pub mod conversations;
+mod limits;
 pub mod responses;

@@ -49,7 +49,7 @@ use tracon_core::identity::Caller;
 use tracon_core::model::{Message, ToolCall, Usage};
 use tracon_core::names::{AgentName, RunId, SessionId, TenantId};
 use tracon_core::ports::Clock;
-use tracon_core::runs::admission::{Admission, Attributed, admit, user_id};
+use tracon_core::runs::admission::{Admission, Attributed, Refusal, admit, user_id};
 use tracon_core::runs::launch::{Delivery, History, Launched, LiveRun, Start, launch, new_run_id};
 use tracon_core::runs::request::RunRequest;
 use tracon_core::runs::store::{RunRecord, RunStatus};
@@ -57,7 +57,7 @@ use tracon_core::sessions::{SessionItem, SessionRecord, SessionWrite};
 
 use tracon_core::sessions::ownership::Use;
 
-use crate::error::{ApiError, start_error};
+use crate::error::{ApiError, session_agent_mismatch, start_error};
 use crate::extract::{ApiJson, Ctx, header_pairs};
 use crate::openai::{OpenAiError, OpenAiResult, approval_error, caller, checked_fields, failure_error, invalid};
 use crate::sse;
@@ -226,11 +226,21 @@ fn resolve_tool_items(
                 }
             }
             Message::Tool { call_id, name, .. } => {
-                let open = tracon_core::engine::open_calls(&seen);
-                let call = open.into_iter().find(|c| c.id == *call_id).ok_or_else(|| {
-                    invalid("input", "A function_call_output's 'call_id' does not name a call waiting for its output.")
-                })?;
-                *name = call.name;
+                *name = match tracon_core::runs::answers::call_answer(&seen, call_id) {
+                    tracon_core::runs::answers::CallAnswer::Open(tool) => tool,
+                    tracon_core::runs::answers::CallAnswer::AlreadyAnswered => {
+                        return Err(invalid(
+                            "input",
+                            "A function_call_output answers a call that is already answered: each call is answered once.",
+                        ));
+                    }
+                    tracon_core::runs::answers::CallAnswer::Unknown => {
+                        return Err(invalid(
+                            "input",
+                            "A function_call_output's 'call_id' does not name a call waiting for its output.",
+                        ));
+                    }
+                };
             }
             _ => {}
         }
@@ -883,6 +893,7 @@ pub async fn create_response(
     let headers: HeaderMap = request.headers().clone();
     let ApiJson(body) = ApiJson::<Value>::from_request(request, &state).await?;
     let mut ask = parse_response(&body)?;
+    super::limits::check_messages(&state.runtime.settings.limits, &body)?;
     tracing::Span::current().record("agent", ask.agent.as_str());
     let has_tool_items = ask.earlier.iter().any(|m| match m {
         Message::Assistant { tool_calls, .. } => !tool_calls.is_empty(),
@@ -901,14 +912,22 @@ pub async fn create_response(
         session: conversation.as_ref(),
         attribution: Attributed::Port(&pairs),
     };
-    let attribution = admit(&state.runtime, admission).await?;
+    let attribution = admit(&state.runtime, admission).await.map_err(|refusal| match refusal {
+        Refusal::SessionAgent(mismatch) => OpenAiError(session_agent_mismatch(&mismatch, "conversation")),
+        other => other.into(),
+    })?;
     let sessions = state.runtime.stores.sessions.clone();
 
-    // The history a chained response continues, checked like any read of it.
+    // The history a chained response continues, checked like any read of it — and, as any
+    // session is, one agent's conversation.
     let previous = match &ask.previous {
         Some(raw) => {
             let stored =
                 stored_response(&state, &tenant, &caller, &headers, raw).await?.ok_or_else(previous_not_found)?;
+            stored
+                .session
+                .check_agent(ask.agent.as_str())
+                .map_err(|mismatch| OpenAiError(session_agent_mismatch(&mismatch, "previous_response_id")))?;
             Some(stored.history().ok_or_else(previous_not_found)?)
         }
         None => None,

@@ -87,9 +87,12 @@ fn filter(uri: &Uri) -> ApiResult<RunFilter> {
         let bad = |what: &str| ApiError::bad_request("validation_failed", what.to_owned()).with("field", key.as_ref());
         match key.as_ref() {
             "agent" => f.agent = Some(value),
-            "status" => f.status = Some(RunStatus::parse(&value).ok_or_else(|| {
-                bad("'status' is one of Queued, Running, Completed, Failed, Canceled, AwaitingApproval, AwaitingInput.")
-            })?),
+            "status" => {
+                f.status = Some(
+                    RunStatus::parse(&value)
+                        .ok_or_else(|| bad(&format!("'status' is one of {}.", RunStatus::names())))?,
+                );
+            }
             "sessionId" => f.session_id = Some(value),
             "userId" => f.user_id = Some(value),
             "label" => {
@@ -276,7 +279,8 @@ pub async fn cancel(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) 
             "run_not_running",
             format!("The run has already ended ({status:?})."),
         )
-        .with("status", status)),
+        // `status` is the problem document's own (the HTTP status, RFC 9457).
+        .with("runStatus", status)),
         Err(tracon_core::error::StoreError::NotFound) => Err(run_not_found()),
         Err(e) => Err(e.into()),
     }

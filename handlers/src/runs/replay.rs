@@ -84,7 +84,7 @@ pub async fn replay(
         ReplayRefusal::NotFound => run_not_found(),
         ReplayRefusal::NotEnded(status) => {
             ApiError::new(StatusCode::CONFLICT, "run_not_ended", "Only a run that has ended can be replayed.")
-                .with("status", status)
+                .with("runStatus", status)
         }
         ReplayRefusal::InputMissing => ApiError::new(
             StatusCode::CONFLICT,

@@ -165,6 +165,9 @@ pub struct BranchRequest {
 }
 
 /// Copy items `0..=sequence` into a new session. The parent is unchanged.
+///
+/// The branch has no agent until its first turn: it is how a conversation goes on with another
+/// agent.
 #[utoipa::path(post, path = "/api/sessions/{id}/branch", tag = "sessions", request_body = BranchRequest,
     params(("id" = String, Path, description = "Session id")),
     responses((status = 201, body = SessionView), problem::BadRequest, problem::NotFound, problem::Conflict))]

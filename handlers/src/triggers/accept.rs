@@ -249,6 +249,9 @@ async fn start(
             };
             ApiError::bad_request("payload_not_found", detail)
         })?;
+    // The event is the run's message, held to the message limit whichever the target is.
+    let field = trigger.payload_path.as_deref().unwrap_or("body");
+    state.runtime.settings.limits.check_message(field, &message).map_err(|r| crate::error::input_refused(&r))?;
     let unavailable =
         |detail: &str| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "trigger_target_unavailable", detail.to_owned());
     // A workflow's name follows an agent name's rules: the run policy and quotas see it so.
@@ -292,6 +295,8 @@ async fn start(
         Err(StartError::Caller(refusal)) => return Err(unavailable(&refusal.message)),
         // The event itself is too large for the agent's model: the sender's to shorten.
         Err(StartError::ContextWindow(over)) => return Err(crate::error::context_window_exceeded(&over)),
+        Err(StartError::Input(refusal)) => return Err(crate::error::input_refused(&refusal)),
+        Err(StartError::Session(mismatch)) => return Err(crate::error::session_agent_mismatch(&mismatch, "sessionId")),
     };
     Ok(accepted_body(accepted))
 }

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use tracon_core::events::RunEvent;
 use tracon_core::names::{AgentName, RunId, TenantId};
 use tracon_core::runs::admission::{Admission, Attributed, admit};
+use tracon_core::runs::input::InputLimits;
 use tracon_core::runs::launch::Launched;
 use tracon_core::runs::store::RunStatus;
 use tracon_core::workflows::InputRequest;
@@ -97,7 +98,7 @@ pub async fn run(
     if body.message.trim().is_empty() {
         return Err(ApiError::bad_request("validation_failed", "'message' must not be empty.").with("field", "message"));
     }
-    check_size("message", &body.message)?;
+    check_size(&state.runtime.settings.limits, "message", &body.message)?;
     let stored = load(&state, &tenant, &name).await?;
     // Queued when asked and this host runs a consumer: a super-step per invocation where the
     // host's soft deadline says so.
@@ -169,7 +170,7 @@ pub async fn respond(
     headers: HeaderMap,
     ApiJson(body): ApiJson<RespondBody>,
 ) -> ApiResult<Response> {
-    check_size("response", &body.response)?;
+    check_size(&state.runtime.settings.limits, "response", &body.response)?;
     let (run_id, workflow) = workflow_run(&state, &tenant, &id).await?;
     let pending = pending_requests(&state, &tenant, run_id).await?;
     let Some(asked) = Uuid::parse_str(&request).ok().and_then(|r| pending.into_iter().find(|p| p.request_id == r))
@@ -300,7 +301,8 @@ pub async fn requests(Ctx { state, tenant, .. }: Ctx, Path(id): Path<String>) ->
     Ok(Json(pending_requests(&state, &tenant, run_id).await?))
 }
 
-fn check_size(field: &str, text: &str) -> ApiResult<()> {
+fn check_size(limits: &InputLimits, field: &str, text: &str) -> ApiResult<()> {
+    limits.check_message(field, text).map_err(|refusal| crate::error::input_refused(&refusal))?;
     if text.len() > MAX_MESSAGE_BYTES {
         return Err(ApiError::bad_request(
             "validation_failed",

@@ -206,14 +206,15 @@ impl SessionStore for PgSessionStore {
         owner_user_id: Option<String>,
         now: DateTime<Utc>,
     ) -> Result<SessionRecord, StoreError> {
-        let parent = self.get(tenant, source).await?.ok_or(StoreError::NotFound)?;
+        self.get(tenant, source).await?.ok_or(StoreError::NotFound)?;
         let messages: Vec<Message> =
             self.items(tenant, source).await?.into_iter().filter(|i| i.sequence <= up_to).map(|i| i.message).collect();
         let provenance = SessionParent { session_id: source.to_owned(), sequence: up_to };
         self.create(
             tenant,
             new_id,
-            parent.agent_name.as_deref(),
+            // A new conversation: the first agent that runs in it takes it.
+            None,
             &messages,
             None,
             owner_user_id.as_deref(),
