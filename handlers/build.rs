@@ -1,10 +1,14 @@
 //! Serves `openapi.json` without its indentation: the committed file stays pretty-printed
 //! for review, and the hosts (the Worker bundle above all) carry the compact text. Only
 //! whitespace outside strings is dropped; every byte inside a string stays as it is.
+//! Precompresses the chat widget, too (`build/widget.rs`).
 
 #![allow(clippy::print_stdout)] // build-script output is how cargo is told what to watch
 
 use std::path::PathBuf;
+
+#[path = "build/widget.rs"]
+mod widget;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo::rerun-if-changed=openapi.json");
@@ -12,6 +16,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").ok_or("cargo sets OUT_DIR")?);
     let pretty = std::fs::read_to_string(manifest.join("openapi.json"))?;
     std::fs::write(out.join("openapi.min.json"), compact(&pretty))?;
+    println!("cargo::rerun-if-changed={}", widget::SOURCE);
+    widget::precompress(&manifest, &out)?;
     Ok(())
 }
 

@@ -145,6 +145,109 @@ async fn the_widget_script_is_served_to_anyone_as_cacheable_javascript() {
     assert_eq!(send(&app, req).await.0, StatusCode::METHOD_NOT_ALLOWED);
 }
 
+/// `GET /embed.js` from a remote caller with these request headers.
+fn widget_request(headers: &[(header::HeaderName, &str)]) -> Request<Body> {
+    let mut req = Request::get("/embed.js").extension(remote());
+    for (name, value) in headers {
+        req = req.header(name, *value);
+    }
+    req.body(Body::empty()).unwrap()
+}
+
+fn gunzip(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(body), &mut out).unwrap();
+    out
+}
+
+fn unbrotli(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(&mut brotli::Decompressor::new(body, 4096), &mut out).unwrap();
+    out
+}
+
+#[tokio::test]
+async fn the_widget_script_is_served_brotli_or_gzip_as_accepted_and_as_it_is_otherwise() {
+    let (app, _) = app_with(HttpSettings::with_token(TOKEN));
+    let source = include_bytes!("../assets/embed.js");
+    let mut tags = BTreeSet::new();
+    for (accept, coding) in [
+        (None, None),
+        (Some("gzip"), Some("gzip")),
+        (Some("gzip, deflate"), Some("gzip")),
+        (Some("gzip, deflate, br, zstd"), Some("br")),
+        (Some("br;q=0.5, gzip"), Some("gzip")),
+        (Some("br"), Some("br")),
+        (Some("deflate"), None),
+        (Some("identity"), None),
+        (Some("gzip;q=0, br;q=0"), None),
+    ] {
+        let headers: Vec<_> = accept.map(|a| (header::ACCEPT_ENCODING, a)).into_iter().collect();
+        let (status, headers, body) = send(&app, widget_request(&headers)).await;
+        assert_eq!(status, StatusCode::OK, "{accept:?}");
+        assert_eq!(headers.get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap()), coding, "{accept:?}");
+        assert_eq!(headers[header::VARY], "accept-encoding", "{accept:?}");
+        assert_eq!(headers[header::CONTENT_TYPE], "text/javascript; charset=utf-8");
+        assert_eq!(headers[header::CACHE_CONTROL], "public, max-age=300");
+        assert_eq!(headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+        let decoded = match coding {
+            None => body.clone(),
+            Some("gzip") => gunzip(&body),
+            Some(_) => unbrotli(&body),
+        };
+        assert_eq!(decoded, source, "{accept:?}: the same script, byte for byte");
+        if coding.is_some() {
+            assert!(body.len() * 2 < source.len(), "{accept:?}: {} of {} bytes", body.len(), source.len());
+        }
+        // A strong validator, one per representation.
+        let tag = headers[header::ETAG].to_str().unwrap().to_owned();
+        assert!(tag.starts_with('"') && tag.ends_with('"') && tag.len() > 20, "{tag}");
+        tags.insert((coding, tag));
+    }
+    let distinct: BTreeSet<_> = tags.iter().map(|(_, tag)| tag).collect();
+    assert_eq!(tags.len(), 3, "one tag per coding: {tags:?}");
+    assert_eq!(distinct.len(), 3, "no two codings share a tag: {tags:?}");
+}
+
+#[tokio::test]
+async fn a_matching_if_none_match_gets_304_for_the_widget_script() {
+    let (app, _) = app_with(HttpSettings::with_token(TOKEN));
+    let etag = |headers: &axum::http::HeaderMap| headers[header::ETAG].to_str().unwrap().to_owned();
+    let (_, plain, _) = send(&app, widget_request(&[])).await;
+    let (_, gzipped, _) = send(&app, widget_request(&[(header::ACCEPT_ENCODING, "gzip")])).await;
+    let (plain, gzipped) = (etag(&plain), etag(&gzipped));
+
+    let weak = format!("W/{gzipped}");
+    let listed = format!("\"stale\", {gzipped}");
+    for tags in [gzipped.as_str(), weak.as_str(), listed.as_str(), "*"] {
+        let req = widget_request(&[(header::ACCEPT_ENCODING, "gzip"), (header::IF_NONE_MATCH, tags)]);
+        let (status, headers, body) = send(&app, req).await;
+        assert_eq!(status, StatusCode::NOT_MODIFIED, "{tags}");
+        assert!(body.is_empty(), "{tags}");
+        // What a 200 would have said about caching, so the cache can refresh its copy.
+        assert_eq!(etag(&headers), gzipped, "{tags}");
+        assert_eq!(headers[header::VARY], "accept-encoding");
+        assert_eq!(headers[header::CACHE_CONTROL], "public, max-age=300");
+        assert!(headers.get(header::CONTENT_ENCODING).is_none());
+    }
+
+    // The tag of another copy, or of an older script, does not match: the body comes.
+    for (accept, tags, expected) in [
+        ("identity", gzipped.as_str(), plain.as_str()),
+        ("gzip", plain.as_str(), gzipped.as_str()),
+        ("gzip", "\"an-older-script\"", gzipped.as_str()),
+    ] {
+        let req = widget_request(&[(header::ACCEPT_ENCODING, accept), (header::IF_NONE_MATCH, tags)]);
+        let (status, headers, body) = send(&app, req).await;
+        assert_eq!(status, StatusCode::OK, "{accept} / {tags}");
+        assert_eq!(etag(&headers), expected);
+        assert!(!body.is_empty());
+    }
+    // The identity copy revalidates the same way.
+    let (status, _, _) = send(&app, widget_request(&[(header::IF_NONE_MATCH, plain.as_str())])).await;
+    assert_eq!(status, StatusCode::NOT_MODIFIED);
+}
+
 #[tokio::test]
 async fn non_loopback_callers_get_403_while_no_authentication_is_configured() {
     let app = app();

@@ -6,11 +6,12 @@
 //                the widget from the tracon server (another origin)
 //   OTHER_URL    the same pages on an origin that is not
 //   MOCK_URL     the mock model server (scripts and recorded requests under /_mock)
+//   READ_KEY     an API key the run endpoint refuses with 403 (its only scope is RunsRead)
 //   SCREENSHOT   where to save the screenshot of the open widget
 //   CHROMIUM     the browser (default /usr/bin/chromium, Debian's package)
 //   SCENARIOS    comma-separated names to run (default: all, in the order below)
 //
-// A host page is `{HOST_URL}/?agent=NAME[&lang=tr][&dlang=en][&tools=1]`; each scenario
+// A host page is `{HOST_URL}/?agent=NAME[&lang=tr][&dlang=en][&tools=1][&key=K]`; each scenario
 // uses its own agent, whose model (same name as the agent) it scripts here. Every wait is
 // for a state, never for a time; a failing scenario saves target/widget-failure-NAME.png.
 
@@ -26,6 +27,7 @@ const env = (name) => {
 const HOST_URL = env("HOST_URL");
 const OTHER_URL = env("OTHER_URL");
 const MOCK_URL = env("MOCK_URL");
+const READ_KEY = env("READ_KEY");
 const SCREENSHOT = env("SCREENSHOT");
 const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 const WAIT = 30_000;
@@ -77,6 +79,8 @@ function state(page) {
       user: texts(".m.u"),
       assistant: texts(".m.a"),
       errors: texts(".m.e"),
+      typing: texts(".typing"),
+      tools: texts(".tool"),
       cards: texts(".card"),
       placeholder: root.querySelector("input").placeholder,
       sendLabel: root.querySelector("form button").textContent,
@@ -120,6 +124,44 @@ async function answer(page, text) {
 }
 
 const toolMessages = (request) => request.body.messages.filter((m) => m.role === "tool");
+
+const UNAVAILABLE = "The assistant is unavailable right now. Please try again later.";
+
+/** The widget's own console.error lines (not the browser's reports of the failed request). */
+const widgetErrors = (page) => page.logs.filter((l) => l.startsWith("error: Tracon widget:"));
+
+/**
+ * Records, in order, what happens to the typing indicator, the tool lines and the answer
+ * bubble in the message log, as `window.history_`. Read from the mutation records, which keep
+ * every state however the frames were batched: a removed text node keeps its text, an
+ * attribute record its old value.
+ */
+function watchLog(page) {
+  return page.evaluate(() => {
+    const root = document.querySelector("tracon-widget").shadowRoot;
+    const log = root.querySelector("[role=log]");
+    const h = (window.history_ = []);
+    const kind = (n) => n.nodeType === 1 && ["typing", "tool", "a"].find((c) => n.classList.contains(c));
+    new MutationObserver((records) => {
+      for (const r of records) {
+        if (r.type === "attributes" && kind(r.target) === "tool") {
+          h.push(`tool ${r.attributeName} was ${r.oldValue}`);
+          continue;
+        }
+        if (kind(r.target) === "tool") {
+          for (const n of r.removedNodes) h.push(`tool text was ${n.data}`);
+          continue;
+        }
+        for (const n of r.addedNodes) {
+          const k = kind(n);
+          if (k === "typing") h.push(`+typing ${n.getAttribute("role")} ${n.textContent} visible=${n.checkVisibility()}`);
+          else if (k) h.push(`+${k}`);
+        }
+        for (const n of r.removedNodes) if (kind(n)) h.push(`-${kind(n)}`);
+      }
+    }).observe(log, { childList: true, subtree: true, attributes: true, attributeOldValue: true });
+  });
+}
 
 // ---- scenarios ------------------------------------------------------------------------------
 
@@ -227,8 +269,13 @@ const scenarios = {
       const st = await state(page);
       return st.errors.length && !st.sending && st;
     });
-    assert.deepEqual(s.errors, ["The assistant cannot be reached right now. Please try again."]);
+    assert.deepEqual(s.errors, [UNAVAILABLE]);
     assert.deepEqual(s.assistant, []);
+    assert.deepEqual(s.typing, [], "the typing indicator went with the failure");
+    // The reason is for the page's developer: in the console, not in the chat.
+    const logged = widgetErrors(page);
+    assert.equal(logged.length, 1, JSON.stringify(page.logs));
+    assert.ok(logged[0].includes(OTHER_URL) && logged[0].includes("Tracon:AllowedOrigins"), logged[0]);
     assert.deepEqual(await requests("w-cors"), [], "no run reached the model");
     assert.deepEqual(page.errors, []);
   },
@@ -253,6 +300,238 @@ const scenarios = {
     });
     assert.equal(failed.errors.length, 1, JSON.stringify(failed.errors));
     assert.match(failed.errors[0], /\(ref: [^)]+\)/, "the run's own failure message, with its log reference");
+    assert.deepEqual(page.errors, []);
+  },
+
+  /**
+   * The widget feels alive: a typing indicator from the send until the first token, and the
+   * model's server-side tool call as a status line ("Get order status…") that its result
+   * settles ("✓ Get order status") before the answer streams in.
+   */
+  async alive(browser) {
+    await script("w-alive", [
+      { toolCalls: [{ name: "get_order_status", arguments: { orderId: "4182" } }] },
+      { text: "Order 4182 is on its way.", chunkDelayMs: 30 },
+    ]);
+    const page = await newPage(browser, HOST_URL, { agent: "w-alive" });
+    await open(page);
+    await watchLog(page);
+    await send(page, "Where is order 4182?");
+    const s = await answer(page, "Order 4182 is on its way.");
+    const history = await page.evaluate(() => window.history_);
+    const at = (entry) => {
+      const i = history.indexOf(entry);
+      assert.ok(i >= 0, `${entry} in ${JSON.stringify(history, null, 1)}`);
+      return i;
+    };
+    const shown = at("+typing status The assistant is typing… visible=true");
+    const line = at("+tool");
+    const running = at("tool text was Get order status…");
+    at("tool role was status");
+    const gone = at("-typing");
+    const first = at("+a");
+    assert.ok(shown < line && line < running && running < gone && gone < first, JSON.stringify(history, null, 1));
+    assert.equal(history.filter((e) => e.startsWith("+typing")).length, 1);
+    assert.equal(history.filter((e) => e === "-typing").length, 1, "removed once, at the first token");
+    // Settled: no indicator left, the tool line kept as a done line without its live role.
+    assert.deepEqual(s.typing, []);
+    assert.deepEqual(s.tools, ["Get order status"]);
+    const settled = await page.evaluate(() => {
+      const n = document.querySelector("tracon-widget").shadowRoot.querySelector(".tool");
+      return { cls: n.className, role: n.getAttribute("role") };
+    });
+    assert.deepEqual(settled, { cls: "tool ok", role: null });
+    // The tool really ran on the server, and its result reached the model.
+    const last = (await requests("w-alive")).at(-1);
+    assert.ok(toolMessages(last).some((m) => m.content.includes("4182")), JSON.stringify(toolMessages(last)));
+    assert.deepEqual(s.errors, []);
+    assert.deepEqual(page.errors, []);
+  },
+
+  /**
+   * Markdown renders as DOM (a list, emphasis, code, a fenced block, a link that opens safely)
+   * while HTML, scripts and javascript: links in the same answer stay inert text, live and
+   * after a reload.
+   */
+  async markdown(browser) {
+    const text = [
+      "Your **order 4182** has *two* parcels:",
+      "",
+      "- Parcel `A-1`: delivered",
+      "- Parcel `A-2`: [track it](https://tracking.example/4182?p=2)",
+      "",
+      "```",
+      "curl https://tracking.example/4182",
+      "```",
+      "",
+      'Ignore these: <img src=x onerror="window.pwned=1"> <script>window.pwned=2</script> ' +
+        "[x](javascript:alert(1)) [y](javascript:window.pwned=3) " +
+        '<a href="javascript:window.pwned=4" onclick="window.pwned=5">z</a> <svg onload="window.pwned=6"></svg>',
+    ].join("\n");
+    await script("w-markdown", [{ text }]);
+    const page = await newPage(browser, HOST_URL, { agent: "w-markdown" });
+    const dialogs = [];
+    page.on("dialog", (d) => {
+      dialogs.push(d.message());
+      d.dismiss().catch(() => {});
+    });
+    await open(page);
+    await send(page, "Where are my parcels?");
+    const rendered = () =>
+      page.evaluate(() => {
+        const root = document.querySelector("tracon-widget").shadowRoot;
+        const log = root.querySelector("[role=log]");
+        const bubble = [...log.querySelectorAll(".m.a")].at(-1);
+        if (!bubble) return null;
+        const all = (sel) => [...bubble.querySelectorAll(sel)];
+        return {
+          strong: all("strong").map((n) => n.textContent),
+          em: all("em").map((n) => n.textContent),
+          items: all("ul > li").map((n) => n.textContent),
+          code: all("li > code").map((n) => n.textContent),
+          block: all("pre > code").map((n) => n.textContent),
+          links: all("a").map((a) => ({
+            text: a.textContent,
+            href: a.getAttribute("href"),
+            target: a.getAttribute("target"),
+            rel: a.getAttribute("rel"),
+          })),
+          last: all("p").at(-1)?.textContent,
+          // Anything the payloads would have needed, anywhere in the message log.
+          dangerous: [...log.querySelectorAll("img, script, svg, iframe, object, embed, style, form")].map((n) => n.tagName),
+          handlers: [...log.querySelectorAll("*")].flatMap((n) =>
+            [...n.attributes].filter((a) => /^on/i.test(a.name) || /javascript:/i.test(a.value)).map((a) => a.name),
+          ),
+          pwned: window.pwned,
+          sending: root.querySelector("form button").disabled,
+        };
+      });
+    const check = async (when) => {
+      const r = await until(`the rendered answer (${when})`, async () => {
+        const got = await rendered();
+        return got && !got.sending && got.last?.endsWith("</svg>") && got;
+      });
+      assert.deepEqual(r.strong, ["order 4182"], when);
+      assert.deepEqual(r.em, ["two"], when);
+      assert.deepEqual(r.items, ["Parcel A-1: delivered", "Parcel A-2: track it"], when);
+      assert.deepEqual(r.code, ["A-1", "A-2"], when);
+      assert.deepEqual(r.block, ["curl https://tracking.example/4182"], when);
+      assert.deepEqual(
+        r.links,
+        [{ text: "track it", href: "https://tracking.example/4182?p=2", target: "_blank", rel: "noopener noreferrer" }],
+        when,
+      );
+      // The injection attempts are shown as the text they are, and nothing of them runs.
+      assert.equal(
+        r.last,
+        'Ignore these: <img src=x onerror="window.pwned=1"> <script>window.pwned=2</script> ' +
+          "[x](javascript:alert(1)) [y](javascript:window.pwned=3) " +
+          '<a href="javascript:window.pwned=4" onclick="window.pwned=5">z</a> <svg onload="window.pwned=6"></svg>',
+        when,
+      );
+      assert.deepEqual(r.dangerous, [], when);
+      assert.deepEqual(r.handlers, [], when);
+      assert.equal(r.pwned, undefined, when);
+    };
+    await check("streamed");
+    await page.reload();
+    await page.locator("tracon-widget .launch").waitFor({ state: "visible", timeout: WAIT });
+    await open(page);
+    await check("after a reload, from the stored transcript");
+    // Clicking the javascript: text does nothing either.
+    await page.locator("tracon-widget .m.a p").last().click();
+    assert.equal(await page.evaluate(() => window.pwned), undefined);
+    assert.deepEqual(dialogs, []);
+    assert.deepEqual(page.errors, []);
+  },
+
+  /**
+   * A key the server refuses (unknown: 401; without RunsWrite: 403) reads as "unavailable" in
+   * the chat; the status and the server's reason go to the console for the page's developer.
+   */
+  async auth(browser) {
+    await script("w-auth", [{ text: "This must never be asked." }]);
+    for (const [key, status] of [
+      ["trk_not-a-key-this-server-issued", 401],
+      [READ_KEY, 403],
+    ]) {
+      const page = await newPage(browser, HOST_URL, { agent: "w-auth", key });
+      await open(page);
+      await send(page, "Hello?");
+      const s = await until(`the friendly error (${status})`, async () => {
+        const st = await state(page);
+        return st.errors.length && !st.sending && st;
+      });
+      assert.deepEqual(s.errors, [UNAVAILABLE], `${status}`);
+      assert.deepEqual(s.assistant, []);
+      assert.deepEqual(s.typing, []);
+      const logged = widgetErrors(page);
+      assert.equal(logged.length, 1, JSON.stringify(page.logs));
+      assert.ok(logged[0].includes(`HTTP ${status}: `), `the status and the server's reason: ${logged[0]}`);
+      assert.ok(logged[0].includes("RunsWrite"), logged[0]);
+      assert.ok(!logged[0].includes(key), "the key itself is not logged");
+      assert.deepEqual(page.errors, []);
+    }
+    assert.deepEqual(await requests("w-auth"), [], "no run reached the model");
+  },
+
+  /**
+   * Roles and names as assistive technology reads them, and the keyboard: Enter on the
+   * launcher opens the panel on the input, Shift+Tab walks back through the log to the close
+   * button, a pending answer is a "status", Escape closes and focus returns to the launcher.
+   */
+  async a11y(browser) {
+    await script("w-a11y", [{ text: "Hello! How can I help?" }, { hang: true }]);
+    const page = await newPage(browser, HOST_URL, { agent: "w-a11y" });
+    await page.locator("tracon-widget .launch").focus();
+    await page.keyboard.press("Enter");
+    await until("focus on the input", async () => (await state(page)).focused === "i");
+    await send(page, "Hi");
+    await answer(page, "Hello! How can I help?");
+    const focus = async () => (await state(page)).focused;
+    await page.keyboard.press("Tab");
+    assert.equal(
+      await page.evaluate(() => document.querySelector("tracon-widget").shadowRoot.activeElement?.textContent),
+      "Send",
+      "Tab goes on from the input to the send button",
+    );
+    await page.keyboard.press("Shift+Tab");
+    assert.equal(await focus(), "i");
+    await page.keyboard.press("Shift+Tab");
+    assert.equal(await focus(), "log", "the scrollable log takes focus, for the keyboard to scroll it");
+    await page.keyboard.press("Shift+Tab");
+    assert.equal(await focus(), "x");
+    await page.locator("tracon-widget input").focus();
+    // A second question the model never answers: the typing indicator stays, as a status.
+    await send(page, "Are you there?");
+    await until("the typing indicator", async () => (await state(page)).typing.length === 1);
+    const tree = await page.locator("tracon-widget").ariaSnapshot();
+    for (const line of [
+      /^- button "Open chat" \[expanded\]$/m,
+      /^- dialog "Chat":$/m,
+      /^ +- heading "Chat" \[level=2\]$/m,
+      /^ +- button "Close chat"/m,
+      /^ +- log "Messages":$/m,
+      /^ +- text: Hi$/m,
+      /^ +- paragraph: Hello! How can I help\?$/m,
+      /^ +- text: Are you there\?$/m,
+      /^ +- status: The assistant is typing…$/m,
+      /^ +- textbox "Message"/m,
+      /^ +- button "Send" \[disabled\]$/m,
+    ]) {
+      assert.match(tree, line, tree);
+    }
+    const log = await page.evaluate(() => {
+      const n = document.querySelector("tracon-widget").shadowRoot.querySelector(".log");
+      return { live: n.getAttribute("aria-live"), role: n.getAttribute("role") };
+    });
+    assert.deepEqual(log, { live: "polite", role: "log" });
+    await page.keyboard.press("Escape");
+    const closed = await until("the panel to close", async () => {
+      const st = await state(page);
+      return st.dialogHidden && st;
+    });
+    assert.equal(closed.focused, "launch");
     assert.deepEqual(page.errors, []);
   },
 

@@ -1,13 +1,14 @@
 //! The embeddable chat widget (`GET /embed.js`) in a real browser: headless Chromium
 //! (Debian's package) driven by playwright-core from `tests/browser/widget.test.mjs`.
 //!
-//! This test starts the mock model, the real binary with one allowed origin and a
-//! `RunsWrite` key, the agents (defined through the API, each on its own mock model), and a
-//! host page server on two more ports: one whose origin is allowed, one whose origin is not.
-//! The pages load the widget from the tracon server, so every call the widget makes is
-//! cross-origin, as on a customer's site. The browser script scripts the mock, drives the
-//! pages and checks what reached the model; this test asserts it succeeded, and that the
-//! refused origin started no run. `scripts/test` installs Chromium (apt) and playwright-core
+//! This test starts the mock model, the real binary with one allowed origin, a `RunsWrite`
+//! key and a `RunsRead` one (which the run endpoint refuses), the agents (defined through the
+//! API, each on its own mock model), and a host page server on two more ports: one whose
+//! origin is allowed, one whose origin is not. The pages load the widget from the tracon
+//! server, so every call the widget makes is cross-origin, as on a customer's site. The
+//! browser script scripts the mock, drives the pages and checks what reached the model and
+//! what the widget shows (typing indicator, tool lines, Markdown, friendly errors, roles);
+//! this test asserts it succeeded, and that the refused origin and keys started no run. `scripts/test` installs Chromium (apt) and playwright-core
 //! (`npm ci` in tests/browser).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -38,6 +39,10 @@ const AGENTS: &[(&str, &[&str])] = &[
     ("w-fail", &[]),
     ("w-shot", &["cancel_order"]),
     ("w-tool", &["get_local_time", "get_cart", "get_coupon"]),
+    ("w-alive", &["get_order_status"]),
+    ("w-markdown", &[]),
+    ("w-auth", &[]),
+    ("w-a11y", &[]),
 ];
 
 /// The longest the browser script may take (Chromium's start included) before it is killed.
@@ -74,9 +79,10 @@ fn attr(s: &str) -> String {
     s.replace('&', "&amp;").replace('"', "&quot;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-/// `/?agent=NAME[&lang=L][&dlang=L][&tools=1]`: a shop page embedding the widget, with a
-/// hostile stylesheet the widget's shadow root must keep out, and — with `tools` — a
-/// client-side tool registered through the queue before the script loads.
+/// `/?agent=NAME[&lang=L][&dlang=L][&tools=1][&key=K]`: a shop page embedding the widget, with
+/// a hostile stylesheet the widget's shadow root must keep out, and — with `tools` — a
+/// client-side tool registered through the queue before the script loads. `key` replaces the
+/// test's `RunsWrite` key in `data-api-key`.
 async fn page(State(host): State<Arc<Host>>, Query(q): Query<HashMap<String, String>>) -> Html<String> {
     let get = |k: &str| q.get(k).map(String::as_str).unwrap_or_default();
     let data_lang = match get("dlang") {
@@ -108,7 +114,7 @@ button, input, [role=dialog], div {{ display: none !important; }}
         lang = attr(get("lang")),
         tracon = attr(&host.tracon),
         agent = attr(get("agent")),
-        key = attr(&host.key),
+        key = attr(q.get("key").unwrap_or(&host.key)),
     ))
 }
 
@@ -148,6 +154,9 @@ async fn the_widget_streams_approves_answers_client_tools_survives_a_reload_and_
     }
     let created = server.issue_key(TOKEN, "widget", &["RunsWrite"]).await;
     let key = created["key"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
+    // A valid key that may not start runs: the run endpoint answers 403.
+    let created = server.issue_key(TOKEN, "widget-read-only", &["RunsRead"]).await;
+    let read_key = created["key"].as_str().unwrap_or_else(|| panic!("{created}")).to_owned();
 
     let pages = Router::new()
         .route("/", axum::routing::get(page))
@@ -169,6 +178,7 @@ async fn the_widget_streams_approves_answers_client_tools_survives_a_reload_and_
         .env("HOST_URL", &host_url)
         .env("OTHER_URL", &other_url)
         .env("MOCK_URL", mock.base_url())
+        .env("READ_KEY", &read_key)
         .env("SCREENSHOT", &screenshot)
         .env("CHROMIUM", &chromium)
         .stdin(Stdio::null())
@@ -203,11 +213,12 @@ async fn the_widget_streams_approves_answers_client_tools_survives_a_reload_and_
     );
     assert!(stdout.contains("browser scenarios:"), "{stdout}");
 
-    // The refused origin reached neither the model nor the run store.
+    // The refused origin and the refused keys reached neither the model nor the run store.
     assert!(mock.requests("w-cors").is_empty());
+    assert!(mock.requests("w-auth").is_empty());
     let runs: Value =
         client.get(server.url("/api/runs?take=200")).bearer_auth(TOKEN).send().await.unwrap().json().await.unwrap();
     let runs = runs.as_array().unwrap_or_else(|| panic!("{runs}"));
-    assert!(runs.iter().all(|r| r["agentName"] != "w-cors"), "{runs:?}");
+    assert!(runs.iter().all(|r| r["agentName"] != "w-cors" && r["agentName"] != "w-auth"), "{runs:?}");
     let _ = std::fs::remove_dir_all(out_dir);
 }
