@@ -69,6 +69,7 @@ pub fn order_status_tool() -> Result<ToolRegistration, RegistrationError> {
             })))
         }),
     )
+    .map(|r| r.display_name("Looking up the order"))
 }
 
 /// A client-side tool: the browser (or any caller) answers it with the time on the user's
@@ -93,6 +94,7 @@ pub fn store_hours_tool() -> Result<ToolRegistration, RegistrationError> {
             ))
         }),
     )
+    .map(|r| r.display_name("Checking the store hours"))
 }
 
 /// Cancels an order — after a person approves the call (the approval flow's demo).
@@ -106,7 +108,11 @@ pub fn cancel_order_tool() -> Result<ToolRegistration, RegistrationError> {
             Ok(ToolOutput::Json(json!({"orderId": order_id, "status": "cancelled"})))
         }),
     )
-    .map(|r| r.requires_approval(true).effect(crate::tools::effect::ToolEffect::Destructive))
+    .map(|r| {
+        r.requires_approval(true)
+            .effect(crate::tools::effect::ToolEffect::Destructive)
+            .display_name("Cancelling the order")
+    })
 }
 
 #[cfg(test)]

@@ -702,6 +702,7 @@ pub async fn run_tools(
                 call_id: call.id.clone(),
                 tool_name: call.name.clone(),
                 arguments: call.arguments.clone(),
+                display_name: agent.tool(&call.name).and_then(|t| t.display_name.clone()),
             })
             .await;
         gates.push(pipeline::admit(call, agent.tool(&call.name), env).await);

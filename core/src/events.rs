@@ -63,6 +63,9 @@ pub enum RunEvent {
         call_id: String,
         tool_name: String,
         arguments: String,
+        /// The tool's display name, when it has one ([`crate::tools::ToolRegistration::display_name`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        display_name: Option<String>,
     },
     /// The call produced a result the model saw (including a denial's reason).
     #[serde(rename_all = "camelCase")]

@@ -86,7 +86,10 @@ pub fn builder_from_config(
                 format!("Client-side tool '{name}': Tracon__ClientTools__{name}__Schema is not JSON ({e}).")
             })?,
         };
-        builder = builder.add_client_tool(&name, description, schema);
+        let display = config.get(&key("DisplayName")).unwrap_or_default();
+        builder = builder.add_tool(
+            crate::tools::ToolRegistration::client(&name, description, schema).map(|t| t.display_name(display)),
+        );
     }
     if config.bool("Tracon:Demo:Tools").map_err(|e| e.to_string())?.unwrap_or(true) {
         builder = builder

@@ -532,7 +532,9 @@ input{flex:1;min-width:0;padding:8px 10px;border:1px solid #8c959f;border-radius
           log.scrollTop = log.scrollHeight;
         } else if (event === "update" && f.kind === "toolCall" && !reply) {
           lines.get(f.callId)?.remove();
-          const line = el("div", "tool", toolLabel(f) + "…");
+          const label = toolLabel(f);
+          const line = el("div", "tool", label + "…");
+          line.dataset.label = label;
           line.setAttribute("role", "status");
           lines.set(f.callId, line);
           log.insertBefore(line, typing);
@@ -541,7 +543,7 @@ input{flex:1;min-width:0;padding:8px 10px;border:1px solid #8c959f;border-radius
           const line = lines.get(f.callId);
           line.removeAttribute("role");
           line.className = f.status === "Succeeded" ? "tool ok" : "tool";
-          line.textContent = toolLabel(f);
+          line.textContent = line.dataset.label || toolLabel(f);
         } else if (event === "approvals" && Array.isArray(f)) {
           approvals = f;
         } else if (event === "done") {

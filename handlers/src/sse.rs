@@ -6,7 +6,7 @@
 //! | `RunStarted` | `run` `{runId, agentName, agentVersion, startedAt}` |
 //! | `MessageDelta` | `update` `{kind: "text", text}` |
 //! | `ReasoningDelta` | `update` `{kind: "reasoning", text}` |
-//! | `ToolInvoking` | `update` `{kind: "toolCall", callId, toolName, arguments}` |
+//! | `ToolInvoking` | `update` `{kind: "toolCall", callId, toolName, arguments, displayName?}` |
 //! | `ToolInvoked` / `ToolFailed` | `update` `{kind: "toolResult", callId, toolName, status, result \| error}` |
 //! | `RunAwaitingApproval` | `approvals` `[{requestId, callId, toolName, arguments, effect}]`, then `done` (`{runId, status: "AwaitingApproval", approvals, sessionId}`) |
 //! | `RunCompleted` | `done` `{runId, status: "Completed", text, usage, cost, finishReason}`; after client-side tool calls also `clientToolCalls: [{callId, toolName, arguments}]` and `sessionId` |
@@ -110,6 +110,8 @@ enum UpdateFrame<'a> {
         call_id: &'a str,
         tool_name: &'a str,
         arguments: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        display_name: Option<&'a str>,
     },
     #[serde(rename_all = "camelCase")]
     ToolResult {
@@ -244,9 +246,11 @@ pub fn put_live_frames(buf: &mut BytesMut, run_id: RunId, session_id: Option<&st
         RunEvent::RunAwaitingInput { requests } => {
             put_frame(buf, "done", &DoneFrame { requests, ..DoneFrame::bare(run_id, "AwaitingInput") })
         }
-        RunEvent::ToolInvoking { call_id, tool_name, arguments } => {
-            put_frame(buf, "update", &UpdateFrame::ToolCall { call_id, tool_name, arguments })
-        }
+        RunEvent::ToolInvoking { call_id, tool_name, arguments, display_name } => put_frame(
+            buf,
+            "update",
+            &UpdateFrame::ToolCall { call_id, tool_name, arguments, display_name: display_name.as_deref() },
+        ),
         RunEvent::ToolInvoked { call_id, tool_name, status, result, omitted_bytes, .. } => put_frame(
             buf,
             "update",

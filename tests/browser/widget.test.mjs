@@ -305,8 +305,8 @@ const scenarios = {
 
   /**
    * The widget feels alive: a typing indicator from the send until the first token, and the
-   * model's server-side tool call as a status line ("Get order status…") that its result
-   * settles ("✓ Get order status") before the answer streams in.
+   * model's server-side tool call as a status line under its display name ("Looking up the order…") that its result
+   * settles ("✓ Looking up the order") before the answer streams in.
    */
   async alive(browser) {
     await script("w-alive", [
@@ -326,7 +326,7 @@ const scenarios = {
     };
     const shown = at("+typing status The assistant is typing… visible=true");
     const line = at("+tool");
-    const running = at("tool text was Get order status…");
+    const running = at("tool text was Looking up the order…");
     at("tool role was status");
     const gone = at("-typing");
     const first = at("+a");
@@ -335,7 +335,7 @@ const scenarios = {
     assert.equal(history.filter((e) => e === "-typing").length, 1, "removed once, at the first token");
     // Settled: no indicator left, the tool line kept as a done line without its live role.
     assert.deepEqual(s.typing, []);
-    assert.deepEqual(s.tools, ["Get order status"]);
+    assert.deepEqual(s.tools, ["Looking up the order"]);
     const settled = await page.evaluate(() => {
       const n = document.querySelector("tracon-widget").shadowRoot.querySelector(".tool");
       return { cls: n.className, role: n.getAttribute("role") };

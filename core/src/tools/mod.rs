@@ -142,6 +142,9 @@ impl Tool for ClientSide {
     }
 }
 
+/// Longest tool display name, in characters.
+pub const MAX_DISPLAY_NAME: usize = 64;
+
 /// A registration refused at start-up.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -160,6 +163,9 @@ pub struct ToolRegistration {
     pub max_output_bytes: Option<usize>,
     pub safe_to_repeat: bool,
     pub source: Option<String>,
+    /// What people see while the tool runs ("Looking up the order"); the chat widget and the
+    /// `toolCall` update show it. `None`: the tool's name.
+    pub display_name: Option<String>,
     body: Arc<dyn Tool>,
     /// Declared here, answered by the caller: the server never runs a body for it.
     client: bool,
@@ -202,6 +208,7 @@ impl ToolRegistration {
             max_output_bytes: None,
             safe_to_repeat: false,
             source: None,
+            display_name: None,
             body: Arc::new(body),
             client: false,
         })
@@ -248,6 +255,13 @@ impl ToolRegistration {
     }
     pub fn source(mut self, s: &str) -> Self {
         self.source = Some(s.to_owned());
+        self
+    }
+    /// What people see while the tool runs; blank is none, and it is cut at
+    /// [`MAX_DISPLAY_NAME`] characters.
+    pub fn display_name(mut self, name: &str) -> Self {
+        let name = name.trim();
+        self.display_name = (!name.is_empty()).then(|| name.chars().take(MAX_DISPLAY_NAME).collect());
         self
     }
 
