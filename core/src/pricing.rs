@@ -15,6 +15,10 @@
 //!
 //! A run's cost is a snapshot: it carries the unit prices applied, computed once when the
 //! run ends, and is `null` when usage was not measured or no price is known.
+//!
+//! Money is [`Money`]: whole nano-units (10⁻⁹) of the currency, so costs add up exactly —
+//! `0.00005 + 0.00008` is `0.00013`, never `0.00013000000000000002` — and each amount is
+//! written as a JSON number with at most nine decimals. Prices stay as configured.
 
 use std::collections::BTreeMap;
 
@@ -26,14 +30,96 @@ use crate::model::Usage;
 use crate::model::catalog::ModelCatalog;
 pub use crate::model::catalog::ModelPrice;
 
+/// An amount of money in whole nano-units (10⁻⁹) of its currency: sums are exact, and it
+/// reads and writes as a JSON number of units rounded to nine decimals (`0.00013`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Money(i64);
+
+impl Money {
+    pub const ZERO: Money = Money(0);
+
+    /// Nano-units in one unit of the currency.
+    pub const NANOS_PER_UNIT: i64 = 1_000_000_000;
+
+    pub const fn from_nanos(nanos: i64) -> Self {
+        Self(nanos)
+    }
+
+    pub const fn nanos(self) -> i64 {
+        self.0
+    }
+
+    /// The amount nearest to `units` (a configured price, a stored number), rounded to the
+    /// nano-unit; `None` for a number that is not finite or out of range.
+    pub fn from_units(units: f64) -> Option<Self> {
+        let nanos = (units * Self::NANOS_PER_UNIT as f64).round();
+        (nanos.is_finite() && nanos.abs() < i64::MAX as f64).then_some(Self(nanos as i64))
+    }
+
+    /// The amount in units, the nearest `f64` (what JSON carries).
+    pub fn units(self) -> f64 {
+        self.0 as f64 / Self::NANOS_PER_UNIT as f64
+    }
+
+    /// The cost of `tokens` at `per_million` nano-units per million tokens, rounded half away
+    /// from zero to the nano-unit.
+    fn of_tokens(tokens: u64, per_million: Money) -> Money {
+        Money::rounded(i128::from(tokens) * i128::from(per_million.0), 1_000_000)
+    }
+
+    /// `numerator / denominator` nano-units, rounded half away from zero (saturating).
+    fn rounded(numerator: i128, denominator: i128) -> Money {
+        let half = denominator / 2;
+        let quotient = if numerator >= 0 { (numerator + half) / denominator } else { (numerator - half) / denominator };
+        Money(i64::try_from(quotient).unwrap_or(if quotient > 0 { i64::MAX } else { i64::MIN }))
+    }
+}
+
+impl std::ops::Add for Money {
+    type Output = Money;
+    fn add(self, other: Money) -> Money {
+        Money(self.0.saturating_add(other.0))
+    }
+}
+
+impl std::ops::AddAssign for Money {
+    fn add_assign(&mut self, other: Money) {
+        *self = *self + other;
+    }
+}
+
+impl std::iter::Sum for Money {
+    fn sum<I: Iterator<Item = Money>>(amounts: I) -> Money {
+        amounts.fold(Money::ZERO, |total, m| total + m)
+    }
+}
+
+impl Serialize for Money {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        // The nearest f64 to a whole number of nano-units over 10⁹ prints as that decimal.
+        serializer.serialize_f64(self.units())
+    }
+}
+
+impl<'de> Deserialize<'de> for Money {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // Older records hold float sums (`0.00013000000000000002`): they read back rounded.
+        let units = f64::deserialize(deserializer)?;
+        Money::from_units(units).ok_or_else(|| serde::de::Error::custom("an amount of money out of range"))
+    }
+}
+
 /// What a run cost, with the prices that were applied.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CostSnapshot {
     pub currency: String,
-    pub input_cost: f64,
-    pub output_cost: f64,
-    pub total_cost: f64,
+    #[schema(value_type = f64)]
+    pub input_cost: Money,
+    #[schema(value_type = f64)]
+    pub output_cost: Money,
+    #[schema(value_type = f64)]
+    pub total_cost: Money,
     pub input_per_million: f64,
     pub output_per_million: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -103,9 +189,11 @@ impl Pricing {
             Some(p) => (usage.input_tokens - cached, Some(p)),
             None => (usage.input_tokens, None),
         };
-        let input_cost =
-            (uncached as f64 * price.input_per_million + cached_price.map_or(0.0, |p| cached as f64 * p)) / 1_000_000.0;
-        let output_cost = usage.output_tokens as f64 * price.output_per_million / 1_000_000.0;
+        // In nano-units per million tokens: a token's share is computed exactly, rounded once.
+        let per_million = |p: f64| Money::from_units(p).unwrap_or(Money::ZERO);
+        let input_cost = Money::of_tokens(uncached, per_million(price.input_per_million))
+            + cached_price.map_or(Money::ZERO, |p| Money::of_tokens(cached, per_million(p)));
+        let output_cost = Money::of_tokens(usage.output_tokens, per_million(price.output_per_million));
         Some(CostSnapshot {
             currency: self.currency.clone(),
             input_cost,
@@ -140,11 +228,46 @@ mod tests {
             reasoning_tokens: None,
         };
         let cost = p.cost("OpenAI", "m", Some(&usage)).unwrap();
-        assert!((cost.input_cost - (0.8 * 2.0 + 0.2)).abs() < 1e-9);
-        assert!((cost.output_cost - 4.0).abs() < 1e-9);
+        assert_eq!(cost.input_cost, Money::from_units(0.8 * 2.0 + 0.2).unwrap());
+        assert_eq!(cost.output_cost, Money::from_units(4.0).unwrap());
         assert_eq!(cost.currency, "USD");
         assert!(p.cost("openai", "other", Some(&usage)).is_none());
         assert!(p.cost("openai", "m", None).is_none());
+    }
+
+    #[test]
+    fn costs_are_exact_and_written_as_clean_decimals() {
+        // In f64: 100 × 0.5 / 10⁶ + 40 × 2 / 10⁶ = 0.00013000000000000002.
+        let p = Pricing::new("USD").with_price(
+            "openai",
+            "m",
+            ModelPrice { input_per_million: 0.5, output_per_million: 2.0, cached_input_per_million: None },
+        );
+        let usage = Usage { input_tokens: 100, output_tokens: 40, total_tokens: 140, ..Usage::default() };
+        let cost = p.cost("openai", "m", Some(&usage)).unwrap();
+        assert_eq!(cost.total_cost, Money::from_nanos(130_000));
+        let json = serde_json::to_string(&cost).unwrap();
+        assert!(json.contains(r#""totalCost":0.00013"#) && !json.contains("0000000"), "{json}");
+        // Sums stay exact: 0.1 + 0.2 is 0.3, three of 0.00013 are 0.00039.
+        let tenth = Money::from_units(0.1).unwrap();
+        assert_eq!(serde_json::to_string(&(tenth + Money::from_units(0.2).unwrap())).unwrap(), "0.3");
+        let three = add_cost(add_cost(Some(cost.clone()), Some(&cost)), Some(&cost)).unwrap();
+        assert_eq!(serde_json::to_string(&three.total_cost).unwrap(), "0.00039");
+        // A float-noisy amount stored before reads back rounded to the nano-unit.
+        let stored: Money = serde_json::from_str("0.00013000000000000002").unwrap();
+        assert_eq!(stored, Money::from_nanos(130_000));
+        // A token's share below a nano-unit is kept until the sum is rounded.
+        let cheap = Pricing::new("USD").with_price(
+            "openai",
+            "m",
+            ModelPrice { input_per_million: 0.0375, output_per_million: 0.0, cached_input_per_million: None },
+        );
+        let usage = Usage { input_tokens: 3, output_tokens: 0, total_tokens: 3, ..Usage::default() };
+        assert_eq!(
+            cheap.cost("openai", "m", Some(&usage)).unwrap().input_cost,
+            Money::from_nanos(113),
+            "112.5 rounds up"
+        );
     }
 
     #[test]

@@ -152,7 +152,7 @@ pub trait QuotaNoticeSink: Send + Sync {
 #[derive(Debug, Clone, Default)]
 pub struct RunConsumption {
     pub tokens: u64,
-    pub cost: Option<(String, f64)>,
+    pub cost: Option<(String, crate::pricing::Money)>,
 }
 
 impl Quotas {
@@ -259,16 +259,17 @@ impl Quotas {
                     continue;
                 }
             };
-            let used = used
-                + match rule.metric {
-                    Metric::Runs => 0.0,
-                    Metric::Tokens => own.tokens as f64,
-                    Metric::Cost => own
-                        .cost
-                        .as_ref()
-                        .filter(|(c, _)| c.eq_ignore_ascii_case(&rule.currency))
-                        .map_or(0.0, |(_, v)| *v),
-                };
+            let used = match rule.metric {
+                Metric::Runs => used,
+                Metric::Tokens => used + own.tokens as f64,
+                // Money adds up in nano-units: `used` came from one, so it converts back exactly.
+                Metric::Cost => own
+                    .cost
+                    .as_ref()
+                    .filter(|(c, _)| c.eq_ignore_ascii_case(&rule.currency))
+                    .and_then(|(_, v)| crate::pricing::Money::from_units(used).map(|u| (u + *v).units()))
+                    .unwrap_or(used),
+            };
             if rule.limit <= 0.0 || !used.is_finite() {
                 continue;
             }
@@ -325,7 +326,8 @@ impl Quotas {
                 .iter()
                 .filter(|(currency, _)| currency.eq_ignore_ascii_case(&rule.currency))
                 .map(|(_, v)| *v)
-                .sum(),
+                .sum::<crate::pricing::Money>()
+                .units(),
         })
     }
 

@@ -437,7 +437,7 @@ async fn cost_is_a_snapshot_of_configured_prices_and_null_without_usage() {
     let (outcome, _) = h.run("a", "go").await;
     let cost = outcome.cost.unwrap();
     assert_eq!(cost.currency, "EUR");
-    assert!((cost.total_cost - 3.0).abs() < 1e-9);
+    assert_eq!(cost.total_cost, tracon_core::pricing::Money::from_nanos(3_000_000_000));
     assert_eq!(cost.input_per_million, 1.0);
 
     let h = Harness::build(vec![ScriptedTurn::text("hi")], vec![], agent(&[]), |b| {

@@ -248,7 +248,8 @@ pub fn add_stats_row(
             s.by_label.insert(key, n);
         }
         "cost" => {
-            s.cost.insert(key, amount.unwrap_or(0.0));
+            let amount = amount.unwrap_or(0.0);
+            s.cost.insert(key, tracon_core::pricing::Money::from_units(amount).ok_or_else(|| corrupt("cost", amount))?);
             s.runs_with_cost += n;
         }
         "usage" => s.runs_with_usage = n,

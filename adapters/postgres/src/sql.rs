@@ -121,7 +121,7 @@ pub const RUN_STATS: &str = concat!(
      UNION ALL SELECT 'agent', agent_name, count(*), NULL, NULL FROM f GROUP BY 2 \
      UNION ALL SELECT 'user', user_id, count(*), NULL, NULL FROM f WHERE user_id IS NOT NULL GROUP BY 2 \
      UNION ALL SELECT 'label', l.key || ':' || l.value, count(*), NULL, NULL FROM f, jsonb_each_text(f.labels) AS l GROUP BY 2 \
-     UNION ALL SELECT 'cost', cost->>'currency', count(*), sum((cost->>'totalCost')::float8), NULL FROM f \
+     UNION ALL SELECT 'cost', cost->>'currency', count(*), round(sum((cost->>'totalCost')::numeric), 9)::float8, NULL FROM f \
          WHERE cost IS NOT NULL GROUP BY 2 \
      UNION ALL SELECT 'usage', '', count(*), NULL, NULL FROM f WHERE usage IS NOT NULL \
      UNION ALL SELECT 'tokens', 'input', 0, NULL, coalesce(sum((usage->>'inputTokens')::bigint), 0)::bigint FROM f \

@@ -63,7 +63,7 @@ use crate::failure::{ErrorClass, RunFailure};
 use crate::keys::{ApiKeyRecord, Scope};
 use crate::model::{Message, Usage};
 use crate::names::{AgentName, RunId, TenantId};
-use crate::pricing::CostSnapshot;
+use crate::pricing::{CostSnapshot, Money};
 use crate::runs::store::DocumentInput;
 use crate::runs::store::LateCompletion;
 use crate::runs::store::{
@@ -215,9 +215,9 @@ pub async fn runs_are_created_read_and_finished(s: Stores) {
         usage: Some(Usage { input_tokens: 3, output_tokens: 4, total_tokens: 7, ..Usage::default() }),
         cost: Some(CostSnapshot {
             currency: "USD".into(),
-            input_cost: 0.1,
-            output_cost: 0.2,
-            total_cost: 0.3,
+            input_cost: Money::from_nanos(100_000_000),
+            output_cost: Money::from_nanos(200_000_000),
+            total_cost: Money::from_nanos(300_000_000),
             input_per_million: 1.0,
             output_per_million: 2.0,
             cached_input_per_million: None,
@@ -311,9 +311,9 @@ pub async fn run_stats_aggregate_the_filtered_runs(s: Stores) {
             }),
             cost: (i == 3).then(|| CostSnapshot {
                 currency: "EUR".into(),
-                input_cost: 1.0,
-                output_cost: 0.5,
-                total_cost: 1.5,
+                input_cost: Money::from_nanos(1_000_000_000),
+                output_cost: Money::from_nanos(500_000_000),
+                total_cost: Money::from_nanos(1_500_000_000),
                 input_per_million: 1.0,
                 output_per_million: 1.0,
                 cached_input_per_million: None,
@@ -338,6 +338,36 @@ pub async fn run_stats_aggregate_the_filtered_runs(s: Stores) {
     assert_eq!(stats.by_error_class.get(&ErrorClass::Timeout), Some(&1));
     let only_y = r.stats(&a(), &RunFilter { agent: Some("y".into()), ..RunFilter::default() }).await.unwrap();
     assert_eq!(only_y.total_runs, 2);
+}
+
+pub async fn run_stats_sum_costs_exactly(s: Stores) {
+    let r = &s.runs;
+    for (i, nanos) in [100_000_000, 200_000_000, 130_000].into_iter().enumerate() {
+        let row = run_row("x", t0() + Duration::seconds(i as i64));
+        r.create_run(&a(), &row, None).await.unwrap();
+        let cost = Money::from_nanos(nanos);
+        let end = RunEnd {
+            cost: Some(CostSnapshot {
+                currency: "USD".into(),
+                input_cost: cost,
+                output_cost: Money::ZERO,
+                total_cost: cost,
+                input_per_million: 0.5,
+                output_per_million: 2.0,
+                cached_input_per_million: None,
+            }),
+            status: RunStatus::Completed,
+            error: None,
+            ..RunEnd::failed(t0(), 5, RunFailure::new(ErrorClass::Internal, "unused"))
+        };
+        r.finish_run(&a(), row.id, &end, &[]).await.unwrap();
+        assert_eq!(r.get_run(&a(), row.id).await.unwrap().unwrap().cost, end.cost, "a cost reads back exactly");
+    }
+    let stats = r.stats(&a(), &RunFilter::default()).await.unwrap();
+    // In f64, 0.1 + 0.2 + 0.00013 is 0.30013000000000003.
+    assert_eq!(stats.cost.get("USD"), Some(&Money::from_nanos(300_130_000)));
+    assert_eq!(serde_json::to_string(&stats.cost).unwrap(), r#"{"USD":0.30013}"#);
+    assert_eq!(stats.runs_with_cost, 3);
 }
 
 pub async fn events_append_in_batches_and_read_after_a_cursor(s: Stores) {
@@ -1372,6 +1402,7 @@ macro_rules! store_contract_tests {
             runs_are_created_read_and_finished,
             runs_list_with_filters_newest_first,
             run_stats_aggregate_the_filtered_runs,
+            run_stats_sum_costs_exactly,
             events_append_in_batches_and_read_after_a_cursor,
             concurrent_appends_to_different_runs_stay_gapless,
             tool_calls_are_stored_individually_with_late_completions,

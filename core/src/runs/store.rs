@@ -323,7 +323,8 @@ pub struct RunStats {
     /// Runs whose usage was measured.
     pub runs_with_usage: u64,
     /// Currency → total cost of the runs with a known cost.
-    pub cost: BTreeMap<String, f64>,
+    #[schema(value_type = BTreeMap<String, f64>)]
+    pub cost: BTreeMap<String, crate::pricing::Money>,
     pub runs_with_cost: u64,
 }
 

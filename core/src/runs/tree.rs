@@ -105,7 +105,7 @@ impl SubAgentDefaults {
 pub struct Spent {
     pub child_runs: u32,
     pub tokens: u64,
-    pub cost: f64,
+    pub cost: crate::pricing::Money,
 }
 
 /// The budget a whole tree shares (clones share it).
@@ -164,7 +164,7 @@ impl Spent {
             if let Some(u) = &run.usage {
                 spent.tokens = spent.tokens.saturating_add(u.total_tokens.max(u.input_tokens + u.output_tokens));
             }
-            spent.cost += run.cost.as_ref().map_or(0.0, |c| c.total_cost);
+            spent.cost += run.cost.as_ref().map_or(crate::pricing::Money::ZERO, |c| c.total_cost);
             spent.child_runs += u32::from(run.parent_run_id.is_some());
             spent
         })
@@ -207,7 +207,7 @@ impl TreeBudget {
         if l.max_total_tokens.is_some_and(|max| spent.tokens >= max) {
             return Some(Limit::Tokens);
         }
-        if l.max_total_cost.is_some_and(|max| spent.cost >= max) {
+        if l.max_total_cost.is_some_and(|max| spent.cost.units() >= max) {
             return Some(Limit::Cost);
         }
         let elapsed = (now - self.started_at).to_std().unwrap_or_default();
@@ -215,10 +215,10 @@ impl TreeBudget {
     }
 
     /// Adds one model call's usage and cost.
-    pub fn spend(&self, usage: &Usage, cost: Option<f64>) {
+    pub fn spend(&self, usage: &Usage, cost: Option<crate::pricing::Money>) {
         let mut spent = self.lock();
         spent.tokens = spent.tokens.saturating_add(usage.total_tokens.max(usage.input_tokens + usage.output_tokens));
-        spent.cost += cost.unwrap_or(0.0);
+        spent.cost += cost.unwrap_or_default();
     }
 
     /// Claims one child run at `depth`, or names the limit that refuses it.
@@ -327,7 +327,7 @@ mod tests {
         assert_eq!(timed.budget.exhausted(at(60)), Some(Limit::Duration));
         let limits = AgentGraphSettings { max_total_cost: Some(0.5), ..AgentGraphSettings::default() };
         let priced = TreePlace::root(RunId(uuid::Uuid::nil()), Arc::new(limits), at(0), Spent::default());
-        priced.budget.spend(&Usage::default(), Some(0.5));
+        priced.budget.spend(&Usage::default(), crate::pricing::Money::from_units(0.5));
         assert_eq!(priced.budget.exhausted(at(0)), Some(Limit::Cost));
     }
 }

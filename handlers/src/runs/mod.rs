@@ -155,7 +155,8 @@ pub struct RunTree {
     /// Cost of every priced run in the tree together, in `currency`; absent when no run in
     /// the tree has a cost.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub total_cost: Option<f64>,
+    #[schema(value_type = Option<f64>)]
+    pub total_cost: Option<tracon_core::pricing::Money>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub currency: Option<String>,
 }
@@ -177,13 +178,13 @@ pub async fn tree(Ctx { state, tenant, caller }: Ctx, Path(id): Path<String>) ->
         }
     }
     let mut total_usage = Usage::default();
-    let (mut total_cost, mut currency) = (None::<f64>, None::<String>);
+    let (mut total_cost, mut currency) = (None::<tracon_core::pricing::Money>, None::<String>);
     for run in &readable {
         if let Some(u) = &run.usage {
             total_usage.add(u);
         }
         if let Some(c) = &run.cost {
-            *total_cost.get_or_insert(0.0) += c.total_cost;
+            *total_cost.get_or_insert_default() += c.total_cost;
             currency.get_or_insert_with(|| c.currency.clone());
         }
     }
