@@ -102,7 +102,7 @@ pub const DOCUMENT: &str = include_str!(concat!(env!("OUT_DIR"), "/openapi.min.j
         crate::openai::responses::create_response,
         crate::openai::responses::get_response,
         crate::openai::responses::delete_response,
-        crate::openai::responses::list_input_items,
+        crate::openai::input_items::list_input_items,
         crate::openai::conversations::create_conversation,
         crate::openai::conversations::get_conversation,
         crate::openai::conversations::delete_conversation,

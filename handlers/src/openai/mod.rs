@@ -48,7 +48,7 @@ pub fn router() -> Router<AppState> {
         .route("/v1/models/{id}", routing::get(model))
         .route("/v1/responses", routing::post(responses::create_response))
         .route("/v1/responses/{id}", routing::get(responses::get_response).delete(responses::delete_response))
-        .route("/v1/responses/{id}/input_items", routing::get(responses::list_input_items))
+        .route("/v1/responses/{id}/input_items", routing::get(input_items::list_input_items))
         .route("/v1/conversations", routing::post(conversations::create_conversation))
         .route(
             "/v1/conversations/{id}",
@@ -265,5 +265,6 @@ pub(crate) fn checked_fields(
 mod caller;
 pub mod chat;
 pub mod conversations;
+pub mod input_items;
 mod limits;
 pub mod responses;

@@ -101,7 +101,7 @@ pub(super) fn not_found(error_type: &'static str, param: Option<&str>, message: 
     })
 }
 
-fn response_not_found() -> OpenAiError {
+pub(super) fn response_not_found() -> OpenAiError {
     not_found("response_not_found", None, "The response does not exist.")
 }
 
@@ -773,8 +773,8 @@ pub(super) async fn visible_session(
 }
 
 /// A stored response: the run behind it and the items of the session that holds it.
-struct StoredResponse {
-    run_id: RunId,
+pub(super) struct StoredResponse {
+    pub(super) run_id: RunId,
     run: Option<RunRecord>,
     session: SessionRecord,
     items: Vec<SessionItem>,
@@ -792,7 +792,7 @@ impl StoredResponse {
 
     /// The items the response was given: the session's items before its answer, up to and
     /// including its user message (in its own session, the conversation it continued too).
-    fn input(&self, ran_here: &std::collections::BTreeSet<String>) -> Vec<&SessionItem> {
+    pub(super) fn input(&self, ran_here: &std::collections::BTreeSet<String>) -> Vec<&SessionItem> {
         let Some(last) = self.items.iter().rposition(|i| i.run_id == Some(self.run_id)) else { return Vec::new() };
         let upto = &self.items[..=last];
         // Its input ends with its user message, or with the outputs of client-side calls it
@@ -829,7 +829,7 @@ impl StoredResponse {
 
 /// Finds a stored response the caller may read: the session named after it, or — for a
 /// response in a conversation — the conversation its run names.
-async fn stored_response(
+pub(super) async fn stored_response(
     state: &AppState,
     tenant: &TenantId,
     caller: &Caller,
@@ -1086,58 +1086,6 @@ pub async fn delete_response(
         return Err(response_not_found());
     }
     Ok(axum::Json(json!({"id": id, "object": "response", "deleted": true})).into_response())
-}
-
-/// The input a stored response was given — the conversation before its answer, its user
-/// message last — as a page of message items (`limit`, `order`, `after` as for a
-/// conversation's items).
-#[utoipa::path(get, path = "/v1/responses/{id}/input_items", tag = "openai",
-    params(("id" = String, Path, description = "Response id (`resp_…`)")),
-    responses(
-        (status = 200, description = "`{\"object\": \"list\", \"data\", \"first_id\", \"last_id\", \"has_more\"}`", body = Object),
-        (status = 404, description = "`{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`", body = Object)))]
-#[tracing::instrument(name = "openai.responses.input_items", skip_all)]
-pub async fn list_input_items(
-    Ctx { state, tenant, caller }: Ctx,
-    Path(id): Path<String>,
-    axum::extract::RawQuery(raw): axum::extract::RawQuery,
-    headers: HeaderMap,
-) -> OpenAiResult<Response> {
-    let query = super::conversations::items_query(raw.as_deref())?;
-    let stored = stored_response(&state, &tenant, &caller, &headers, &id).await?.ok_or_else(response_not_found)?;
-    // The tool calls the run made itself: their results are its output, not its input.
-    let events = state.runtime.stores.runs.read_events(&tenant, stored.run_id, 0, MAX_EVENTS_READ).await;
-    let ran_here: std::collections::BTreeSet<String> = events
-        .map_err(ApiError::from)?
-        .into_iter()
-        .filter_map(|e| match e.event {
-            RunEvent::ToolInvoking { call_id, .. } => Some(call_id),
-            _ => None,
-        })
-        .collect();
-    let all: Vec<Value> = stored.input(&ran_here).into_iter().flat_map(input_items).collect();
-    Ok(axum::Json(super::conversations::page(all, &query, "response's input")?).into_response())
-}
-
-/// Most events of a run read to tell its own tool calls from the caller's.
-const MAX_EVENTS_READ: usize = 10_000;
-
-/// A session item as the input items it was: a message, or the client-side `function_call`s
-/// of an assistant message and the `function_call_output` that answered one.
-fn input_items(item: &SessionItem) -> Vec<Value> {
-    match &item.message {
-        Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => tool_calls
-            .iter()
-            .enumerate()
-            .map(|(j, c)| {
-                json!({"type": "function_call", "id": format!("fc_{:06}_{j}", item.sequence), "call_id": c.id,
-                    "name": c.name, "arguments": c.arguments, "status": "completed"})
-            })
-            .collect(),
-        Message::Tool { call_id, content, .. } => vec![json!({"type": "function_call_output",
-            "id": format!("fco_{:06}", item.sequence), "call_id": call_id, "output": content, "status": "completed"})],
-        _ => super::conversations::conversation_item(item).into_iter().collect(),
-    }
 }
 
 /// A stored response, rebuilt from its run and the session that holds it. Responses made
