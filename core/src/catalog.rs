@@ -201,36 +201,27 @@ impl Catalog {
     /// Code agents first (by name), then stored definitions (by name) that no code agent
     /// shadows.
     pub async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<CatalogEntry>, StoreError> {
-        let mut out: Vec<CatalogEntry> = self
-            .code
-            .values()
-            .skip(skip)
-            .take(take)
-            .map(|d| CatalogEntry {
+        crate::definitions::code_then_stored(
+            &self.code,
+            self.store.as_ref(),
+            tenant,
+            (skip, take),
+            |d| CatalogEntry {
                 definition: d.clone(),
                 source: AgentSource::Code,
                 version: None,
                 created_at: None,
                 updated_at: None,
-            })
-            .collect();
-        let remaining = take - out.len();
-        if remaining > 0 {
-            let stored_skip = skip.saturating_sub(self.code.len());
-            for s in self.store.list(tenant, stored_skip, remaining).await? {
-                if self.code.contains_key(&s.definition.name) {
-                    continue;
-                }
-                out.push(CatalogEntry {
-                    definition: Arc::new(s.definition),
-                    source: AgentSource::Stored,
-                    version: Some(s.version),
-                    created_at: Some(s.created_at),
-                    updated_at: Some(s.updated_at),
-                });
-            }
-        }
-        Ok(out)
+            },
+            |s| CatalogEntry {
+                definition: Arc::new(s.definition),
+                source: AgentSource::Stored,
+                version: Some(s.version),
+                created_at: Some(s.created_at),
+                updated_at: Some(s.updated_at),
+            },
+        )
+        .await
     }
 
     /// Resolves a definition's outward names in `tenant`. `walk_callables` also follows the

@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::definitions::{Definition, DefinitionStore};
+use crate::definitions::{Definition, DefinitionStore, StoredDefinition};
 use crate::error::StoreError;
 use crate::names::{SkillName, TenantId};
 use crate::report::{Problem, ProblemCode};
@@ -246,6 +246,19 @@ pub struct ResolvedSkill {
     pub updated_at: Option<DateTime<Utc>>,
 }
 
+impl ResolvedSkill {
+    /// A stored version as the catalog answers it.
+    pub fn stored(stored: StoredDefinition<SkillDefinition>) -> Self {
+        Self {
+            definition: Arc::new(stored.definition),
+            source: SkillSource::Stored,
+            version: Some(stored.version),
+            created_at: Some(stored.created_at),
+            updated_at: Some(stored.updated_at),
+        }
+    }
+}
+
 /// Code skills and the tenants' stored skills, looked up in that order.
 #[derive(Clone)]
 pub struct SkillCatalog {
@@ -277,35 +290,20 @@ impl SkillCatalog {
         if let Some(def) = self.code.get(name.as_str()) {
             return Ok(Some(Self::code_entry(def)));
         }
-        Ok(self.store.get(tenant, name).await?.map(|s| ResolvedSkill {
-            definition: Arc::new(s.definition),
-            source: SkillSource::Stored,
-            version: Some(s.version),
-            created_at: Some(s.created_at),
-            updated_at: Some(s.updated_at),
-        }))
+        Ok(self.store.get(tenant, name).await?.map(ResolvedSkill::stored))
     }
 
     /// Code skills first (by name), then stored skills (by name) no code skill shadows.
     pub async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<ResolvedSkill>, StoreError> {
-        let mut out: Vec<ResolvedSkill> = self.code.values().skip(skip).take(take).map(Self::code_entry).collect();
-        let remaining = take - out.len();
-        if remaining > 0 {
-            let stored_skip = skip.saturating_sub(self.code.len());
-            for s in self.store.list(tenant, stored_skip, remaining).await? {
-                if self.code.contains_key(&s.definition.name) {
-                    continue;
-                }
-                out.push(ResolvedSkill {
-                    definition: Arc::new(s.definition),
-                    source: SkillSource::Stored,
-                    version: Some(s.version),
-                    created_at: Some(s.created_at),
-                    updated_at: Some(s.updated_at),
-                });
-            }
-        }
-        Ok(out)
+        crate::definitions::code_then_stored(
+            &self.code,
+            self.store.as_ref(),
+            tenant,
+            (skip, take),
+            Self::code_entry,
+            ResolvedSkill::stored,
+        )
+        .await
     }
 
     fn code_entry(def: &Arc<SkillDefinition>) -> ResolvedSkill {

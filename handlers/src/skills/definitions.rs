@@ -57,14 +57,7 @@ impl SkillView {
     }
 
     fn stored(stored: StoredDefinition<SkillDefinition>) -> Self {
-        let skill = ResolvedSkill {
-            definition: std::sync::Arc::new(stored.definition),
-            source: SkillSource::Stored,
-            version: Some(stored.version),
-            created_at: Some(stored.created_at),
-            updated_at: Some(stored.updated_at),
-        };
-        Self::of(&skill, true)
+        Self::of(&ResolvedSkill::stored(stored), true)
     }
 }
 
