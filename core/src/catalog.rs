@@ -4,7 +4,7 @@
 //! **Code wins.** A code agent shadows a stored definition of the same name, and the
 //! management API refuses to store under a code agent's name. The cache is an
 //! optimisation only — keyed by tenant, name, version, a fingerprint of the dependencies
-//! (the shared block's version) and the resolved culture — so any instance compiles the
+//! (the shared block's version), the named skills' versions and the resolved culture — so any instance compiles the
 //! same agent from the store; parameterised runs are never cached.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -66,7 +66,24 @@ struct CacheKey {
     name: String,
     version: Option<u32>,
     fingerprint: Option<u32>,
+    /// The named skills' versions ([`skills_fingerprint`]): a changed skill compiles its
+    /// agents again.
+    skills: u64,
     culture: Option<String>,
+}
+
+/// What tells one set of resolved skills' contents from another: each skill's name, and for a
+/// stored one its version and when that version was written (a skill deleted and created again
+/// starts at version 1 again, at a new time). A code skill never changes while the process lives.
+fn skills_fingerprint(skills: &[crate::skills::ResolvedSkill]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    for skill in skills {
+        skill.definition.name.hash(&mut hasher);
+        skill.version.hash(&mut hasher);
+        skill.updated_at.map(|t| t.timestamp_nanos_opt()).hash(&mut hasher);
+    }
+    hasher.finish()
 }
 
 pub struct Catalog {
@@ -74,6 +91,7 @@ pub struct Catalog {
     store: Arc<dyn DefinitionStore>,
     providers: ProviderRegistry,
     tools: ToolRegistry,
+    skills: crate::skills::SkillCatalog,
     loops: crate::harness::Loops,
     cache: Mutex<HashMap<CacheKey, Arc<CompiledAgent>>>,
     /// Tenants' egress policies: a definition naming a provider its tenant does not allow
@@ -93,6 +111,7 @@ impl Catalog {
             store,
             providers,
             tools,
+            skills: crate::skills::SkillCatalog::default(),
             loops: crate::harness::Loops::default(),
             cache: Mutex::new(HashMap::new()),
             providers_allowed: None,
@@ -125,6 +144,16 @@ impl Catalog {
     ) -> Result<Arc<CompiledAgent>, CatalogError> {
         let problems = self.egress_problems(tenant, &compiled.definition.model).await?;
         if problems.is_empty() { Ok(compiled) } else { Err(CatalogError::Invalid(problems)) }
+    }
+
+    /// The skills definitions may name: code skills, then each tenant's stored skills.
+    pub fn with_skills(mut self, skills: crate::skills::SkillCatalog) -> Self {
+        self.skills = skills;
+        self
+    }
+
+    pub fn skills(&self) -> &crate::skills::SkillCatalog {
+        &self.skills
     }
 
     /// The harness-loop criteria registered in code, and the judge binding.
@@ -172,36 +201,27 @@ impl Catalog {
     /// Code agents first (by name), then stored definitions (by name) that no code agent
     /// shadows.
     pub async fn list(&self, tenant: &TenantId, skip: usize, take: usize) -> Result<Vec<CatalogEntry>, StoreError> {
-        let mut out: Vec<CatalogEntry> = self
-            .code
-            .values()
-            .skip(skip)
-            .take(take)
-            .map(|d| CatalogEntry {
+        crate::definitions::code_then_stored(
+            &self.code,
+            self.store.as_ref(),
+            tenant,
+            (skip, take),
+            |d| CatalogEntry {
                 definition: d.clone(),
                 source: AgentSource::Code,
                 version: None,
                 created_at: None,
                 updated_at: None,
-            })
-            .collect();
-        let remaining = take - out.len();
-        if remaining > 0 {
-            let stored_skip = skip.saturating_sub(self.code.len());
-            for s in self.store.list(tenant, stored_skip, remaining).await? {
-                if self.code.contains_key(&s.definition.name) {
-                    continue;
-                }
-                out.push(CatalogEntry {
-                    definition: Arc::new(s.definition),
-                    source: AgentSource::Stored,
-                    version: Some(s.version),
-                    created_at: Some(s.created_at),
-                    updated_at: Some(s.updated_at),
-                });
-            }
-        }
-        Ok(out)
+            },
+            |s| CatalogEntry {
+                definition: Arc::new(s.definition),
+                source: AgentSource::Stored,
+                version: Some(s.version),
+                created_at: Some(s.created_at),
+                updated_at: Some(s.updated_at),
+            },
+        )
+        .await
     }
 
     /// Resolves a definition's outward names in `tenant`. `walk_callables` also follows the
@@ -221,6 +241,13 @@ impl Catalog {
         {
             fingerprint = entry.version;
             resolution.shared_block = Some(entry.definition);
+        }
+        for name in &def.skill_names {
+            let Ok(parsed) = crate::names::SkillName::parse(name) else { continue };
+            match self.skills.get(tenant, &parsed).await? {
+                Some(skill) => resolution.skills.push(skill),
+                None => resolution.missing_skills.push(name.clone()),
+            }
         }
         let mut frontier: Vec<(String, Vec<String>)> = Vec::new();
         for name in &def.callable_agent_names {
@@ -294,6 +321,7 @@ impl Catalog {
                 p.code,
                 crate::report::ProblemCode::UnknownSharedInstructions
                     | crate::report::ProblemCode::UnknownCallableAgent
+                    | crate::report::ProblemCode::UnknownSkill
             )
         });
         problems
@@ -322,6 +350,7 @@ impl Catalog {
             name: name.as_str().to_owned(),
             version: entry.version,
             fingerprint,
+            skills: skills_fingerprint(&resolution.skills),
             culture: culture_key,
         };
         let hit = if cacheable { self.cache_lock().get(&key).cloned() } else { None };

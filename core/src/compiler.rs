@@ -28,6 +28,10 @@ pub struct Resolution {
     pub callable_cycle: Option<Vec<String>>,
     /// The callable agents that resolve, for their generated tools.
     pub callables: Vec<Arc<AgentDefinition>>,
+    /// The named skills that resolve, in the definition's order.
+    pub skills: Vec<crate::skills::ResolvedSkill>,
+    /// Skill names that resolve to no code skill and no stored skill of the tenant.
+    pub missing_skills: Vec<String>,
 }
 
 /// Every problem the definition has: shape, then each name that does not resolve.
@@ -46,8 +50,16 @@ pub fn check(
 
     problems.extend(crate::placeholders::problems(def, resolution.shared_block.as_deref()));
 
+    problems.extend(skill_problems(def, resolution));
+
     for (i, name) in def.tool_names.iter().enumerate() {
-        if crate::names::ToolName::parse(name).is_ok() && tools.get(name).is_none() {
+        if name == crate::skills::tools::RUN_SKILL_SCRIPT && tools.get(name).is_none() {
+            problems.push(Problem::new(
+                ProblemCode::SkillScriptsUnsupported,
+                format!("toolNames[{i}]"),
+                crate::skills::SCRIPTS_UNSUPPORTED,
+            ));
+        } else if crate::names::ToolName::parse(name).is_ok() && tools.get(name).is_none() {
             problems.push(Problem::new(
                 ProblemCode::UnknownTool,
                 format!("toolNames[{i}]"),
@@ -116,6 +128,32 @@ pub fn check(
             "callableAgentNames",
             format!("Callable agents form a cycle: {}.", path.join(" → ")),
         ));
+    }
+    problems
+}
+
+/// The skills' problems: each named skill resolves ("the skill was not found" otherwise),
+/// and the two skill tools take no name a listed tool already has.
+fn skill_problems(def: &AgentDefinition, resolution: &Resolution) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for name in &resolution.missing_skills {
+        let index = def.skill_names.iter().position(|n| n == name).unwrap_or(0);
+        problems.push(Problem::new(
+            ProblemCode::UnknownSkill,
+            format!("skillNames[{index}]"),
+            format!("The skill was not found: no skill named '{name}' exists."),
+        ));
+    }
+    if !def.skill_names.is_empty() {
+        for tool in [crate::skills::tools::LOAD_SKILL, crate::skills::tools::READ_SKILL_RESOURCE] {
+            if let Some(i) = def.tool_names.iter().position(|t| t == tool) {
+                problems.push(Problem::new(
+                    ProblemCode::Duplicate,
+                    format!("toolNames[{i}]"),
+                    format!("'{tool}' is the skill tool an agent with skillNames gets; it cannot also be listed."),
+                ));
+            }
+        }
     }
     problems
 }
@@ -376,13 +414,24 @@ pub fn compile(
         (_, Some(o)) => Some(o.to_owned()),
         _ => None,
     };
-    let instructions = match combined {
+    let mut instructions = match combined {
         Some(text) => Some(bind_parameters(&text, &def, parameters).map_err(CompileFailure::Parameters)?),
         None => {
             bind_parameters("", &def, parameters).map_err(CompileFailure::Parameters)?;
             None
         }
     };
+    // The skills' names and descriptions join the instructions after the parameters are
+    // bound: a skill's text is not the definition's, and no placeholder of it is filled.
+    let skills: Vec<Arc<crate::skills::SkillDefinition>> =
+        resolution.skills.iter().map(|s| s.definition.clone()).collect();
+    if !skills.is_empty() {
+        let catalog = crate::skills::tools::catalog_text(&skills);
+        instructions = Some(match instructions {
+            Some(own) if !own.is_empty() => format!("{own}\n\n{catalog}"),
+            _ => catalog,
+        });
+    }
     let unknown = |path: &str| {
         CompileFailure::Invalid(vec![Problem::new(ProblemCode::UnknownProvider, path, "unknown provider")])
     };
@@ -414,6 +463,12 @@ pub fn compile(
     }
     for callee in &resolution.callables {
         regs.push(Arc::new(agent_tool(callee, tools).map_err(|p| CompileFailure::Invalid(vec![p]))?));
+    }
+    if !skills.is_empty() {
+        let read_freely = def.skills.is_some_and(|s| s.disable_read_approval);
+        let generated = crate::skills::tools::registrations(&skills, read_freely)
+            .map_err(|e| CompileFailure::Invalid(vec![Problem::new(ProblemCode::InvalidName, "skillNames", e.0)]))?;
+        regs.extend(generated.into_iter().map(Arc::new));
     }
     let tool_specs = specs(&regs);
     Ok(CompiledAgent {

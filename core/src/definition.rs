@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::names::{AgentName, ToolName};
+use crate::names::{AgentName, SkillName, ToolName};
 use crate::report::{Problem, ProblemCode};
 
 /// Default bound of the inner tool-calling loop (model calls per request).
@@ -59,6 +59,13 @@ pub struct AgentDefinition {
     pub tool_names: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub callable_agent_names: Vec<String>,
+    /// Skills the agent may load (`load_skill`, `read_skill_resource`): code skills, then the
+    /// tenant's stored skills. Each must exist, as a tool must.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skill_names: Vec<String>,
+    /// How the skill tools behave; unset, every call asks a person first.
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "objects_only::optional")]
+    pub skills: Option<SkillSettings>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "objects_only::optional")]
@@ -105,6 +112,19 @@ pub enum CallerResponseFormat {
     #[default]
     Refuse,
     Allow,
+}
+
+/// Most skills one agent names.
+pub const MAX_SKILLS: usize = 16;
+
+/// `skills` on a definition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SkillSettings {
+    /// `load_skill` and `read_skill_resource` run without asking a person. Off by default: a
+    /// person approves each call. Turn it on only for skills a tenant administrator writes.
+    #[serde(default)]
+    pub disable_read_approval: bool,
 }
 
 /// Longest accepted sub-agent wait limit, in seconds (a day).
@@ -520,6 +540,8 @@ impl AgentDefinition {
             model: ModelBinding { provider: provider.to_owned(), model: model.to_owned(), ..ModelBinding::default() },
             tool_names: Vec::new(),
             callable_agent_names: Vec::new(),
+            skill_names: Vec::new(),
+            skills: None,
             metadata: BTreeMap::new(),
             harness: None,
             sub_agents: None,
@@ -723,6 +745,26 @@ impl AgentDefinition {
                     ProblemCode::Duplicate,
                     format!("callableAgentNames[{i}]"),
                     format!("Agent '{a}' is listed more than once."),
+                ));
+            }
+        }
+
+        if self.skill_names.len() > MAX_SKILLS {
+            p.push(Problem::new(
+                ProblemCode::LimitExceeded,
+                "skillNames",
+                format!("At most {MAX_SKILLS} skills are allowed."),
+            ));
+        }
+        let mut seen_skills = std::collections::BTreeSet::new();
+        for (i, s) in self.skill_names.iter().enumerate() {
+            if let Err(e) = SkillName::parse(s) {
+                p.push(Problem::new(ProblemCode::InvalidName, format!("skillNames[{i}]"), e.0));
+            } else if !seen_skills.insert(s.as_str()) {
+                p.push(Problem::new(
+                    ProblemCode::Duplicate,
+                    format!("skillNames[{i}]"),
+                    format!("Skill '{s}' is listed more than once."),
                 ));
             }
         }

@@ -55,6 +55,7 @@ pub mod schema;
 pub mod secret_names;
 pub mod sessions;
 pub mod setup;
+pub mod skills;
 pub mod stores;
 pub mod structured;
 pub(crate) mod sync;

@@ -103,6 +103,51 @@ impl AsRef<str> for WorkflowName {
     }
 }
 
+/// A skill name, the Agent Skills format's rule: 1–64 characters of lowercase ASCII letters,
+/// digits and `-`, neither starting nor ending with `-` and never `--`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct SkillName(String);
+
+/// Longest skill name (the Agent Skills format's limit).
+pub const MAX_SKILL_NAME_LEN: usize = 64;
+
+impl SkillName {
+    /// What [`Self::parse`] accepts apart from the length, as an ECMA regular expression (the
+    /// OpenAPI document's, beside `maxLength: 64`).
+    pub const PATTERN: &'static str = "^[a-z0-9]+(-[a-z0-9]+)*$";
+
+    pub fn parse(value: &str) -> Result<Self, InvalidName> {
+        if value.is_empty() || value.len() > MAX_SKILL_NAME_LEN {
+            return Err(InvalidName(format!("A skill name is 1 to {MAX_SKILL_NAME_LEN} characters long.")));
+        }
+        let chars_ok = value.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if !chars_ok || value.starts_with('-') || value.ends_with('-') || value.contains("--") {
+            return Err(InvalidName(format!(
+                "'{}' is not a valid skill name: use lowercase letters, digits and single '-' between them.",
+                truncate_for_message(value)
+            )));
+        }
+        Ok(Self(value.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for SkillName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl AsRef<str> for SkillName {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
 /// A tool name: 1–64 characters of ASCII letters, digits, `_` or `-`, starting with a
 /// letter — the intersection of what the OpenAI and Anthropic APIs accept.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -310,5 +355,10 @@ mod pattern_tests {
         agree(TenantId::PATTERN, &|s| TenantId::parse(s).is_ok());
         agree(SessionId::PATTERN, &|s| SessionId::parse(s).is_ok());
         agree(ToolName::PATTERN, &|s| ToolName::parse(s).is_ok());
+        let skill_samples = ["a-b", "a--b", "-a", "a-", "ab9", "A", "a_b"];
+        let re = regex::Regex::new(SkillName::PATTERN).unwrap();
+        for s in samples.iter().chain(skill_samples.iter()).filter(|s| s.len() <= MAX_SKILL_NAME_LEN) {
+            assert_eq!(re.is_match(s), SkillName::parse(s).is_ok(), "skill name {s:?}");
+        }
     }
 }

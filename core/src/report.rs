@@ -41,6 +41,10 @@ pub enum ProblemCode {
     StructuredOutputUnsupported,
     /// A provider the tenant's egress policy does not allow.
     ProviderNotAllowed,
+    /// A skill name in `skillNames` that no code skill and no stored skill of the tenant has.
+    UnknownSkill,
+    /// A skill script, or a definition asking to run one: not supported on any host.
+    SkillScriptsUnsupported,
 }
 
 /// One thing wrong with a definition.

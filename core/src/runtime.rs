@@ -246,6 +246,7 @@ impl Runtime {
 /// Start-up registrations. Problems are collected and reported together by [`build`](Self::build).
 pub struct RuntimeBuilder {
     agents: Vec<AgentDefinition>,
+    skills: Vec<crate::skills::SkillDefinition>,
     tools: ToolRegistry,
     providers: ProviderRegistry,
     models: ModelCatalog,
@@ -279,6 +280,7 @@ impl RuntimeBuilder {
     pub fn new(platform: Platform) -> Self {
         Self {
             agents: Vec::new(),
+            skills: Vec::new(),
             tools: ToolRegistry::default(),
             providers: ProviderRegistry::default(),
             models: ModelCatalog::default(),
@@ -416,6 +418,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Registers a code skill (see [`crate::skills`]): every tenant's agents may name it, and it
+    /// wins a name clash with any stored skill. Its shape is checked at build.
+    pub fn add_skill(mut self, skill: crate::skills::SkillDefinition) -> Self {
+        self.skills.push(skill);
+        self
+    }
+
     pub fn add_tool(mut self, registration: Result<ToolRegistration, crate::tools::RegistrationError>) -> Self {
         match registration.and_then(|r| self.tools.insert(r)) {
             Ok(()) => {}
@@ -485,6 +494,16 @@ impl RuntimeBuilder {
             }
             code.insert(def.name.clone(), Arc::new(def));
         }
+        let mut code_skills = BTreeMap::new();
+        for skill in self.skills {
+            for p in skill.check_shape() {
+                errors.push(format!("Code skill '{}': {} ({})", skill.name, p.message, p.field));
+            }
+            if code_skills.contains_key(&skill.name) {
+                errors.push(format!("Two code skills are named '{}'.", skill.name));
+            }
+            code_skills.insert(skill.name.clone(), Arc::new(skill));
+        }
         let stores = self.stores.unwrap_or_else(Stores::in_memory);
         let judge = match &self.settings.loop_judge {
             None => None,
@@ -508,6 +527,7 @@ impl RuntimeBuilder {
         ));
         let catalog = Catalog::new(code.clone(), stores.definitions.clone(), providers, self.tools)
             .with_loops(loops)
+            .with_skills(crate::skills::SkillCatalog::new(code_skills, stores.skills.clone()))
             .with_provider_policy(tenant_providers.clone());
         for def in code.values() {
             for p in catalog.validate_code_agent(def) {

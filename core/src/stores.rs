@@ -14,6 +14,8 @@ pub struct Stores {
     pub definitions: Arc<dyn DefinitionStore>,
     /// Workflow definitions, every version kept.
     pub workflows: Arc<dyn DefinitionStore<crate::workflows::definition::WorkflowDefinition>>,
+    /// Skills written through the API, every version kept.
+    pub skills: Arc<dyn DefinitionStore<crate::skills::SkillDefinition>>,
     /// Workflow checkpoints.
     pub checkpoints: Arc<dyn crate::workflows::checkpoints::CheckpointStore>,
     pub runs: Arc<dyn RunStore>,
@@ -49,6 +51,7 @@ impl Stores {
         Self {
             definitions: Arc::new(crate::definitions::memory::MemoryDefinitionStore::default()),
             workflows: Arc::new(crate::definitions::memory::MemoryDefinitionStore::default()),
+            skills: Arc::new(crate::definitions::memory::MemoryDefinitionStore::default()),
             checkpoints: Arc::new(crate::workflows::checkpoints::MemoryCheckpointStore::default()),
             runs: Arc::new(crate::runs::memory::MemoryRunStore::default()),
             sessions: Arc::new(crate::sessions::memory::MemorySessionStore::default()),

@@ -39,6 +39,8 @@ pub const AGENTS: Group = Group { name: "agents", router: crate::agents::router 
 /// Workflow definitions, their graph and functions; workflow runs, checkpoints, resumes and
 /// the requests they ask a person (their runs stream, like an agent's).
 pub const WORKFLOWS: Group = Group { name: "workflows", router: crate::workflows::router };
+/// Skills (`/api/skills…`): the instructions and resources agents load, with their versions.
+pub const SKILLS: Group = Group { name: "skills", router: crate::skills::router };
 /// Reading runs, their event logs and statistics; cancelling.
 pub const RUNS: Group = Group { name: "runs", router: crate::runs::router };
 pub const SESSIONS: Group = Group { name: "sessions", router: crate::sessions::router };
@@ -80,9 +82,13 @@ impl Deployment {
 pub mod deployments {
     use super::Deployment;
 
-    /// Agent and workflow definitions, their live runs, and the model catalog they pick from.
-    pub const AGENTS: Deployment =
-        Deployment { name: "agents", groups: &[super::AGENTS, super::WORKFLOWS, super::MODELS], streams: true };
+    /// Agent and workflow definitions, their live runs, the model catalog they pick from and
+    /// the skills they name.
+    pub const AGENTS: Deployment = Deployment {
+        name: "agents",
+        groups: &[super::AGENTS, super::WORKFLOWS, super::MODELS, super::SKILLS],
+        streams: true,
+    };
     /// Everything that follows, decides or queues runs.
     pub const RUNS: Deployment = Deployment {
         name: "runs",
@@ -105,6 +111,7 @@ pub mod deployments {
             super::AGENTS,
             super::WORKFLOWS,
             super::MODELS,
+            super::SKILLS,
             super::RUNS,
             super::SESSIONS,
             super::APPROVALS,

@@ -28,6 +28,7 @@ pub mod runs;
 pub mod schedules;
 pub mod security;
 pub mod sessions;
+pub mod skills;
 pub mod sse;
 pub mod state;
 pub mod triggers;

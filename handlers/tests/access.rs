@@ -254,6 +254,11 @@ async fn tenant_b(app: &Router, state: &AppState, b: &str) -> Theirs {
     let (status, doc) = call(app, Method::POST, "/api/schedules", b, Some(schedule)).await;
     assert_eq!(status, StatusCode::CREATED, "{doc}");
     let schedule = doc["id"].as_str().unwrap().to_owned();
+    // A skill under the agent's name (skills are a catalog of their own), walked like it.
+    let skill = json!({"name": "b-agent", "description": "secret instructions", "instructions": "secret instructions",
+        "resources": [{"name": "b-resource.md", "content": "secret instructions"}]});
+    let (status, doc) = call(app, Method::POST, "/api/skills", b, Some(skill)).await;
+    assert_eq!(status, StatusCode::CREATED, "{doc}");
     let tenant = TenantId::parse("tenant-b").unwrap();
     let now = Utc::now();
     let stores = &state.runtime.stores;
@@ -344,6 +349,8 @@ fn body_for(method: &Method, template: &str, agent: &str, scope: Scope) -> Optio
     match (method.as_str(), template) {
         ("POST", "/api/agents") | ("POST", "/api/agents/validate") => Some(def("a-own-agent")),
         ("PUT", "/api/agents/{name}") => Some(def(agent)),
+        ("POST", "/api/skills") => Some(json!({"name": "a-own-skill", "description": "d", "instructions": "i"})),
+        ("PUT", "/api/skills/{name}") => Some(json!({"name": agent, "description": "d", "instructions": "i"})),
         ("POST", "/api/agents/{name}/rollback") => Some(json!({"version": 1})),
         ("POST", "/api/agents/{name}/run") | ("POST", "/api/agents/{name}/estimate") => Some(json!({"message": "hi"})),
         ("POST", "/api/sessions/{id}/branch") => Some(json!({"sequence": 0})),
@@ -415,6 +422,7 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
         theirs.workflow_run.as_str(),
         theirs.request.as_str(),
         "Europe/Istanbul",
+        "b-resource.md",
     ];
 
     let mut walked = BTreeSet::new();
@@ -480,6 +488,7 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
                 .replace("{id}", id)
                 .replace("{a}", run)
                 .replace("{b}", run)
+                .replace("{version}", "1")
                 .replace("{provider}", "openai")
         };
         let diff = template.contains("/diff/");

@@ -5,7 +5,7 @@
 //! Every statement on a tenant-owned table filters by `tenant_id = $1`. Optional filters
 //! use `($n::type IS NULL OR column = $n)` so each statement stays one fixed text.
 
-// ---- definitions (agents, workflows) ---------------------------------------------------
+// ---- definitions (agents, workflows, skills) -----------------------------------------------
 
 /// The statements of one definition table: every kind of definition has its own table of the
 /// same shape (one row per version), and these one texts.
@@ -65,6 +65,7 @@ macro_rules! definition_sql {
 
 pub const AGENT_DEFINITIONS: DefinitionSql = definition_sql!("agent_definitions");
 pub const WORKFLOW_DEFINITIONS: DefinitionSql = definition_sql!("workflow_definitions");
+pub const SKILL_DEFINITIONS: DefinitionSql = definition_sql!("skill_definitions");
 
 // ---- runs --------------------------------------------------------------------------------
 
@@ -960,7 +961,7 @@ mod tests {
 
     #[test]
     fn every_tenant_statement_filters_by_tenant() {
-        let definitions = [AGENT_DEFINITIONS, WORKFLOW_DEFINITIONS]
+        let definitions = [AGENT_DEFINITIONS, WORKFLOW_DEFINITIONS, SKILL_DEFINITIONS]
             .into_iter()
             .flat_map(|d| [d.get, d.list, d.update, d.delete, d.versions, d.version]);
         for s in definitions.chain([

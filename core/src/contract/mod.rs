@@ -30,8 +30,10 @@ pub use ledger::{
 pub use tenant_providers::provider_bindings_and_egress_are_kept_per_tenant;
 pub mod idempotency;
 pub mod jobs;
+mod skills;
 pub mod triggers;
 pub mod webhooks;
+pub use skills::skill_definitions_keep_every_version_within_their_tenant;
 mod workflows;
 pub use workflows::{
     agents_answers_are_read_back_by_run_for_completed_runs_within_their_tenant,
@@ -1442,6 +1444,7 @@ macro_rules! store_contract_tests {
             a_running_run_yields_once_and_is_taken_back_once,
             a_call_tree_is_listed_by_its_root_in_depth_order_within_its_tenant,
             workflow_definitions_keep_every_version_within_their_tenant,
+            skill_definitions_keep_every_version_within_their_tenant,
             checkpoints_are_kept_in_order_per_run_and_tenant,
             checkpoints_are_purged_by_whole_runs_once_the_newest_is_old,
             agents_answers_are_read_back_by_run_for_completed_runs_within_their_tenant,

@@ -31,6 +31,30 @@ impl Definition for AgentDefinition {
     }
 }
 
+/// One page of a catalog that puts definitions registered in code before the tenant's stored
+/// ones (agents, skills): code definitions by name, then stored ones by name that no code
+/// definition shadows, each made an entry by `from_code` or `from_store`.
+pub async fn code_then_stored<D: Definition, E>(
+    code: &std::collections::BTreeMap<String, std::sync::Arc<D>>,
+    store: &dyn DefinitionStore<D>,
+    tenant: &TenantId,
+    (skip, take): (usize, usize),
+    from_code: impl Fn(&std::sync::Arc<D>) -> E,
+    from_store: impl Fn(StoredDefinition<D>) -> E,
+) -> Result<Vec<E>, StoreError> {
+    let mut out: Vec<E> = code.values().skip(skip).take(take).map(from_code).collect();
+    let remaining = take - out.len();
+    if remaining > 0 {
+        let stored_skip = skip.saturating_sub(code.len());
+        for s in store.list(tenant, stored_skip, remaining).await? {
+            if !code.contains_key(s.definition.name()) {
+                out.push(from_store(s));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The refusal of a second definition under a taken name.
 pub fn name_taken<D: Definition>(definition: &D) -> StoreError {
     StoreError::Conflict(format!("{} named '{}' already exists.", D::NOUN, definition.name()))

@@ -122,6 +122,9 @@ pub fn requirement(method: &Method, route: &str) -> Requirement {
         "/api/agents/{name}/rollback" => S(Scope::AgentsAdmin),
         // An estimate reads the session a run would continue: it needs what the run needs.
         "/api/agents/{name}/run" | "/api/agents/{name}/estimate" => S(Scope::RunsWrite),
+        // Skills are read and administered like the agent definitions that name them.
+        "/api/skills" | "/api/skills/{name}" => S(if read { Scope::AgentsRead } else { Scope::AgentsAdmin }),
+        "/api/skills/{name}/versions" | "/api/skills/{name}/versions/{version}" => S(Scope::AgentsRead),
         // Model metadata and provider health are read like agent definitions.
         "/api/models" | "/api/models/health/{provider}" => S(Scope::AgentsRead),
         // Workflow definitions are read and administered like agents'; running, resuming and

@@ -34,6 +34,13 @@ pub const DOCUMENT: &str = include_str!(concat!(env!("OUT_DIR"), "/openapi.min.j
         crate::agents::estimate::estimate,
         crate::models::list,
         crate::models::health,
+        crate::skills::definitions::list,
+        crate::skills::definitions::get,
+        crate::skills::definitions::create,
+        crate::skills::definitions::replace,
+        crate::skills::definitions::delete,
+        crate::skills::definitions::versions,
+        crate::skills::definitions::version,
         crate::workflows::definitions::list,
         crate::workflows::definitions::get,
         crate::workflows::definitions::create,
@@ -129,6 +136,7 @@ pub const DOCUMENT: &str = include_str!(concat!(env!("OUT_DIR"), "/openapi.min.j
     tags(
         (name = "meta", description = "Server metadata"),
         (name = "agents", description = "Agent definitions"),
+        (name = "skills", description = "Skills: instructions and text resources agents load on demand"),
         (name = "models", description = "The model catalog and provider health"),
         (name = "workflows", description = "Workflows: several agents run together, with checkpoints and human input"),
         (name = "runs", description = "Running agents and reading what happened"),
@@ -522,6 +530,11 @@ fn parameter_schema(path: &str, name: &str, location: &str) -> Option<serde_json
         ("query", "from" | "to") => json!({"type": "string", "format": "date-time"}),
         ("query", "label") => json!({"type": "string", "pattern": ":", "description": "key:value; repeatable"}),
         ("path", "name") if group == "agents" => pattern(AgentName::PATTERN),
+        ("path", "name") if group == "skills" => {
+            json!({"type": "string", "pattern": tracon_core::names::SkillName::PATTERN,
+            "maxLength": tracon_core::names::MAX_SKILL_NAME_LEN})
+        }
+        ("path", "version") if group == "skills" => json!({"type": "integer", "minimum": 1, "maximum": u32::MAX}),
         ("path", "name") if group == "triggers" => pattern(tracon_core::triggers::TriggerName::PATTERN),
         ("path", "tenantId") => pattern(TenantId::PATTERN),
         ("path", "a" | "b") if group == "agents" => json!({"type": "integer", "minimum": 1, "maximum": u32::MAX}),

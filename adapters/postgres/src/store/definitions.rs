@@ -1,4 +1,4 @@
-//! Definitions (agents, workflows) and their version history on Postgres: one row per
+//! Definitions (agents, workflows, skills) and their version history on Postgres: one row per
 //! version, one table per kind.
 
 use std::marker::PhantomData;
@@ -9,6 +9,7 @@ use tracon_core::definition::AgentDefinition;
 use tracon_core::definitions::{Definition, DefinitionStore, StoredDefinition, name_taken};
 use tracon_core::error::StoreError;
 use tracon_core::names::TenantId;
+use tracon_core::skills::SkillDefinition;
 use tracon_core::workflows::WorkflowDefinition;
 
 use super::Db;
@@ -27,6 +28,10 @@ impl Table for AgentDefinition {
 
 impl Table for WorkflowDefinition {
     const SQL: &'static DefinitionSql = &sql::WORKFLOW_DEFINITIONS;
+}
+
+impl Table for SkillDefinition {
+    const SQL: &'static DefinitionSql = &sql::SKILL_DEFINITIONS;
 }
 
 pub struct PgDefinitionStore<D = AgentDefinition> {

@@ -55,6 +55,7 @@ pub fn stores(db: Db, protection: Protection) -> Stores {
     Stores {
         definitions: Arc::new(PgDefinitionStore::new(db.clone())),
         workflows: Arc::new(PgDefinitionStore::<tracon_core::workflows::WorkflowDefinition>::new(db.clone())),
+        skills: Arc::new(PgDefinitionStore::<tracon_core::skills::SkillDefinition>::new(db.clone())),
         checkpoints: Arc::new(PgCheckpointStore::new(db.clone(), protection.clone())),
         runs: Arc::new(PgRunStore::new(db.clone(), protection.clone())),
         sessions: Arc::new(PgSessionStore::new(db.clone(), protection.clone())),
