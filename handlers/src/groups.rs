@@ -51,6 +51,8 @@ pub const SCHEDULES: Group = Group { name: "schedules", router: crate::schedules
 pub const TRIGGERS: Group = Group { name: "triggers", router: crate::triggers::router };
 /// The model catalog and each provider's health (`/api/models…`).
 pub const MODELS: Group = Group { name: "models", router: crate::models::router };
+/// `/mcp`: exposed agents as MCP tools (Streamable HTTP, stateless).
+pub const MCP: Group = Group { name: "mcp", router: crate::mcp::router };
 /// `/v1/chat/completions`, `/v1/models`, `/v1/responses`, `/v1/conversations`.
 pub const OPENAI: Group = Group { name: "openai", router: crate::openai::router };
 
@@ -80,9 +82,13 @@ impl Deployment {
 pub mod deployments {
     use super::Deployment;
 
-    /// Agent and workflow definitions, their live runs, and the model catalog they pick from.
-    pub const AGENTS: Deployment =
-        Deployment { name: "agents", groups: &[super::AGENTS, super::WORKFLOWS, super::MODELS], streams: true };
+    /// Agent and workflow definitions, their live runs, the model catalog they pick from, and
+    /// the MCP server that runs agents for outside callers.
+    pub const AGENTS: Deployment = Deployment {
+        name: "agents",
+        groups: &[super::AGENTS, super::WORKFLOWS, super::MODELS, super::MCP],
+        streams: true,
+    };
     /// Everything that follows, decides or queues runs.
     pub const RUNS: Deployment = Deployment {
         name: "runs",
@@ -113,6 +119,7 @@ pub mod deployments {
             super::OPENAI,
             super::SCHEDULES,
             super::TRIGGERS,
+            super::MCP,
         ],
         streams: true,
     };
