@@ -393,17 +393,17 @@ async fn a_task_is_a_queued_run_read_back_by_id_and_only_by_its_key() {
     assert_eq!(body["error"]["code"], -32602);
 }
 
+/// Calls `acme_support` on `message` as a task; the task's id.
+async fn start_task(h: &Harness, message: &str) -> String {
+    let params = json!({"name": "acme_support", "arguments": {"message": message}, "task": {}});
+    let body = request(&h.app, &h.key, "tools/call", params).await;
+    body["result"]["task"]["taskId"].as_str().unwrap_or_else(|| panic!("{body}")).to_owned()
+}
+
 #[tokio::test]
 async fn a_working_task_can_be_cancelled_and_stays_cancelled() {
     let h = harness(http(&["support"], true), true).await;
-    let body = request(
-        &h.app,
-        &h.key,
-        "tools/call",
-        json!({"name": "acme_support", "arguments": {"message": "slow"}, "task": {}}),
-    )
-    .await;
-    let id = body["result"]["task"]["taskId"].as_str().unwrap().to_owned();
+    let id = start_task(&h, "slow").await;
     let body = request(&h.app, &h.key, "tasks/cancel", json!({"taskId": id})).await;
     assert_eq!(body["result"]["status"], "cancelled", "{body}");
     h.runner.drain(10).await.unwrap();
@@ -416,14 +416,7 @@ async fn a_working_task_can_be_cancelled_and_stays_cancelled() {
 #[tokio::test]
 async fn a_task_without_a_queue_runs_in_the_background() {
     let h = harness(http(&["support"], true), false).await;
-    let body = request(
-        &h.app,
-        &h.key,
-        "tools/call",
-        json!({"name": "acme_support", "arguments": {"message": "bg"}, "task": {}}),
-    )
-    .await;
-    let id = body["result"]["task"]["taskId"].as_str().unwrap().to_owned();
+    let id = start_task(&h, "bg").await;
     let body = request(&h.app, &h.key, "tasks/result", json!({"taskId": id})).await;
     assert_eq!(body["result"]["content"][0]["text"], "echo: bg", "{body}");
 }

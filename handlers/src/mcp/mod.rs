@@ -43,8 +43,11 @@ pub(crate) struct Call<'a> {
 
 async fn handle(ctx: Ctx, request: Request) -> Response {
     let headers = request.headers().clone();
-    if let Err(refused) = origin_allowed(&ctx, &headers) {
-        return refused;
+    if !origin_allowed(&ctx, &headers) {
+        return rpc_failure(
+            StatusCode::FORBIDDEN,
+            RpcError::new(INVALID_REQUEST, "Forbidden: this Origin may not call /mcp."),
+        );
     }
     if let Err(refusal) = tracon_core::exposure::check_caller(&ctx.caller) {
         return ApiError::from(refusal).into_response();
@@ -163,8 +166,8 @@ fn rpc_failure(status: StatusCode, e: RpcError) -> Response {
 /// Browsers send `Origin`; a page on another site must not reach a local server through DNS
 /// rebinding. Allowed: no `Origin` (not a browser), a loopback origin, or one listed in
 /// `Tracon:AllowedOrigins`.
-fn origin_allowed(ctx: &Ctx, headers: &HeaderMap) -> Result<(), Response> {
-    let Some(origin) = headers.get(header::ORIGIN) else { return Ok(()) };
+fn origin_allowed(ctx: &Ctx, headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN) else { return true };
     let origin = origin.to_str().unwrap_or_default().trim().to_ascii_lowercase();
     let host = origin.split_once("://").map(|(_, rest)| rest).unwrap_or_default();
     let host = if host.starts_with('[') {
@@ -173,10 +176,7 @@ fn origin_allowed(ctx: &Ctx, headers: &HeaderMap) -> Result<(), Response> {
         host.split(':').next().unwrap_or_default()
     };
     let loopback = matches!(host, "localhost" | "127.0.0.1" | "[::1]");
-    if loopback || ctx.state.http.allowed_origins.iter().any(|o| *o == origin) {
-        return Ok(());
-    }
-    Err(rpc_failure(StatusCode::FORBIDDEN, RpcError::new(INVALID_REQUEST, "Forbidden: this Origin may not call /mcp.")))
+    loopback || ctx.state.http.allowed_origins.contains(&origin)
 }
 
 async fn no_stream() -> Response {
