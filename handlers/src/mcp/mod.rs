@@ -14,6 +14,7 @@
 //! rebinding).
 
 pub mod protocol;
+mod run;
 pub mod settings;
 mod tasks;
 mod tools;

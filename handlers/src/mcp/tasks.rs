@@ -22,7 +22,7 @@ use tracon_core::runs::store::{CancelOutcome, RunFilter, RunRecord, RunStatus};
 
 use super::Call;
 use super::protocol::RpcError;
-use super::tools::{self, Checked, tool_error};
+use super::run::{self, Checked, tool_error};
 use crate::error::start_error;
 use crate::state::AppState;
 
@@ -47,7 +47,7 @@ fn key_of<'a>(call: &'a Call<'a>) -> &'a str {
 pub(super) async fn create(call: &Call<'_>, checked: Checked, _task: &Value) -> Result<Value, RpcError> {
     let state = &call.ctx.state;
     let runtime = &state.runtime;
-    let request = match tools::admitted(call, &checked, Some((TASK_LABEL, key_of(call)))).await {
+    let request = match run::admitted(call, &checked, Some((TASK_LABEL, key_of(call)))).await {
         Ok(r) => r,
         Err(e) => return Ok(tool_error(&e.detail, None)),
     };
@@ -56,7 +56,7 @@ pub(super) async fn create(call: &Call<'_>, checked: Checked, _task: &Value) -> 
         None => Delivery::Background,
     };
     let start =
-        Start { budget: Some(tools::budget(call)), run_id: Some(new_run_id(runtime)), ..Start::new(request, delivery) };
+        Start { budget: Some(run::budget(call)), run_id: Some(new_run_id(runtime)), ..Start::new(request, delivery) };
     let run_id = match launch(runtime, start).await {
         Ok(launched) => launched.run_id(),
         Err(e) => return Ok(tool_error(&start_error(checked.agent.as_str(), e).detail, None)),
@@ -146,7 +146,7 @@ fn task(call: &Call<'_>, first: &RunRecord, latest: &RunRecord) -> Value {
     let message = match (status, latest.status) {
         ("working", RunStatus::Queued) => Some("Queued."),
         ("working", _) => Some("The agent is running."),
-        ("completed", RunStatus::AwaitingApproval | RunStatus::AwaitingInput) => Some(tools::APPROVAL_REJECTED),
+        ("completed", RunStatus::AwaitingApproval | RunStatus::AwaitingInput) => Some(run::APPROVAL_REJECTED),
         ("failed", _) => latest.error.as_ref().map(|e| e.message.as_str()),
         _ => None,
     };
@@ -239,9 +239,9 @@ async fn result(call: &Call<'_>, first: RunRecord, mut latest: RunRecord) -> Res
                 .await
                 .map_err(|_| RpcError::internal("The task's answer could not be read."))?;
             let text = answers.get(&latest.id).cloned().unwrap_or_default();
-            tools::ended(latest.id, latest.status, &text, None, false)
+            run::ended(latest.id, latest.status, &text, None, false)
         }
-        _ => tools::ended(latest.id, latest.status, "", latest.error.as_ref(), false),
+        _ => run::ended(latest.id, latest.status, "", latest.error.as_ref(), false),
     };
     result["_meta"]["io.modelcontextprotocol/related-task"] = json!({ "taskId": first.id.to_string() });
     Ok(result)
