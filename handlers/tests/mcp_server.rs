@@ -168,14 +168,7 @@ async fn tools_call_runs_the_agent_and_answers_its_text_as_a_recorded_run() {
     assert_eq!(result["isError"], false, "{result}");
     assert_eq!(result["content"][0], json!({"type": "text", "text": "echo: hello"}));
     let run_id = result["_meta"]["tracon/runId"].as_str().unwrap();
-    let run = h
-        .runtime
-        .stores
-        .runs
-        .get_run(&TenantId::default_tenant(), tracon_core::names::RunId(run_id.parse().unwrap()))
-        .await
-        .unwrap()
-        .unwrap();
+    let run = run_of(&h, run_id).await;
     assert_eq!(run.agent_name, "support");
     assert_eq!(run.depth, 0);
 
@@ -362,14 +355,7 @@ async fn a_task_is_a_queued_run_read_back_by_id_and_only_by_its_key() {
     let id = task["taskId"].as_str().unwrap().to_owned();
 
     // The task is an ordinary run.
-    let run = h
-        .runtime
-        .stores
-        .runs
-        .get_run(&TenantId::default_tenant(), tracon_core::names::RunId(id.parse().unwrap()))
-        .await
-        .unwrap()
-        .unwrap();
+    let run = run_of(&h, &id).await;
     assert_eq!(run.status, tracon_core::runs::store::RunStatus::Queued);
 
     // Another key of the tenant does not see it.
@@ -391,6 +377,12 @@ async fn a_task_is_a_queued_run_read_back_by_id_and_only_by_its_key() {
     assert_eq!(body["error"]["code"], -32602, "a finished task cannot be cancelled");
     let body = request(&h.app, &h.key, "tasks/get", json!({"taskId": "not-a-task"})).await;
     assert_eq!(body["error"]["code"], -32602);
+}
+
+/// The default tenant's run `id`.
+async fn run_of(h: &Harness, id: &str) -> tracon_core::runs::store::RunRecord {
+    let id = tracon_core::names::RunId(id.parse().unwrap());
+    h.runtime.stores.runs.get_run(&TenantId::default_tenant(), id).await.unwrap().unwrap()
 }
 
 /// Calls `acme_support` on `message` as a task; the task's id.
