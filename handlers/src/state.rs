@@ -12,6 +12,7 @@ use crate::access::jwt::{JwtSettings, JwtVerifier};
 use crate::access::key_cache::KeyCache;
 use crate::access::ratelimit::{RateLimitSettings, RateLimiter};
 use crate::access::tenancy::TenancySettings;
+use crate::mcp::settings::McpServerSettings;
 use crate::triggers::settings::{TriggerLimiter, TriggerSettings};
 
 /// Default largest accepted request body (`Tracon:Http:MaxRequestBodyBytes`).
@@ -61,6 +62,8 @@ pub struct HttpSettings {
     pub background_outlives_response: bool,
     /// Inbound triggers (`Tracon:InboundTriggers:*`) and where their secrets are read from.
     pub triggers: TriggerSettings,
+    /// The MCP server (`Tracon:McpServer:*`): nothing exposed by default.
+    pub mcp_server: McpServerSettings,
 }
 
 impl std::fmt::Debug for HttpSettings {
@@ -116,6 +119,7 @@ impl HttpSettings {
             jwt,
             background_outlives_response: true,
             triggers: TriggerSettings::from_config(config)?,
+            mcp_server: McpServerSettings::from_config(config)?,
         })
     }
 
@@ -154,6 +158,7 @@ impl Default for HttpSettings {
             jwt: None,
             background_outlives_response: true,
             triggers: TriggerSettings::default(),
+            mcp_server: McpServerSettings::default(),
         }
     }
 }

@@ -748,6 +748,9 @@ async fn a_draining_server_refuses_new_runs_with_503() {
 /// Every (method, path) the router mounts. axum has no public route listing, so this reads
 /// the router's `Debug` output (pinned by Cargo.lock): the `paths` map names each route id,
 /// and each method router's `allow_header` lists its methods.
+/// Routes that speak a protocol of their own, not the management API.
+const PROTOCOL_SURFACES: &[&str] = &["/mcp"];
+
 fn mounted_routes(router: &Router) -> BTreeSet<(String, String)> {
     let debug = format!("{router:?}");
     let main = debug.split("fallback_router").next().unwrap();
@@ -842,8 +845,15 @@ fn the_served_openapi_document_is_generated_from_the_code() {
 #[tokio::test]
 async fn every_mounted_route_is_in_the_openapi_document() {
     let (router, _) = app_with(HttpSettings::default());
-    let mounted = mounted_routes(&router);
+    let mut mounted = mounted_routes(&router);
     assert!(mounted.len() >= 9, "route discovery found too little: {mounted:?}");
+    // Protocol surfaces are not management operations and stay out of the document (the
+    // spec's "MCP server and A2A routes are protocol surfaces").
+    for surface in PROTOCOL_SURFACES {
+        let before = mounted.len();
+        mounted.retain(|(_, path)| path != surface);
+        assert!(mounted.len() < before, "{surface} is not mounted");
+    }
     let (status, doc) = json_of(&router, request(Method::GET, "/api/openapi.json", None)).await;
     assert_eq!(status, StatusCode::OK);
     assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));

@@ -175,6 +175,8 @@ pub fn requirement(method: &Method, route: &str) -> Requirement {
         | "/v1/conversations"
         | "/v1/conversations/{id}"
         | "/v1/conversations/{id}/items" => S(Scope::RunsWrite),
+        // The MCP server: an `ExternalInvoke` key, checked again (exactly) by the surface.
+        "/mcp" => S(Scope::ExternalInvoke),
         _ => Unlisted,
     }
 }
