@@ -51,6 +51,8 @@ pub const SCHEDULES: Group = Group { name: "schedules", router: crate::schedules
 pub const TRIGGERS: Group = Group { name: "triggers", router: crate::triggers::router };
 /// The model catalog and each provider's health (`/api/models…`).
 pub const MODELS: Group = Group { name: "models", router: crate::models::router };
+/// Tenants' remote MCP servers, whose tools agents name (`/api/mcp-servers…`).
+pub const MCP_SERVERS: Group = Group { name: "mcp_servers", router: crate::mcp_servers::router };
 /// `/v1/chat/completions`, `/v1/models`, `/v1/responses`, `/v1/conversations`.
 pub const OPENAI: Group = Group { name: "openai", router: crate::openai::router };
 
@@ -81,8 +83,11 @@ pub mod deployments {
     use super::Deployment;
 
     /// Agent and workflow definitions, their live runs, and the model catalog they pick from.
-    pub const AGENTS: Deployment =
-        Deployment { name: "agents", groups: &[super::AGENTS, super::WORKFLOWS, super::MODELS], streams: true };
+    pub const AGENTS: Deployment = Deployment {
+        name: "agents",
+        groups: &[super::AGENTS, super::WORKFLOWS, super::MODELS, super::MCP_SERVERS],
+        streams: true,
+    };
     /// Everything that follows, decides or queues runs.
     pub const RUNS: Deployment = Deployment {
         name: "runs",
@@ -105,6 +110,7 @@ pub mod deployments {
             super::AGENTS,
             super::WORKFLOWS,
             super::MODELS,
+            super::MCP_SERVERS,
             super::RUNS,
             super::SESSIONS,
             super::APPROVALS,

@@ -21,6 +21,7 @@ pub mod error;
 pub mod extract;
 pub mod groups;
 pub mod jobs;
+pub mod mcp_servers;
 pub mod meta;
 pub mod models;
 pub mod openai;
