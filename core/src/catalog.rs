@@ -289,6 +289,9 @@ impl Catalog {
         let mut problems = compiler::check(def, &resolution, &self.providers, &self.tools);
         problems.extend(self.loops.check(def));
         problems.extend(self.egress_problems(tenant, &def.model).await?);
+        if let Some(mcp) = &self.mcp {
+            problems.extend(crate::mcp::resources::problems(mcp, tenant, &def.mcp_resource_uris).await?);
+        }
         Ok(ValidationReport::from_problems(problems))
     }
 

@@ -59,6 +59,11 @@ pub struct AgentDefinition {
     pub tool_names: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub callable_agent_names: Vec<String>,
+    /// Static resources of the tenant's MCP servers, read when a run starts and added to its
+    /// instructions: `{server}:{uri}`, only URIs the server advertises; 64 KB each, 256 KB in
+    /// all (see [`crate::mcp::resources`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_resource_uris: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "objects_only::optional")]
@@ -520,6 +525,7 @@ impl AgentDefinition {
             model: ModelBinding { provider: provider.to_owned(), model: model.to_owned(), ..ModelBinding::default() },
             tool_names: Vec::new(),
             callable_agent_names: Vec::new(),
+            mcp_resource_uris: Vec::new(),
             metadata: BTreeMap::new(),
             harness: None,
             sub_agents: None,
@@ -701,6 +707,7 @@ impl AgentDefinition {
                 ));
             }
         }
+        p.extend(crate::mcp::resources::shape_problems(&self.mcp_resource_uris));
         if self.callable_agent_names.len() > MAX_CALLABLE_AGENTS {
             p.push(Problem::new(
                 ProblemCode::LimitExceeded,

@@ -41,6 +41,9 @@ pub enum ProblemCode {
     StructuredOutputUnsupported,
     /// A provider the tenant's egress policy does not allow.
     ProviderNotAllowed,
+    /// An `mcpResourceUris` entry whose server is not registered, or whose URI the server
+    /// does not advertise.
+    UnknownMcpResource,
 }
 
 /// One thing wrong with a definition.

@@ -19,6 +19,7 @@
 //! Workers, like every other outbound call of core.
 
 pub mod client;
+pub mod resources;
 pub mod service;
 pub mod tools;
 
