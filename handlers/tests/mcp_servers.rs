@@ -290,3 +290,71 @@ async fn a_server_that_cannot_be_reached_is_refreshed_to_no_tools_and_a_warning_
     let (status, one) = call(&app, Method::POST, "/api/mcp-servers/refresh?name=nokey", TOKEN, None).await;
     assert_eq!((status, one.as_array().unwrap().len()), (StatusCode::OK, 1));
 }
+
+#[tokio::test]
+async fn a_definition_may_name_the_tools_and_resources_of_registered_servers_only() {
+    let (app, _) = app(EgressPolicy::default());
+    let agent = |tools: Value, resources: Value| {
+        json!({"name": "helper", "toolNames": tools, "mcpResourceUris": resources,
+            "model": {"provider": "script", "model": "m"}})
+    };
+    let problems = |doc: &Value| {
+        doc["problems"]
+            .as_array()
+            .map(|p| {
+                p.iter()
+                    .map(|x| (x["code"].as_str().unwrap().to_owned(), x["field"].as_str().unwrap().to_owned()))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    let (status, doc) = call(
+        &app,
+        Method::POST,
+        "/api/agents",
+        TOKEN,
+        Some(agent(json!(["crm_lookup"]), json!(["crm:file:///policy.md"]))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{doc}");
+    assert_eq!(
+        problems(&doc),
+        [
+            ("unknown_tool".to_owned(), "toolNames[0]".to_owned()),
+            ("unknown_mcp_resource".to_owned(), "mcpResourceUris[0]".to_owned())
+        ],
+        "{doc}"
+    );
+    let (status, doc) = call(
+        &app,
+        Method::POST,
+        "/api/agents",
+        TOKEN,
+        Some(agent(json!([]), json!(["crm", "crm:file:///a", "crm:file:///a"]))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        problems(&doc),
+        [
+            ("invalid_name".to_owned(), "mcpResourceUris[0]".to_owned()),
+            ("duplicate".to_owned(), "mcpResourceUris[2]".to_owned())
+        ],
+        "{doc}"
+    );
+
+    // Once the server is registered, its tools and resources may be named before anything was
+    // discovered: a run leaves out what the server does not offer then.
+    let server = json!({"name": "crm", "endpoint": "https://mcp.example.com/mcp"});
+    assert_eq!(call(&app, Method::POST, "/api/mcp-servers", TOKEN, Some(server)).await.0, StatusCode::CREATED);
+    let (status, doc) = call(
+        &app,
+        Method::POST,
+        "/api/agents",
+        TOKEN,
+        Some(agent(json!(["crm_lookup"]), json!(["crm:file:///policy.md"]))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{doc}");
+    assert_eq!(doc["mcpResourceUris"], json!(["crm:file:///policy.md"]), "kept as written: {doc}");
+}

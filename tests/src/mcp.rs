@@ -144,21 +144,21 @@ pub struct McpTestServer {
 
 impl McpTestServer {
     /// Speaks every revision the SDK knows (the current one first).
-    pub async fn start() -> Self {
+    pub async fn start() -> std::io::Result<Self> {
         Self::start_with(None).await
     }
 
     /// Speaks only `2025-11-25`: a server of the revision before the current one.
-    pub async fn start_previous_revision() -> Self {
+    pub async fn start_previous_revision() -> std::io::Result<Self> {
         Self::start_with(Some(&[ProtocolVersion::V_2025_11_25])).await
     }
 
-    async fn start_with(versions: Option<&'static [ProtocolVersion]>) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("bind: {e}"));
-        let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
+    async fn start_with(versions: Option<&'static [ProtocolVersion]>) -> std::io::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
         let calls = Arc::new(Mutex::new(Vec::new()));
         let cancel = serve(listener, Crm { calls: calls.clone(), versions });
-        Self { url: format!("http://127.0.0.1:{port}/mcp"), port, versions, calls, cancel: Mutex::new(cancel) }
+        Ok(Self { url: format!("http://127.0.0.1:{port}/mcp"), port, versions, calls, cancel: Mutex::new(cancel) })
     }
 
     /// The tool calls the server got: `(tool, arguments)`.
@@ -179,11 +179,11 @@ impl McpTestServer {
     }
 
     /// Brings it back on the same port.
-    pub async fn restart(&self) {
-        let listener =
-            tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await.unwrap_or_else(|e| panic!("rebind: {e}"));
+    pub async fn restart(&self) -> std::io::Result<()> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await?;
         let cancel = serve(listener, Crm { calls: self.calls.clone(), versions: self.versions });
         *self.cancel.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = cancel;
+        Ok(())
     }
 }
 

@@ -52,7 +52,7 @@ fn tool_names(server: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn remote_tools_are_discovered_approved_called_cached_lost_and_found_again() {
-    let mcp = McpTestServer::start().await;
+    let mcp = McpTestServer::start().await.unwrap();
     let mock = MockServer::start(MockConfig::default()).await.unwrap();
     let schema = fresh_schema();
     let mut tracon = start(&schema, &mock).await;
@@ -171,7 +171,7 @@ async fn remote_tools_are_discovered_approved_called_cached_lost_and_found_again
     assert!(!offered.contains("crm_lookup"), "{offered}");
 
     // It comes back: the next refresh offers its tools again.
-    mcp.restart().await;
+    mcp.restart().await.unwrap();
     let (_, refreshed) = json_of(client.post(tracon.url("/api/mcp-servers/refresh?name=crm"))).await;
     assert_eq!(tool_names(&refreshed[0]), ["crm_lookup", "crm_refund", "crm_explode"], "{refreshed}");
     assert_eq!(refreshed[0]["discovery"]["warnings"].as_array().map(Vec::len), Some(1), "only the left-out tool");
@@ -179,7 +179,7 @@ async fn remote_tools_are_discovered_approved_called_cached_lost_and_found_again
 
 #[tokio::test]
 async fn a_server_of_the_previous_revision_is_spoken_to_with_the_initialize_handshake() {
-    let mcp = McpTestServer::start_previous_revision().await;
+    let mcp = McpTestServer::start_previous_revision().await.unwrap();
     let mock = MockServer::start(MockConfig::default()).await.unwrap();
     let tracon = start(&fresh_schema(), &mock).await;
     let client = reqwest::Client::new();

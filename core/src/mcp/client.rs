@@ -325,11 +325,10 @@ fn credential_headers(
 /// `=?base64?…?=`.
 fn header_text(value: &str) -> String {
     use base64::Engine;
-    let plain = !value.is_empty()
-        && value.bytes().all(|b| (0x20..0x7f).contains(&b))
-        && !value.starts_with([' ', '\t'])
-        && !value.ends_with([' ', '\t'])
-        && !(value.starts_with("=?base64?") && value.ends_with("?="));
+    let visible = value.bytes().all(|b| (0x20..0x7f).contains(&b));
+    let padded = value.starts_with([' ', '\t']) || value.ends_with([' ', '\t']);
+    let looks_wrapped = value.starts_with("=?base64?") && value.ends_with("?=");
+    let plain = !value.is_empty() && visible && !padded && !looks_wrapped;
     if plain {
         value.to_owned()
     } else {
