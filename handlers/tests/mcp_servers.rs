@@ -338,7 +338,9 @@ async fn a_definition_may_name_the_tools_and_resources_of_registered_servers_onl
         problems(&doc),
         [
             ("invalid_name".to_owned(), "mcpResourceUris[0]".to_owned()),
-            ("duplicate".to_owned(), "mcpResourceUris[2]".to_owned())
+            ("duplicate".to_owned(), "mcpResourceUris[2]".to_owned()),
+            ("unknown_mcp_resource".to_owned(), "mcpResourceUris[1]".to_owned()),
+            ("unknown_mcp_resource".to_owned(), "mcpResourceUris[2]".to_owned())
         ],
         "{doc}"
     );
@@ -356,5 +358,5 @@ async fn a_definition_may_name_the_tools_and_resources_of_registered_servers_onl
     )
     .await;
     assert_eq!(status, StatusCode::CREATED, "{doc}");
-    assert_eq!(doc["mcpResourceUris"], json!(["crm:file:///policy.md"]), "kept as written: {doc}");
+    assert_eq!(doc["definition"]["mcpResourceUris"], json!(["crm:file:///policy.md"]), "kept as written: {doc}");
 }
