@@ -33,14 +33,13 @@ use utoipa::ToSchema;
 
 use crate::config::{Config, ConfigError};
 use crate::error::{StoreError, check_text, check_text_opt};
-use crate::names::{InvalidName, TenantId};
+use crate::names::TenantId;
 use crate::secret_names::SecretNamespace;
 use crate::sync::lock;
 
 /// Where a tenant's MCP credential key names go by default (`Tracon:Mcp:AllowedConfigurationPrefix`).
 pub const DEFAULT_SECRET_PREFIX: &str = "Tracon:McpSecrets:";
-/// Longest server name: `{server}_{tool}` must still leave room in a 64-character tool name.
-pub const MAX_SERVER_NAME_LEN: usize = 32;
+pub use crate::names::{MAX_SERVER_NAME_LEN, McpServerName};
 /// Longest endpoint URL.
 pub const MAX_ENDPOINT_LEN: usize = 2_048;
 /// Most credential headers one server may name.
@@ -49,42 +48,6 @@ pub const MAX_HEADERS: usize = 16;
 pub const DEFAULT_MAX_TOOLS: usize = 100;
 /// Most prompts and resources kept from one server's discovery.
 pub const MAX_LISTED: usize = 500;
-
-/// A server's name: lowercase letters, digits and `-`, starting with a letter, at most
-/// [`MAX_SERVER_NAME_LEN`] characters. No `_`, so `{server}_{tool}` splits at its first `_`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema)]
-#[serde(transparent)]
-#[schema(value_type = String, pattern = "^[a-z][a-z0-9-]{0,31}$")]
-pub struct McpServerName(String);
-
-impl McpServerName {
-    pub const PATTERN: &'static str = "^[a-z][a-z0-9-]{0,31}$";
-
-    pub fn parse(value: &str) -> Result<Self, InvalidName> {
-        let mut chars = value.chars();
-        let ok = value.len() <= MAX_SERVER_NAME_LEN
-            && chars.next().is_some_and(|c| c.is_ascii_lowercase())
-            && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-        if ok {
-            Ok(Self(value.to_owned()))
-        } else {
-            Err(InvalidName(format!(
-                "'{}' is not a valid MCP server name: 1 to {MAX_SERVER_NAME_LEN} lowercase letters, digits or '-', starting with a letter.",
-                crate::names::truncate_for_message(value)
-            )))
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Display for McpServerName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
 
 /// A tenant's registration of one remote MCP server. Stores no credential: only the names of
 /// the configuration keys the values are read from when a request goes out.

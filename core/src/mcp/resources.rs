@@ -22,46 +22,9 @@ use crate::report::{Problem, ProblemCode};
 pub const MAX_RESOURCE_BYTES: usize = 64 * 1024;
 /// Most text all of an agent's resources add.
 pub const MAX_TOTAL_BYTES: usize = 256 * 1024;
-/// Most entries a definition may list.
-pub const MAX_ENTRIES: usize = 16;
-/// Longest URI.
-pub const MAX_URI_LEN: usize = 2_048;
-
-/// `{server}:{uri}` split, when it is well formed.
-pub fn parse(entry: &str) -> Option<(McpServerName, &str)> {
-    let (server, uri) = entry.split_once(':')?;
-    let server = McpServerName::parse(server).ok()?;
-    (!uri.trim().is_empty() && uri.len() <= MAX_URI_LEN && !uri.chars().any(char::is_control)).then_some((server, uri))
-}
-
-/// What the definition's own shape gets wrong.
-pub fn shape_problems(entries: &[String]) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    if entries.len() > MAX_ENTRIES {
-        problems.push(Problem::new(
-            ProblemCode::LimitExceeded,
-            "mcpResourceUris",
-            format!("At most {MAX_ENTRIES} MCP resources are allowed."),
-        ));
-    }
-    let mut seen = std::collections::BTreeSet::new();
-    for (i, entry) in entries.iter().enumerate() {
-        if parse(entry).is_none() {
-            problems.push(Problem::new(
-                ProblemCode::InvalidName,
-                format!("mcpResourceUris[{i}]"),
-                format!("An MCP resource is written '{{server}}:{{uri}}' (for example 'crm:file:///policy.md'), the URI at most {MAX_URI_LEN} characters."),
-            ));
-        } else if !seen.insert(entry.as_str()) {
-            problems.push(Problem::new(
-                ProblemCode::Duplicate,
-                format!("mcpResourceUris[{i}]"),
-                "This MCP resource is listed more than once.",
-            ));
-        }
-    }
-    problems
-}
+pub use crate::definition::{
+    MAX_MCP_RESOURCE_URI_LEN as MAX_URI_LEN, MAX_MCP_RESOURCES as MAX_ENTRIES, mcp_resource as parse,
+};
 
 /// What the tenant's servers say of the entries (the save path: the stored discovery, no
 /// round trip): a server that is not registered, or a URI its last successful discovery did
@@ -186,8 +149,9 @@ mod tests {
             assert!(parse(bad).is_none(), "{bad}");
         }
         let many: Vec<String> = (0..17).map(|i| format!("crm:file:///{i}")).collect();
-        assert!(shape_problems(&many).iter().any(|p| p.code == ProblemCode::LimitExceeded));
+        let shape = |entries: &[String]| crate::definition::mcp_resource_problems(entries);
+        assert!(shape(&many).iter().any(|p| p.code == ProblemCode::LimitExceeded));
         let twice = vec!["crm:file:///a".to_owned(), "crm:file:///a".to_owned()];
-        assert_eq!(shape_problems(&twice)[0].code, ProblemCode::Duplicate);
+        assert_eq!(shape(&twice)[0].code, ProblemCode::Duplicate);
     }
 }
