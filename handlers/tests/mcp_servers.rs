@@ -211,29 +211,17 @@ async fn another_tenants_server_looks_missing_and_key_names_stay_in_their_partit
     let (app, state) = app(EgressPolicy::default());
     let a = support::api_key(&state.runtime, "tenant-a", &Scope::ALL, None).await;
     let b = support::api_key(&state.runtime, "tenant-b", &Scope::ALL, None).await;
-    let (status, doc) = call(
-        &app,
-        Method::POST,
-        "/api/mcp-servers",
-        &a,
-        Some(json!({"name": "crm",
-        "endpoint": "https://a.example/mcp", "authorizationConfigurationKey": "Tracon:McpSecrets:Crm"})),
-    )
-    .await;
+    let register = |key: &'static str| {
+        let body = json!({"name": "crm", "endpoint": "https://a.example/mcp", "authorizationConfigurationKey": key});
+        call(&app, Method::POST, "/api/mcp-servers", &a, Some(body))
+    };
+    let (status, doc) = register("Tracon:McpSecrets:Crm").await;
     assert_eq!(
         (status, doc["allowedPrefix"].as_str()),
         (StatusCode::BAD_REQUEST, Some("Tracon:McpSecrets:tenant-a:")),
         "the default tenant's key is not A's"
     );
-    let (status, _) = call(
-        &app,
-        Method::POST,
-        "/api/mcp-servers",
-        &a,
-        Some(json!({"name": "crm",
-        "endpoint": "https://a.example/mcp", "authorizationConfigurationKey": "Tracon:McpSecrets:tenant-a:Crm"})),
-    )
-    .await;
+    let (status, _) = register("Tracon:McpSecrets:tenant-a:Crm").await;
     assert_eq!(status, StatusCode::CREATED);
     for (method, body) in
         [(Method::GET, None), (Method::PUT, Some(json!({"endpoint": "https://b.example/mcp"}))), (Method::DELETE, None)]
