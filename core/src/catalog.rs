@@ -97,6 +97,8 @@ pub struct Catalog {
     /// Tenants' egress policies: a definition naming a provider its tenant does not allow
     /// does not validate and does not compile.
     providers_allowed: Option<Arc<crate::model::byok::TenantProviders>>,
+    /// Tenants' MCP servers, whose discovered tools definitions name as `{server}_{tool}`.
+    mcp: Option<Arc<crate::mcp::service::McpServers>>,
 }
 
 impl Catalog {
@@ -115,7 +117,14 @@ impl Catalog {
             loops: crate::harness::Loops::default(),
             cache: Mutex::new(HashMap::new()),
             providers_allowed: None,
+            mcp: None,
         }
+    }
+
+    /// Resolves `{server}_{tool}` tool names against tenants' MCP servers.
+    pub fn with_mcp(mut self, mcp: Arc<crate::mcp::service::McpServers>) -> Self {
+        self.mcp = Some(mcp);
+        self
     }
 
     /// Holds definitions to their tenants' egress policies.
@@ -265,6 +274,11 @@ impl Catalog {
                 }
             }
         }
+        // MCP tools: the save path reads the stored catalog; a run refreshes a stale one.
+        if let Some(mcp) = &self.mcp {
+            resolution.mcp_tools =
+                crate::mcp::tools::resolve(mcp, tenant, &def.tool_names, &self.tools, !walk_callables).await?;
+        }
         // Breadth-first walk from the direct callees; reaching `def.name` again is a cycle.
         let mut seen: BTreeSet<String> = frontier.iter().map(|(n, _)| n.clone()).collect();
         let mut paths: BTreeMap<String, Vec<String>> =
@@ -302,6 +316,9 @@ impl Catalog {
         let mut problems = compiler::check(def, &resolution, &self.providers, &self.tools);
         problems.extend(self.loops.check(def));
         problems.extend(self.egress_problems(tenant, &def.model).await?);
+        if let Some(mcp) = &self.mcp {
+            problems.extend(crate::mcp::resources::problems(mcp, tenant, &def.mcp_resource_uris).await?);
+        }
         Ok(ValidationReport::from_problems(problems))
     }
 
@@ -337,7 +354,9 @@ impl Catalog {
     ) -> Result<Arc<CompiledAgent>, CatalogError> {
         let entry = self.get(tenant, name).await?.ok_or(CatalogError::NotFound)?;
         let (resolution, fingerprint) = self.resolve(tenant, &entry.definition, false).await?;
-        let cacheable = parameters.is_empty() && entry.definition.parameters.is_empty();
+        // MCP tools come and go with their servers' discoveries: such an agent is compiled anew.
+        let cacheable =
+            parameters.is_empty() && entry.definition.parameters.is_empty() && resolution.mcp_tools.is_empty();
         // Two cultures share a compiled instance only if they resolve to the same texts,
         // for the agent and for its shared block alike.
         let block_culture = resolution.shared_block.as_ref().and_then(|b| compiler::resolve_culture(b, culture).1);

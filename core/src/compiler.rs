@@ -32,6 +32,9 @@ pub struct Resolution {
     pub skills: Vec<crate::skills::ResolvedSkill>,
     /// Skill names that resolve to no code skill and no stored skill of the tenant.
     pub missing_skills: Vec<String>,
+    /// `toolNames` that name a tool of one of the tenant's MCP servers (`{server}_{tool}`, and
+    /// no code tool of that name), each with its registration when the server offers it now.
+    pub mcp_tools: BTreeMap<String, Option<Arc<ToolRegistration>>>,
 }
 
 /// Every problem the definition has: shape, then each name that does not resolve.
@@ -59,7 +62,10 @@ pub fn check(
                 format!("toolNames[{i}]"),
                 crate::skills::SCRIPTS_UNSUPPORTED,
             ));
-        } else if crate::names::ToolName::parse(name).is_ok() && tools.get(name).is_none() {
+        } else if crate::names::ToolName::parse(name).is_ok()
+            && tools.get(name).is_none()
+            && !resolution.mcp_tools.contains_key(name)
+        {
             problems.push(Problem::new(
                 ProblemCode::UnknownTool,
                 format!("toolNames[{i}]"),
@@ -457,7 +463,9 @@ pub fn compile(
     }
     let mut regs = Vec::with_capacity(def.tool_names.len() + resolution.callables.len());
     for name in &def.tool_names {
-        if let Some(t) = tools.get(name) {
+        // A code tool wins its name; an MCP tool its server does not offer now is left out
+        // (the server's record carries the warning).
+        if let Some(t) = tools.get(name).or_else(|| resolution.mcp_tools.get(name).and_then(Option::as_ref)) {
             regs.push(t.clone());
         }
     }

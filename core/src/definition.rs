@@ -66,6 +66,11 @@ pub struct AgentDefinition {
     /// How the skill tools behave; unset, every call asks a person first.
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "objects_only::optional")]
     pub skills: Option<SkillSettings>,
+    /// Static resources of the tenant's MCP servers, read when a run starts and added to its
+    /// instructions: `{server}:{uri}`, only URIs the server advertises; 64 KB each, 256 KB in
+    /// all (see [`crate::mcp::resources`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_resource_uris: Vec<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "objects_only::optional")]
@@ -542,6 +547,7 @@ impl AgentDefinition {
             callable_agent_names: Vec::new(),
             skill_names: Vec::new(),
             skills: None,
+            mcp_resource_uris: Vec::new(),
             metadata: BTreeMap::new(),
             harness: None,
             sub_agents: None,
@@ -723,6 +729,7 @@ impl AgentDefinition {
                 ));
             }
         }
+        p.extend(mcp_resource_problems(&self.mcp_resource_uris));
         if self.callable_agent_names.len() > MAX_CALLABLE_AGENTS {
             p.push(Problem::new(
                 ProblemCode::LimitExceeded,
@@ -836,6 +843,49 @@ fn check_len(p: &mut Vec<Problem>, field: &str, value: Option<&str>, max: usize)
     {
         p.push(Problem::new(ProblemCode::LimitExceeded, field, format!("{field} is at most {max} characters.")));
     }
+}
+
+/// Most `mcpResourceUris` entries a definition may list.
+pub const MAX_MCP_RESOURCES: usize = 16;
+/// Longest URI of an `mcpResourceUris` entry.
+pub const MAX_MCP_RESOURCE_URI_LEN: usize = 2_048;
+
+/// An `mcpResourceUris` entry, `{server}:{uri}`, split (at the first `:`) when well formed.
+pub fn mcp_resource(entry: &str) -> Option<(crate::names::McpServerName, &str)> {
+    let (server, uri) = entry.split_once(':')?;
+    let server = crate::names::McpServerName::parse(server).ok()?;
+    (!uri.trim().is_empty() && uri.len() <= MAX_MCP_RESOURCE_URI_LEN && !uri.chars().any(char::is_control))
+        .then_some((server, uri))
+}
+
+/// What the `mcpResourceUris` entries themselves get wrong (the servers are checked by
+/// `crate::mcp::resources::problems`).
+pub fn mcp_resource_problems(entries: &[String]) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    if entries.len() > MAX_MCP_RESOURCES {
+        problems.push(Problem::new(
+            ProblemCode::LimitExceeded,
+            "mcpResourceUris",
+            format!("At most {MAX_MCP_RESOURCES} MCP resources are allowed."),
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, entry) in entries.iter().enumerate() {
+        if mcp_resource(entry).is_none() {
+            problems.push(Problem::new(
+                ProblemCode::InvalidName,
+                format!("mcpResourceUris[{i}]"),
+                format!("An MCP resource is written '{{server}}:{{uri}}' (for example 'crm:file:///policy.md'), the URI at most {MAX_MCP_RESOURCE_URI_LEN} characters."),
+            ));
+        } else if !seen.insert(entry.as_str()) {
+            problems.push(Problem::new(
+                ProblemCode::Duplicate,
+                format!("mcpResourceUris[{i}]"),
+                "This MCP resource is listed more than once.",
+            ));
+        }
+    }
+    problems
 }
 
 /// `en`, `tr-TR`, `zh-Hant-TW`: a well-formed BCP 47 tag ([`crate::culture::is_culture_tag`]).

@@ -40,6 +40,7 @@ pub mod idempotency;
 pub mod identity;
 pub mod jobs;
 pub mod keys;
+pub mod mcp;
 pub mod model;
 pub mod names;
 pub mod placeholders;

@@ -285,6 +285,45 @@ pub(crate) fn truncate_for_message(value: &str) -> String {
     }
 }
 
+/// Longest MCP server name: `{server}_{tool}` must still leave room in a 64-character tool name.
+pub const MAX_SERVER_NAME_LEN: usize = 32;
+
+/// A server's name: lowercase letters, digits and `-`, starting with a letter, at most
+/// [`MAX_SERVER_NAME_LEN`] characters. No `_`, so `{server}_{tool}` splits at its first `_`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(transparent)]
+#[schema(value_type = String, pattern = "^[a-z][a-z0-9-]{0,31}$")]
+pub struct McpServerName(String);
+
+impl McpServerName {
+    pub const PATTERN: &'static str = "^[a-z][a-z0-9-]{0,31}$";
+
+    pub fn parse(value: &str) -> Result<Self, InvalidName> {
+        let mut chars = value.chars();
+        let ok = value.len() <= MAX_SERVER_NAME_LEN
+            && chars.next().is_some_and(|c| c.is_ascii_lowercase())
+            && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+        if ok {
+            Ok(Self(value.to_owned()))
+        } else {
+            Err(InvalidName(format!(
+                "'{}' is not a valid MCP server name: 1 to {MAX_SERVER_NAME_LEN} lowercase letters, digits or '-', starting with a letter.",
+                truncate_for_message(value)
+            )))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for McpServerName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

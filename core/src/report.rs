@@ -45,6 +45,9 @@ pub enum ProblemCode {
     UnknownSkill,
     /// A skill script, or a definition asking to run one: not supported on any host.
     SkillScriptsUnsupported,
+    /// An `mcpResourceUris` entry whose server is not registered, or whose URI the server
+    /// does not advertise.
+    UnknownMcpResource,
 }
 
 /// One thing wrong with a definition.

@@ -215,6 +215,8 @@ pub struct Runtime {
     pub tenant_providers: Arc<crate::model::byok::TenantProviders>,
     /// The providers' health, cached per provider in this instance.
     pub model_health: crate::model::health::HealthChecks,
+    /// Tenants' remote MCP servers: discovery and the catalog it keeps.
+    pub mcp: Arc<crate::mcp::service::McpServers>,
     /// Where queued runs go: set once by a host that runs a job consumer
     /// ([`Runtime::set_queue`]); without one a run cannot be queued.
     queue: OnceLock<RunQueue>,
@@ -268,6 +270,7 @@ pub struct RuntimeBuilder {
     workflow_functions: crate::workflows::functions::FunctionRegistry,
     response_validator: Option<Arc<dyn crate::structured::ResponseValidator>>,
     provider_keys: crate::model::byok::ProviderKeySettings,
+    mcp: crate::mcp::McpSettings,
     errors: Vec<String>,
 }
 
@@ -302,6 +305,7 @@ impl RuntimeBuilder {
             workflow_functions: Default::default(),
             response_validator: None,
             provider_keys: crate::model::byok::ProviderKeySettings::default(),
+            mcp: crate::mcp::McpSettings::default(),
             errors: Vec::new(),
         }
     }
@@ -309,6 +313,13 @@ impl RuntimeBuilder {
     /// Where tenants' provider key names go and their values are read (`Tracon:ProviderKeys:*`).
     pub fn provider_keys(mut self, settings: crate::model::byok::ProviderKeySettings) -> Self {
         self.provider_keys = settings;
+        self
+    }
+
+    /// The MCP client's settings (`Tracon:Mcp:*`): refresh interval, connection timeout, tools
+    /// per server, where credential key names go, the egress guard.
+    pub fn mcp(mut self, settings: crate::mcp::McpSettings) -> Self {
+        self.mcp = settings;
         self
     }
 
@@ -525,10 +536,16 @@ impl RuntimeBuilder {
             self.provider_keys,
             self.platform.clock.clone(),
         ));
+        let mcp = Arc::new(crate::mcp::service::McpServers::new(
+            stores.mcp_servers.clone(),
+            self.mcp,
+            self.platform.clock.clone(),
+        ));
         let catalog = Catalog::new(code.clone(), stores.definitions.clone(), providers, self.tools)
             .with_loops(loops)
             .with_skills(crate::skills::SkillCatalog::new(code_skills, stores.skills.clone()))
-            .with_provider_policy(tenant_providers.clone());
+            .with_provider_policy(tenant_providers.clone())
+            .with_mcp(mcp.clone());
         for def in code.values() {
             for p in catalog.validate_code_agent(def) {
                 errors.push(format!("Code agent '{}': {} ({})", def.name, p.message, p.field));
@@ -580,6 +597,7 @@ impl RuntimeBuilder {
             drain: Arc::new(Drain::default()),
             workflow_functions: self.workflow_functions,
             model_health: Default::default(),
+            mcp,
             queue: OnceLock::new(),
         })
     }

@@ -56,6 +56,7 @@ pub fn builder_from_config(
     let quotas = crate::quota::Quotas::from_config(config).map_err(|e| e.to_string())?;
     let webhooks = crate::webhooks::WebhookSettings::from_config(config).map_err(|e| e.to_string())?;
     let provider_keys = crate::model::byok::ProviderKeySettings::from_config(config).map_err(|e| e.to_string())?;
+    let mcp = crate::mcp::McpSettings::from_config(config).map_err(|e| e.to_string())?;
     let mut builder = RuntimeBuilder::new(platform)
         .settings(settings)
         .pricing(pricing)
@@ -63,7 +64,8 @@ pub fn builder_from_config(
         .stores(stores)
         .quotas(quotas)
         .webhooks(webhooks)
-        .provider_keys(provider_keys);
+        .provider_keys(provider_keys)
+        .mcp(mcp);
     if let Some(prefix) = config.get("Tracon:Attribution:LabelHeaderPrefix") {
         builder = builder.attribution(Arc::new(HeaderLabels::new(prefix)));
     }

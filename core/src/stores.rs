@@ -42,6 +42,8 @@ pub struct Stores {
     pub response_cache: Arc<dyn crate::model::cache::ResponseCacheStore>,
     /// Tenants' own provider credentials (BYOK) and egress policies.
     pub tenant_providers: Arc<dyn crate::model::byok::TenantProviderStore>,
+    /// Tenants' remote MCP servers and what each last said it offers.
+    pub mcp_servers: Arc<dyn crate::mcp::McpServerStore>,
     /// Whether the stores survive a restart.
     pub persistent: bool,
 }
@@ -68,6 +70,7 @@ impl Stores {
             breakers: Arc::new(crate::model::breaker::MemoryBreakerStore::default()),
             response_cache: Arc::new(crate::model::cache::MemoryResponseCache::default()),
             tenant_providers: Arc::new(crate::model::byok::MemoryTenantProviderStore::default()),
+            mcp_servers: Arc::new(crate::mcp::MemoryMcpServerStore::default()),
             persistent: false,
         }
     }

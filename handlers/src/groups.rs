@@ -55,6 +55,8 @@ pub const TRIGGERS: Group = Group { name: "triggers", router: crate::triggers::r
 pub const MODELS: Group = Group { name: "models", router: crate::models::router };
 /// `/mcp`: exposed agents as MCP tools (Streamable HTTP, stateless).
 pub const MCP: Group = Group { name: "mcp", router: crate::mcp::router };
+/// Tenants' remote MCP servers, whose tools agents name (`/api/mcp-servers…`).
+pub const MCP_SERVERS: Group = Group { name: "mcp_servers", router: crate::mcp_servers::router };
 /// `/v1/chat/completions`, `/v1/models`, `/v1/responses`, `/v1/conversations`.
 pub const OPENAI: Group = Group { name: "openai", router: crate::openai::router };
 
@@ -85,10 +87,11 @@ pub mod deployments {
     use super::Deployment;
 
     /// Agent and workflow definitions, their live runs, the model catalog they pick from, the
-    /// skills they name, and the MCP server that runs agents for outside callers.
+    /// skills and remote MCP servers they name, and the MCP server that runs agents for
+    /// outside callers.
     pub const AGENTS: Deployment = Deployment {
         name: "agents",
-        groups: &[super::AGENTS, super::WORKFLOWS, super::MODELS, super::SKILLS, super::MCP],
+        groups: &[super::AGENTS, super::WORKFLOWS, super::MODELS, super::SKILLS, super::MCP_SERVERS, super::MCP],
         streams: true,
     };
     /// Everything that follows, decides or queues runs.
@@ -114,6 +117,7 @@ pub mod deployments {
             super::WORKFLOWS,
             super::MODELS,
             super::SKILLS,
+            super::MCP_SERVERS,
             super::RUNS,
             super::SESSIONS,
             super::APPROVALS,

@@ -22,6 +22,7 @@ pub mod extract;
 pub mod groups;
 pub mod jobs;
 pub mod mcp;
+pub mod mcp_servers;
 pub mod meta;
 pub mod models;
 pub mod openai;

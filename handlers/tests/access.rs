@@ -259,6 +259,11 @@ async fn tenant_b(app: &Router, state: &AppState, b: &str) -> Theirs {
         "resources": [{"name": "b-resource.md", "content": "secret instructions"}]});
     let (status, doc) = call(app, Method::POST, "/api/skills", b, Some(skill)).await;
     assert_eq!(status, StatusCode::CREATED, "{doc}");
+    // An MCP server under the agent's name, so `/api/mcp-servers/{name}` reaches B's own.
+    let server = json!({"name": "b-agent", "endpoint": "https://b-mcp-endpoint.example.com/mcp",
+        "authorizationConfigurationKey": "Tracon:McpSecrets:tenant-b:BMcpSecretName"});
+    let (status, doc) = call(app, Method::POST, "/api/mcp-servers", b, Some(server)).await;
+    assert_eq!(status, StatusCode::CREATED, "{doc}");
     let tenant = TenantId::parse("tenant-b").unwrap();
     let now = Utc::now();
     let stores = &state.runtime.stores;
@@ -385,6 +390,9 @@ fn body_for(method: &Method, template: &str, agent: &str, scope: Scope) -> Optio
         ("POST", "/api/webhooks") | ("PUT", "/api/webhooks/{id}") => Some(json!({
             "url": "https://hooks.example.com/a-own", "events": ["run.failed"],
             "secretConfigurationName": "Tracon:WebhookSecrets:tenant-a:Own"})),
+        // An endpoint the guard refuses: no server of A's is ever asked over the network.
+        ("POST", "/api/mcp-servers") => Some(json!({"name": "a-own-mcp", "endpoint": "https://127.0.0.1/mcp"})),
+        ("PUT", "/api/mcp-servers/{name}") => Some(json!({"endpoint": "https://a-own.example.com/mcp"})),
         _ => None,
     }
 }
@@ -423,6 +431,8 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
         theirs.request.as_str(),
         "Europe/Istanbul",
         "b-resource.md",
+        "b-mcp-endpoint",
+        "BMcpSecretName",
     ];
 
     let mut walked = BTreeSet::new();
@@ -635,6 +645,12 @@ async fn every_route_with_tenant_a_key_finds_nothing_of_tenant_b() {
         (hook["url"].as_str(), hook["events"][0].as_str()),
         (Some("https://hooks.example.com/b-hook-path"), Some("run.completed")),
         "tenant A did not replace B's webhook"
+    );
+    let (status, server) = call(&app, Method::GET, "/api/mcp-servers/b-agent", &b, None).await;
+    assert_eq!(
+        (status, server["endpoint"].as_str()),
+        (StatusCode::OK, Some("https://b-mcp-endpoint.example.com/mcp")),
+        "tenant A did not replace or delete B's MCP server: {server}"
     );
     let (_, history) = call(&app, Method::GET, &format!("/api/webhooks/{}/deliveries", theirs.webhook), &b, None).await;
     assert_eq!(history, json!([]), "tenant A's test call queued nothing for B's webhook");

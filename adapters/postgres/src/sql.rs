@@ -862,6 +862,46 @@ pub const TRIGGER_DELETE: &str = "DELETE FROM triggers WHERE tenant_id = $1 AND 
 /// outside their tenant's partition; never on a request path).
 pub const TRIGGER_SECRET_NAMES: &str = "SELECT tenant_id, name AS record, signing_secret_configuration_name AS key_name FROM triggers ORDER BY tenant_id, name";
 
+// ---- MCP servers -------------------------------------------------------------------------------
+
+macro_rules! mcp_server_columns {
+    () => {
+        "name, endpoint, authorization_configuration_key, header_configuration_keys, requires_approval, \
+         created_at, updated_at, discovery"
+    };
+}
+
+/// Tenant `$1`'s MCP servers by name, `$2` skipped, at most `$3`.
+pub const MCP_SERVER_LIST: &str = concat!(
+    "SELECT ",
+    mcp_server_columns!(),
+    " FROM mcp_servers WHERE tenant_id = $1 ORDER BY name OFFSET $2 LIMIT $3"
+);
+
+pub const MCP_SERVER_GET: &str =
+    concat!("SELECT ", mcp_server_columns!(), " FROM mcp_servers WHERE tenant_id = $1 AND name = $2");
+
+/// Creates or replaces server `$2` of tenant `$1` (`$3`…`$6` its fields, `$7` created_at, `$8`
+/// updated_at): a replacement keeps the stored created_at and forgets the discovery, which
+/// described the old registration. Returns the stored row.
+pub const MCP_SERVER_PUT: &str = concat!(
+    "INSERT INTO mcp_servers (tenant_id, name, endpoint, authorization_configuration_key, \
+     header_configuration_keys, requires_approval, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+     ON CONFLICT (tenant_id, name) DO UPDATE SET endpoint = EXCLUDED.endpoint, \
+     authorization_configuration_key = EXCLUDED.authorization_configuration_key, \
+     header_configuration_keys = EXCLUDED.header_configuration_keys, requires_approval = EXCLUDED.requires_approval, \
+     updated_at = EXCLUDED.updated_at, discovery = NULL RETURNING ",
+    mcp_server_columns!()
+);
+
+/// One row affected when the server existed.
+pub const MCP_SERVER_DELETE: &str = "DELETE FROM mcp_servers WHERE tenant_id = $1 AND name = $2";
+
+/// Stores discovery `$4` of server `$2` as registered at `$3`: nothing when the registration
+/// was written since (its discovery would describe an endpoint no longer named).
+pub const MCP_SERVER_DISCOVERY: &str =
+    "UPDATE mcp_servers SET discovery = $4 WHERE tenant_id = $1 AND name = $2 AND updated_at = $3";
+
 // ---- schema ------------------------------------------------------------------------------------
 
 /// Whether a schema name is safe to splice into `CREATE SCHEMA` / `SET search_path`
@@ -1022,6 +1062,10 @@ mod tests {
             TRIGGER_GET,
             TRIGGER_FIND_ENABLED,
             TRIGGER_DELETE,
+            MCP_SERVER_LIST,
+            MCP_SERVER_GET,
+            MCP_SERVER_DELETE,
+            MCP_SERVER_DISCOVERY,
             SCHEDULE_GET,
             SCHEDULE_LIST,
             SCHEDULE_UPDATE,

@@ -16,6 +16,7 @@ mod breakers;
 mod cache;
 mod fixtures;
 mod ledger;
+mod mcp_servers;
 mod tenant_providers;
 pub use breakers::{
     breakers_open_at_the_threshold_and_close_on_a_success, concurrent_probe_claims_let_exactly_one_through,
@@ -27,6 +28,7 @@ pub use ledger::{
     the_ledger_is_fenced_by_the_run_being_running,
     the_ledger_records_each_step_with_its_calls_starts_before_their_endings,
 };
+pub use mcp_servers::mcp_servers_are_kept_per_tenant_with_their_discovery;
 pub use tenant_providers::provider_bindings_and_egress_are_kept_per_tenant;
 pub mod idempotency;
 pub mod jobs;
@@ -1452,6 +1454,7 @@ macro_rules! store_contract_tests {
             concurrent_probe_claims_let_exactly_one_through,
             cached_answers_are_read_per_tenant_until_they_expire,
             provider_bindings_and_egress_are_kept_per_tenant,
+            mcp_servers_are_kept_per_tenant_with_their_discovery,
         );
     };
 }

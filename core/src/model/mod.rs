@@ -32,7 +32,7 @@ pub mod openai_responses;
 pub mod registry;
 pub mod resilience;
 pub mod scripted;
-mod sse;
+pub(crate) mod sse;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -125,6 +125,13 @@ pub async fn prepare_in(
     if let Some(extra) = options.extra_instructions.take() {
         agent = Arc::new(agent.with_extra_instructions(&extra));
     }
+    // The definition's MCP resources, read now: a snapshot for this run's context.
+    if !agent.definition.mcp_resource_uris.is_empty()
+        && let Some(text) =
+            crate::mcp::resources::snapshot(&runtime.mcp, &request.tenant, &agent.definition.mcp_resource_uris).await?
+    {
+        agent = Arc::new(agent.with_extra_instructions(&text));
+    }
     if !options.caller.is_empty() {
         let providers = runtime.catalog.providers();
         agent = Arc::new(crate::runs::caller::apply(&agent, &options.caller, providers).map_err(StartError::Caller)?);

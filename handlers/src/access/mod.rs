@@ -159,6 +159,10 @@ pub fn requirement(method: &Method, route: &str) -> Requirement {
         "/api/tenants/{id}/providers" | "/api/tenants/{id}/providers/{provider}" | "/api/tenants/{id}/egress" => {
             S(Scope::SecurityAdmin)
         }
+        // Remote MCP servers are administered like the agents that name their tools (a server
+        // whose tools skip approval also needs `SecurityAdmin`, checked by the handler).
+        "/api/mcp-servers" | "/api/mcp-servers/{name}" => S(if read { Scope::AgentsRead } else { Scope::AgentsAdmin }),
+        "/api/mcp-servers/refresh" => S(Scope::AgentsAdmin),
         // Signed by the external system instead (`crate::triggers`).
         "/api/triggers/{tenantId}/{name}" => Open,
         "/api/triggers" | "/api/triggers/{name}" => S(Scope::TriggersAdmin),

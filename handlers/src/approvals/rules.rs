@@ -74,7 +74,12 @@ pub async fn create_rule(
 ) -> ApiResult<Response> {
     let invalid =
         |field: &str, message: String| ApiError::bad_request("validation_failed", message).with("field", field);
-    if state.runtime.catalog.tools().get(&body.tool_name).is_none() {
+    // A code tool, or a `{server}_{tool}` of one of the tenant's MCP servers.
+    let mcp_tool = match body.tool_name.split_once('_').map(|(s, _)| tracon_core::mcp::McpServerName::parse(s)) {
+        Some(Ok(server)) => state.runtime.mcp.store().get(&tenant, &server).await?.is_some(),
+        _ => false,
+    };
+    if state.runtime.catalog.tools().get(&body.tool_name).is_none() && !mcp_tool {
         return Err(invalid(
             "toolName",
             format!("No tool named '{}' is registered.", body.tool_name.chars().take(80).collect::<String>()),

@@ -119,6 +119,12 @@ pub const DOCUMENT: &str = include_str!(concat!(env!("OUT_DIR"), "/openapi.min.j
         crate::schedules::create,
         crate::schedules::update,
         crate::schedules::delete,
+        crate::mcp_servers::list,
+        crate::mcp_servers::read,
+        crate::mcp_servers::create,
+        crate::mcp_servers::replace,
+        crate::mcp_servers::delete,
+        crate::mcp_servers::refresh,
         crate::triggers::definitions::list,
         crate::triggers::definitions::get,
         crate::triggers::definitions::put,
@@ -145,6 +151,7 @@ pub const DOCUMENT: &str = include_str!(concat!(env!("OUT_DIR"), "/openapi.min.j
         (name = "approvals", description = "Tool calls waiting for a person, and standing pre-approvals"),
         (name = "webhooks", description = "Outbound webhooks: signed event deliveries to your endpoints"),
         (name = "openai", description = "OpenAI-compatible endpoints: `model` is an agent name"),
+        (name = "mcp_servers", description = "Remote MCP servers whose tools, prompts and resources agents use"),
         (name = "triggers", description = "Inbound triggers: signed requests from other systems that start queued runs"),
         (name = "widget", description = "The embeddable chat widget's script"),
     )
@@ -392,6 +399,18 @@ fn add_links(paths: &mut serde_json::Map<String, serde_json::Value>) {
             &[("/api/schedules/{id}", "get"), ("/api/schedules/{id}", "put"), ("/api/schedules/{id}", "delete")],
         ),
         (
+            "/api/mcp-servers",
+            "post",
+            "201",
+            "name",
+            "$response.body#/name",
+            &[
+                ("/api/mcp-servers/{name}", "get"),
+                ("/api/mcp-servers/{name}", "put"),
+                ("/api/mcp-servers/{name}", "delete"),
+            ],
+        ),
+        (
             "/api/triggers/{name}",
             "put",
             "201",
@@ -536,6 +555,8 @@ fn parameter_schema(path: &str, name: &str, location: &str) -> Option<serde_json
         }
         ("path", "version") if group == "skills" => json!({"type": "integer", "minimum": 1, "maximum": u32::MAX}),
         ("path", "name") if group == "triggers" => pattern(tracon_core::triggers::TriggerName::PATTERN),
+        ("path", "name") if group == "mcp-servers" => pattern(tracon_core::mcp::McpServerName::PATTERN),
+        ("query", "name") if group == "mcp-servers" => pattern(tracon_core::mcp::McpServerName::PATTERN),
         ("path", "tenantId") => pattern(TenantId::PATTERN),
         ("path", "a" | "b") if group == "agents" => json!({"type": "integer", "minimum": 1, "maximum": u32::MAX}),
         ("path", "a" | "b") if group == "runs" => uuid(),

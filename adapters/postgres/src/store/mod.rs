@@ -14,6 +14,7 @@ mod definitions;
 mod idempotency;
 mod jobs;
 mod keys;
+mod mcp_servers;
 mod runs;
 mod schedules;
 mod sessions;
@@ -35,6 +36,7 @@ pub use definitions::PgDefinitionStore;
 pub use idempotency::PgIdempotencyStore;
 pub use jobs::PgJobStore;
 pub use keys::PgApiKeyStore;
+pub use mcp_servers::PgMcpServerStore;
 pub use runs::PgRunStore;
 pub use schedules::PgScheduleStore;
 pub use sessions::PgSessionStore;
@@ -71,6 +73,7 @@ pub fn stores(db: Db, protection: Protection) -> Stores {
         breakers: Arc::new(PgBreakerStore::new(db.clone())),
         response_cache: Arc::new(PgResponseCache::new(db.clone(), protection.clone())),
         tenant_providers: Arc::new(PgTenantProviderStore::new(db.clone())),
+        mcp_servers: Arc::new(PgMcpServerStore::new(db.clone())),
         idempotency: Arc::new(PgIdempotencyStore::new(db, protection)),
         persistent: true,
     }
