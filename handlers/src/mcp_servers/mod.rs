@@ -305,6 +305,7 @@ pub async fn delete(Ctx { state, tenant, caller }: Ctx, Path(name): Path<String>
 
 /// Which servers `POST /api/mcp-servers/refresh` asks.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct RefreshQuery {
     /// One server; without it, every server of the tenant.
     pub name: Option<String>,
