@@ -54,6 +54,9 @@ pub const MODELS: Group = Group { name: "models", router: crate::models::router 
 /// `/v1/chat/completions`, `/v1/models`, `/v1/responses`, `/v1/conversations`.
 pub const OPENAI: Group = Group { name: "openai", router: crate::openai::router };
 
+/// The A2A server: `/a2a/{agent}` and its card (`crate::a2a`), a protocol surface.
+pub const A2A: Group = Group { name: "a2a", router: crate::a2a::router };
+
 /// The groups every deployment serves.
 pub const EVERYWHERE: &[Group] = &[META, SECURITY];
 
@@ -94,6 +97,7 @@ pub mod deployments {
             super::OPENAI,
             super::SCHEDULES,
             super::TRIGGERS,
+            super::A2A,
         ],
         streams: true,
     };
@@ -113,6 +117,7 @@ pub mod deployments {
             super::OPENAI,
             super::SCHEDULES,
             super::TRIGGERS,
+            super::A2A,
         ],
         streams: true,
     };
