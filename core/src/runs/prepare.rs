@@ -57,9 +57,6 @@ pub struct PreparedRun {
     pub deadline: Option<chrono::DateTime<chrono::Utc>>,
     /// A child run's place in its parent's tree; `None` for a root run.
     pub tree: Option<crate::runs::tree::Subtree>,
-    /// The limits of the call tree this root run opens, when its surface sets its own
-    /// (otherwise `Tracon:AgentGraph:*`).
-    pub budget: Option<Arc<crate::runs::tree::AgentGraphSettings>>,
     /// A replay in `ReplayTools` mode: the source run's recorded answers.
     pub replay: Option<Arc<crate::tools::replayed::Recorded>>,
 }
@@ -177,7 +174,6 @@ pub async fn prepare_in(
         continuation: None,
         deadline: None,
         tree: None,
-        budget: None,
         replay: None,
     })
 }

@@ -39,9 +39,6 @@ pub struct QueuedRun {
     pub session_id: Option<String>,
     pub caller: Caller,
     pub attribution: Attribution,
-    /// The limits of the run's call tree, when its surface set its own ([`crate::runs::launch::Start::budget`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budget: Option<crate::runs::tree::AgentGraphSettings>,
 }
 
 /// Accepts a run for a worker: the same checks as a live run (the agent compiles with these
@@ -49,15 +46,7 @@ pub struct QueuedRun {
 /// window when the pre-flight check is on), then a placeholder run row
 /// (`Queued`, with the recorded input) and its job. The row is written first, so a worker
 /// never finds a job without its run; a job that cannot be stored closes the row `Failed`.
-/// `run_id` is the run's id when the surface chose it beforehand; `budget` its call tree's
-/// own limits.
-pub async fn enqueue(
-    runtime: &Runtime,
-    request: RunRequest,
-    max_attempts: u32,
-    run_id: Option<RunId>,
-    budget: Option<Arc<crate::runs::tree::AgentGraphSettings>>,
-) -> Result<Accepted, StartError> {
+pub async fn enqueue(runtime: &Runtime, request: RunRequest, max_attempts: u32) -> Result<Accepted, StartError> {
     check_documents(&request.documents)?;
     let agent = runtime
         .catalog
@@ -66,7 +55,7 @@ pub async fn enqueue(
     check_queued_context_window(runtime, &agent, &request).await?;
     let clock = runtime.platform.clock.as_ref();
     let now = clock.now();
-    let run_id = run_id.unwrap_or_else(|| RunId(new_id(clock)));
+    let run_id = RunId(new_id(clock));
     let job_id = new_id(clock);
     let row = RunRecord {
         session_id: request.session_id.as_ref().map(|s| s.as_str().to_owned()),
@@ -91,7 +80,6 @@ pub async fn enqueue(
         session_id: request.session_id.map(|s| s.as_str().to_owned()),
         caller: request.caller,
         attribution: request.attribution,
-        budget: budget.map(|b| (*b).clone()),
     };
     let payload = serde_json::to_value(&payload)
         .map_err(|e| StartError::Store(StoreError::Internal { detail: e.to_string() }))?;
@@ -178,7 +166,6 @@ impl crate::jobs::JobHandler for QueuedRuns {
         };
         let permanent =
             |message: &str| JobFailure::Permanent { code: "tracon.run.cannot-start".into(), message: message.into() };
-        let budget = queued.budget.clone().map(Arc::new);
         let Some(request) = queued.into_request(&tenant, run_id) else {
             close_unstarted(
                 runtime,
@@ -203,7 +190,6 @@ impl crate::jobs::JobHandler for QueuedRuns {
             cancel.cancel();
         }
         prepared.deadline = soft_deadline(runtime);
-        prepared.budget = budget;
         let outcome = execute(runtime, prepared, cancel, None).await;
         attempt_result(run_id, &outcome)
     }
@@ -349,7 +335,6 @@ impl QueuedRuns {
         let now = runtime.platform.clock.now();
         let permanent =
             |message: &str| JobFailure::Permanent { code: "tracon.run.cannot-start".into(), message: message.into() };
-        let budget = queued.budget.clone().map(Arc::new);
         let Some(request) = queued.into_request(tenant, next.id) else {
             let failure = RunFailure::new(ErrorClass::Internal, "The queued run is malformed.");
             close_unstarted(runtime, tenant, next.id, now, failure).await;
@@ -379,7 +364,6 @@ impl QueuedRuns {
         );
         prepared.continuation = Some(continuation);
         prepared.deadline = soft_deadline(runtime);
-        prepared.budget = budget;
         let outcome = execute(runtime, prepared, cancel, None).await;
         Some(attempt_result(next.id, &outcome))
     }
@@ -421,7 +405,6 @@ impl QueuedRuns {
                 Some(Err(JobFailure::Permanent { code: "tracon.run.cannot-start".into(), message }))
             }
         };
-        let budget = queued.budget.clone().map(Arc::new);
         let Some(request) = queued.into_request(tenant, run.id) else {
             return failed("The queued run is malformed.").await;
         };
@@ -441,7 +424,6 @@ impl QueuedRuns {
         tracing::info!(run_id = %run.id, steps = continuation.steps, "going on with a run handed over at its soft deadline");
         prepared.continuation = Some(continuation);
         prepared.deadline = soft_deadline(runtime);
-        prepared.budget = budget;
         if run.cancel_requested {
             cancel.cancel();
         }

@@ -18,10 +18,8 @@ use crate::failure::{ErrorClass, RunFailure};
 use crate::model::Usage;
 use crate::names::RunId;
 
-/// `Tracon:AgentGraph:*`: the limits of one root run's call tree. A surface may give a run a
-/// tree of its own limits ([`crate::runs::launch::Start::budget`]: A2A, the MCP server).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// `Tracon:AgentGraph:*`: the limits of one root run's call tree.
+#[derive(Debug, Clone, PartialEq)]
 pub struct AgentGraphSettings {
     /// `MaxDepth` (3): how deep a child may sit (the root is depth 0).
     pub max_depth: u32,

@@ -161,7 +161,6 @@ pub(crate) async fn send(called: &Called<'_>, params: Value, streaming: bool) ->
     };
     let mut start = Start::new(request, delivery);
     start.run_id = Some(run_id);
-    start.budget = Some(Arc::new(called.state.http.a2a.budget.clone()));
     let launched = match launch(runtime, start).await {
         Ok(launched) => launched,
         Err(e) => {
