@@ -33,6 +33,7 @@ pub mod egress;
 pub mod engine;
 pub mod error;
 pub mod events;
+pub mod exposure;
 pub mod failure;
 pub mod harness;
 pub mod idempotency;

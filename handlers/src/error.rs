@@ -249,6 +249,25 @@ impl From<SessionRefusal> for ApiError {
     }
 }
 
+/// An external surface's refusal (`tracon_core::exposure`, the MCP and A2A servers): a
+/// caller that is not an `ExternalInvoke` key is `403 insufficient_scope`; an agent not
+/// exposed (or another tenant's) is `404 agent_not_found`, as a missing one; an agent that
+/// would cross an approval boundary is `403 external_approval_required`.
+impl From<tracon_core::exposure::ExposureRefusal> for ApiError {
+    fn from(refusal: tracon_core::exposure::ExposureRefusal) -> Self {
+        use tracon_core::exposure::ExposureRefusal as R;
+        let message = refusal.message();
+        match refusal {
+            R::Credential(_) => Self::forbidden("insufficient_scope", message).with("requiredScope", "ExternalInvoke"),
+            R::NotExposed => Self::new(StatusCode::NOT_FOUND, "agent_not_found", message),
+            R::ApprovalRequired { tool, .. } => {
+                Self::forbidden("external_approval_required", message).with("tool", tool)
+            }
+            R::Store(e) => e.into(),
+        }
+    }
+}
+
 /// Why a run could not start, for the run of `agent`.
 pub fn start_error(agent: &str, e: StartError) -> ApiError {
     match e {

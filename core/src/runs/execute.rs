@@ -131,6 +131,7 @@ impl<'r> Execution<'r> {
             deadline,
             tree,
             replay,
+            budget,
         } = prepared;
         let in_place = continuation.as_ref().and_then(|c| c.in_place.clone());
         let started_at = in_place.as_ref().map_or(started_at, |p| p.started_at);
@@ -177,7 +178,12 @@ impl<'r> Execution<'r> {
         let (tree_started_at, spent) =
             continuation.as_ref().map_or((started_at, Default::default()), |c| (c.tree_started_at, c.tree_spent));
         let subtree = tree.unwrap_or_else(|| Subtree {
-            place: TreePlace::root(run_id, runtime.settings.agent_graph.clone(), tree_started_at, spent),
+            place: TreePlace::root(
+                run_id,
+                budget.unwrap_or_else(|| runtime.settings.agent_graph.clone()),
+                tree_started_at,
+                spent,
+            ),
             root_log: recorder.clone(),
         });
         let children = (!agent.definition.callable_agent_names.is_empty()).then(|| {

@@ -44,6 +44,10 @@ pub struct Start<'a> {
     /// The run's id, when the surface names something after the run before it starts (a
     /// stored response's session is its id); otherwise one is drawn.
     pub run_id: Option<RunId>,
+    /// The limits of the call tree this run roots, when the surface sets its own (an external
+    /// caller's fresh budget, [`crate::exposure::Exposure::limits`]); `None`: the
+    /// installation's `Tracon:AgentGraph`. A queued run keeps them in its job.
+    pub budget: Option<Arc<crate::runs::tree::AgentGraphSettings>>,
 }
 
 impl<'a> Start<'a> {
@@ -56,6 +60,7 @@ impl<'a> Start<'a> {
             extra_instructions: None,
             caller: crate::runs::caller::CallerAdditions::default(),
             run_id: None,
+            budget: None,
         }
     }
 }
@@ -126,7 +131,7 @@ pub fn new_run_id(runtime: &Runtime) -> RunId {
 /// documents that break a rule, a definition that no longer compiles, a session that moved
 /// on, a store that cannot be reached — is refused here, before anything streams.
 pub async fn launch(runtime: &Arc<Runtime>, start: Start<'_>) -> Result<Launched, StartError> {
-    let Start { request, delivery, history, extra_instructions, caller, run_id } = start;
+    let Start { request, delivery, history, extra_instructions, caller, run_id, budget } = start;
     // A resumption carries the input its run started with, checked then.
     if request.resume.is_none() {
         check_run_input(&runtime.settings.limits, &request.message, request.culture.as_deref())
@@ -134,7 +139,7 @@ pub async fn launch(runtime: &Arc<Runtime>, start: Start<'_>) -> Result<Launched
     }
     let here = match delivery {
         Delivery::Queued { transport, max_attempts } => {
-            let accepted = enqueue(runtime, request, max_attempts).await?;
+            let accepted = enqueue(runtime, request, max_attempts, budget).await?;
             if let Err(e) = transport.wake(accepted.job_id).await {
                 // The row is the truth: the consumer's poll (or the next tick) finds the job.
                 tracing::warn!(job = %accepted.job_id, error = %e, "could not wake the job consumer");
@@ -145,9 +150,13 @@ pub async fn launch(runtime: &Arc<Runtime>, start: Start<'_>) -> Result<Launched
         Delivery::Buffered => Here::Buffered,
         Delivery::Background => Here::Background,
     };
-    let prepared =
-        prepare_in(runtime, request, run_id, Options { extra_instructions, caller, history, ..Options::default() })
-            .await?;
+    let prepared = prepare_in(
+        runtime,
+        request,
+        run_id,
+        Options { extra_instructions, caller, history, budget, ..Options::default() },
+    )
+    .await?;
     let run_id = prepared.run_id;
     let (guard, cancel) = runtime.drain.enter(run_id);
     let span = tracing::info_span!("runs.execute", agent = %prepared.agent.name, run_id = %run_id);

@@ -59,6 +59,8 @@ pub struct PreparedRun {
     pub tree: Option<crate::runs::tree::Subtree>,
     /// A replay in `ReplayTools` mode: the source run's recorded answers.
     pub replay: Option<Arc<crate::tools::replayed::Recorded>>,
+    /// A root run's own tree limits (an external surface's call); `None`: the installation's.
+    pub budget: Option<Arc<crate::runs::tree::AgentGraphSettings>>,
 }
 
 /// How [`prepare_in`] departs from an ordinary run.
@@ -78,6 +80,8 @@ pub struct Options<'a> {
     pub caller: crate::runs::caller::CallerAdditions,
     /// What the model sees before the new message.
     pub history: History,
+    /// A root run's own tree limits ([`PreparedRun::budget`]).
+    pub budget: Option<Arc<crate::runs::tree::AgentGraphSettings>>,
 }
 
 /// What the model sees before the new message.
@@ -175,6 +179,7 @@ pub async fn prepare_in(
         deadline: None,
         tree: None,
         replay: None,
+        budget: options.budget,
     })
 }
 

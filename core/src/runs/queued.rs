@@ -39,6 +39,10 @@ pub struct QueuedRun {
     pub session_id: Option<String>,
     pub caller: Caller,
     pub attribution: Attribution,
+    /// The tree limits the run was accepted with, when its surface set its own
+    /// ([`crate::runs::launch::Start::budget`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::runs::tree::AgentGraphSettings>,
 }
 
 /// Accepts a run for a worker: the same checks as a live run (the agent compiles with these
@@ -46,7 +50,12 @@ pub struct QueuedRun {
 /// window when the pre-flight check is on), then a placeholder run row
 /// (`Queued`, with the recorded input) and its job. The row is written first, so a worker
 /// never finds a job without its run; a job that cannot be stored closes the row `Failed`.
-pub async fn enqueue(runtime: &Runtime, request: RunRequest, max_attempts: u32) -> Result<Accepted, StartError> {
+pub async fn enqueue(
+    runtime: &Runtime,
+    request: RunRequest,
+    max_attempts: u32,
+    budget: Option<Arc<crate::runs::tree::AgentGraphSettings>>,
+) -> Result<Accepted, StartError> {
     check_documents(&request.documents)?;
     let agent = runtime
         .catalog
@@ -80,6 +89,7 @@ pub async fn enqueue(runtime: &Runtime, request: RunRequest, max_attempts: u32) 
         session_id: request.session_id.map(|s| s.as_str().to_owned()),
         caller: request.caller,
         attribution: request.attribution,
+        budget: budget.map(|b| b.as_ref().clone()),
     };
     let payload = serde_json::to_value(&payload)
         .map_err(|e| StartError::Store(StoreError::Internal { detail: e.to_string() }))?;
@@ -166,6 +176,7 @@ impl crate::jobs::JobHandler for QueuedRuns {
         };
         let permanent =
             |message: &str| JobFailure::Permanent { code: "tracon.run.cannot-start".into(), message: message.into() };
+        let request_budget = queued.budget.clone().map(Arc::new);
         let Some(request) = queued.into_request(&tenant, run_id) else {
             close_unstarted(
                 runtime,
@@ -185,6 +196,7 @@ impl crate::jobs::JobHandler for QueuedRuns {
                 return Err(permanent(&failure.message));
             }
         };
+        prepared.budget = request_budget;
         // A cancel asked while the run waited in the queue stops it before its first call.
         if cancel_asked {
             cancel.cancel();
@@ -335,6 +347,7 @@ impl QueuedRuns {
         let now = runtime.platform.clock.now();
         let permanent =
             |message: &str| JobFailure::Permanent { code: "tracon.run.cannot-start".into(), message: message.into() };
+        let request_budget = queued.budget.clone().map(Arc::new);
         let Some(request) = queued.into_request(tenant, next.id) else {
             let failure = RunFailure::new(ErrorClass::Internal, "The queued run is malformed.");
             close_unstarted(runtime, tenant, next.id, now, failure).await;
@@ -348,6 +361,7 @@ impl QueuedRuns {
                 return Some(Err(permanent(&failure.message)));
             }
         };
+        prepared.budget = request_budget;
         // Left `Running` when the ledger cannot be read: reconciliation closes it, and the
         // next attempt continues from there.
         let continuation = match Continuation::read(runtime, tenant, &latest, &prepared.agent).await {
@@ -405,6 +419,7 @@ impl QueuedRuns {
                 Some(Err(JobFailure::Permanent { code: "tracon.run.cannot-start".into(), message }))
             }
         };
+        let request_budget = queued.budget.clone().map(Arc::new);
         let Some(request) = queued.into_request(tenant, run.id) else {
             return failed("The queued run is malformed.").await;
         };
@@ -412,6 +427,7 @@ impl QueuedRuns {
             Ok(p) => p,
             Err(e) => return failed(&cannot_start(&e).message).await,
         };
+        prepared.budget = request_budget;
         let (last_sequence, mut continuation) = match (
             runtime.stores.runs.last_sequence(tenant, run.id).await,
             Continuation::read(runtime, tenant, &run, &prepared.agent).await,

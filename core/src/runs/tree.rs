@@ -18,8 +18,11 @@ use crate::failure::{ErrorClass, RunFailure};
 use crate::model::Usage;
 use crate::names::RunId;
 
-/// `Tracon:AgentGraph:*`: the limits of one root run's call tree.
-#[derive(Debug, Clone, PartialEq)]
+/// `Tracon:AgentGraph:*`: the limits of one root run's call tree. An external surface's run
+/// carries its own, narrower ones ([`crate::exposure::Exposure::limits`]); a queued one keeps
+/// them in its job payload.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct AgentGraphSettings {
     /// `MaxDepth` (3): how deep a child may sit (the root is depth 0).
     pub max_depth: u32,
