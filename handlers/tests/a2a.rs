@@ -92,7 +92,7 @@ async fn harness() -> Harness {
     let mut http = HttpSettings::with_token(TOKEN);
     http.a2a =
         A2aSettings { push_secret_name: Some("A2A".into()), ..A2aSettings::exposing(&["support", "gated", "clerk"]) };
-    http.a2a.budget.max_total_tokens = Some(60);
+    http.a2a.exposure.budget.max_total_tokens = Some(60);
     let key = support::api_key(&runtime, "default", &[Scope::ExternalInvoke], None).await;
     let acme = support::api_key(&runtime, "acme", &[Scope::ExternalInvoke], None).await;
     let unscoped = support::api_key(&runtime, "default", &[Scope::RunsWrite], None).await;
@@ -428,8 +428,10 @@ async fn only_an_api_key_with_external_invoke_may_call() {
     let h = harness().await;
     let (status, body) = rpc(&h, "support", &h.unscoped, "SendMessage", message("hi")).await;
     assert_eq!((status, body["errorType"].as_str()), (StatusCode::FORBIDDEN, Some("insufficient_scope")));
+    // The static token reaches every management route, not an external surface.
     let (status, body) = rpc(&h, "support", TOKEN, "SendMessage", message("hi")).await;
-    assert_eq!((status, body["errorType"].as_str()), (StatusCode::FORBIDDEN, Some("external_invoke_key_required")));
+    assert_eq!((status, body["errorType"].as_str()), (StatusCode::FORBIDDEN, Some("insufficient_scope")));
+    assert_eq!(body["requiredScope"], "ExternalInvoke");
     let reply = support::call(Method::POST, "/a2a/support").from(REMOTE).json(Some(json!({}))).send(&h.app).await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
     let (status, body) = rpc(&h, "private", &h.key, "SendMessage", message("hi")).await;
@@ -441,7 +443,7 @@ async fn an_agent_with_an_approval_tool_is_refused() {
     let h = harness().await;
     let (_, body) = rpc(&h, "gated", &h.key, "SendMessage", message("refund")).await;
     assert_eq!(error_code(&body), -32004, "{body}");
-    assert_eq!(body["error"]["data"][0]["metadata"]["approvalTools"], json!(["refund"]));
+    assert_eq!(body["error"]["data"][0]["metadata"]["tool"], "refund");
 }
 
 #[tokio::test]
@@ -472,7 +474,7 @@ async fn each_call_runs_on_the_a2a_budget() {
     let (_, done) = rpc(&h, "clerk", &h.key, "GetTask", json!({ "id": queued["result"]["task"]["id"] })).await;
     assert_eq!(done["result"]["status"]["state"], "TASK_STATE_FAILED", "{done}");
     let settings = A2aSettings::from_config(&Config::default()).unwrap();
-    assert_eq!(settings.budget.max_depth, 1, "an external caller's tree is one level deep by default");
+    assert_eq!(settings.exposure.budget.max_depth, 1, "an external caller's tree is one level deep by default");
 }
 
 #[tokio::test]

@@ -7,15 +7,17 @@
 //!   tenant's own description and skills (its definition's description and tools) are on the
 //!   **extended card** (`GetExtendedAgentCard`), which needs the key — and the key decides
 //!   the tenant.
-//! - Every method needs an active **API key** with the `ExternalInvoke` scope (the static
-//!   token, a JWT or an unauthenticated loopback caller are refused); its tenant is the
-//!   tenant of every run, task and push configuration, so another tenant's task is missing.
+//! - The boundary is the one the MCP server shares ([`tracon_core::exposure`]): every method
+//!   needs an active **API key** with the `ExternalInvoke` scope (the static token, a JWT or
+//!   an unauthenticated loopback caller are refused); its tenant is the tenant of every run,
+//!   task and push configuration, so another tenant's task is missing.
 //! - A **task is a run** of the published agent, started through this surface (the run
 //!   carries the label [`tracon_core::webhooks::a2a::TASK_LABEL`]); its id is the run id, its
 //!   `contextId` the run's session. Runs go through `admission::admit` and
 //!   `launch::launch` like every other surface, each on its own call-tree budget
 //!   (`Tracon:A2A:Budget:*`, depth 1 by default). An agent with an approval-required tool
-//!   is refused: an external caller cannot act as the missing human.
+//!   (its own, or a callable agent's within the budget's depth) is refused: an external
+//!   caller cannot act as the missing human.
 //! - Beyond the .NET product: `SendStreamingMessage` (SSE frames mapped from the run's live
 //!   events), push notifications (webhook subscriptions scoped to one task, signed and
 //!   delivered by `core::webhooks`) and background tasks (`returnImmediately`: a queued run).
@@ -38,7 +40,6 @@ use axum::extract::Path;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
 use axum::{Router, routing};
-use tracon_core::identity::AuthMethod;
 use tracon_core::names::{AgentName, TenantId};
 
 use crate::error::ApiError;
@@ -70,19 +71,6 @@ pub(crate) fn exposed(state: &AppState, name: &str) -> Result<AgentName, ApiErro
 
 fn short(value: &str) -> String {
     value.chars().take(80).collect()
-}
-
-/// Who may call: an API key (active, as the access layer checked) with `ExternalInvoke`.
-fn external_caller(caller: &tracon_core::identity::Caller) -> Result<(), ApiError> {
-    let scoped = caller.scopes.as_ref().is_some_and(|s| s.contains(&tracon_core::keys::Scope::ExternalInvoke));
-    if caller.method == AuthMethod::ApiKey && scoped {
-        return Ok(());
-    }
-    Err(ApiError::forbidden(
-        "external_invoke_key_required",
-        "A2A is reached with an API key that has the 'ExternalInvoke' scope; the static token, a JWT or no credential cannot call a published agent.",
-    )
-    .with("requiredScope", "ExternalInvoke"))
 }
 
 /// The version the request speaks: the `A2A-Version` header or query parameter; none is
@@ -129,7 +117,8 @@ pub async fn call(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let agent = exposed(&state, &name)?;
-    external_caller(&caller)?;
+    // Only an API key with `ExternalInvoke`: the boundary the MCP server shares.
+    tracon_core::exposure::check_caller(&caller).map_err(ApiError::from)?;
     if body.len() > state.http.max_body_bytes {
         return Err(ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,

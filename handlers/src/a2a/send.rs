@@ -13,13 +13,14 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
-use tracon_core::compiler::CompiledAgent;
+use tracon_core::catalog::CatalogEntry;
 use tracon_core::events::RunEvent;
+use tracon_core::exposure::ExposureRefusal;
 use tracon_core::names::{RunId, SessionId};
 use tracon_core::ports::Clock;
 use tracon_core::runs::admission::{Admission, Attributed, admit};
 use tracon_core::runs::launch::{Delivery, Launched, Start, launch, new_run_id};
-use tracon_core::runs::request::{RunRequest, StartError};
+use tracon_core::runs::request::RunRequest;
 use tracon_core::runs::store::{RunRecord, RunStatus};
 use tracon_core::webhooks::a2a::TASK_LABEL;
 
@@ -74,21 +75,22 @@ pub(crate) fn history_length(value: Option<i64>) -> Result<Option<usize>, RpcErr
     value.map(|n| usize::try_from(n).map_err(|_| RpcError::params("'historyLength' is at least 0."))).transpose()
 }
 
-/// An agent with a tool that needs a person's approval cannot be run by an external caller.
-pub(crate) fn refuse_approval_tools(agent: &CompiledAgent) -> Result<(), RpcError> {
-    let gated: Vec<&str> = agent.tools.iter().filter(|t| t.requires_approval).map(|t| t.name()).collect();
-    if gated.is_empty() {
-        return Ok(());
+/// The published agent in the key's tenant, or why an external caller may not run it: an
+/// approval boundary is `UnsupportedOperation` (naming the tool); an agent missing in this
+/// tenant is the same refusal as any missing agent.
+pub(crate) async fn exposed_agent(called: &Called<'_>) -> Result<CatalogEntry, RpcError> {
+    let exposure = &called.state.http.a2a.exposure;
+    match exposure.agent(&called.state.runtime, called.tenant, called.agent.as_str()).await {
+        Ok(entry) => Ok(entry),
+        Err(refusal @ ExposureRefusal::ApprovalRequired { .. }) => {
+            let tool = match &refusal {
+                ExposureRefusal::ApprovalRequired { tool, .. } => tool.clone(),
+                _ => String::new(),
+            };
+            Err(RpcError::new(UNSUPPORTED_OPERATION, refusal.message()).with("tool", tool))
+        }
+        Err(other) => Err(ApiError::from(other).into()),
     }
-    Err(RpcError::new(
-        UNSUPPORTED_OPERATION,
-        format!(
-            "The agent '{}' has tools that need a person's approval ({}); an external caller cannot act as the missing human, so it does not run through A2A.",
-            agent.name,
-            gated.join(", ")
-        ),
-    )
-    .with("approvalTools", gated))
 }
 
 pub(crate) async fn send(called: &Called<'_>, params: Value, streaming: bool) -> Result<Sent, RpcError> {
@@ -124,12 +126,7 @@ pub(crate) async fn send(called: &Called<'_>, params: Value, streaming: bool) ->
     if config.task_push_notification_config.is_some() && called.state.http.a2a.push_secret_name.is_none() {
         return Err(RpcError::new(PUSH_NOT_SUPPORTED, "Push notifications are not configured on this server."));
     }
-    let compiled = runtime
-        .catalog
-        .compile(called.tenant, called.agent, None, &Default::default())
-        .await
-        .map_err(|e| RpcError::from(start_error(called.agent.as_str(), StartError::Agent(e))))?;
-    refuse_approval_tools(&compiled)?;
+    let entry = exposed_agent(called).await?;
 
     let pairs = header_pairs(called.headers);
     let admission = Admission {
@@ -161,6 +158,7 @@ pub(crate) async fn send(called: &Called<'_>, params: Value, streaming: bool) ->
     };
     let mut start = Start::new(request, delivery);
     start.run_id = Some(run_id);
+    start.budget = Some(called.state.http.a2a.exposure.limits(&runtime.settings.agent_graph));
     let launched = match launch(runtime, start).await {
         Ok(launched) => launched,
         Err(e) => {
@@ -173,7 +171,7 @@ pub(crate) async fn send(called: &Called<'_>, params: Value, streaming: bool) ->
     let context = session.as_str().to_owned();
     let opened = |status: RunStatus, run_id: RunId| {
         let mut row =
-            RunRecord::opened(run_id, called.agent.as_str(), compiled.version, status, runtime.platform.clock.now());
+            RunRecord::opened(run_id, called.agent.as_str(), entry.version, status, runtime.platform.clock.now());
         row.session_id = Some(context.clone());
         row
     };
