@@ -7,18 +7,14 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::Router;
 use axum::http::{Method, StatusCode};
 use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
-use support::{Manual, REMOTE, approval_tool};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use support::{Manual, REMOTE, StubRequest, approval_tool};
 use tracon_core::config::Config;
 use tracon_core::definition::AgentDefinition;
 use tracon_core::jobs::{JobRunner, JobSettings};
@@ -286,58 +282,8 @@ async fn cancel_stops_a_task_once_and_then_it_is_not_cancelable() {
 
 // ---- push notifications ---------------------------------------------------------------------------
 
-#[derive(Debug, Clone)]
-struct Received {
-    headers: BTreeMap<String, String>,
-    body: Vec<u8>,
-}
-
-/// An HTTP/1.1 receiver on 127.0.0.1 answering 200, keeping every request.
-async fn receiver() -> (SocketAddr, Arc<Mutex<Vec<Received>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let kept = Arc::new(Mutex::new(Vec::new()));
-    let seen = kept.clone();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let seen = seen.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                let head_end = loop {
-                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        break i + 4;
-                    }
-                    match socket.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                };
-                let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-                let headers: BTreeMap<String, String> = head
-                    .lines()
-                    .skip(1)
-                    .filter_map(|l| l.split_once(':'))
-                    .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-                    .collect();
-                let length: usize = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
-                while buf.len() < head_end + length {
-                    match socket.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-                seen.lock().unwrap().push(Received { headers, body: buf[head_end..head_end + length].to_vec() });
-                let _ = socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
-                let _ = socket.shutdown().await;
-            });
-        }
-    });
-    (addr, kept)
-}
-
 /// The receiver's check, from the contract alone: HMAC-SHA256 of `"{timestamp}.{body}"`.
-fn signed(r: &Received) -> bool {
+fn signed(r: &StubRequest) -> bool {
     let Some(hex) = r.headers["x-tracon-signature"].strip_prefix("sha256=") else { return false };
     let mut mac = Hmac::<Sha256>::new_from_slice(PUSH_SECRET.as_bytes()).unwrap();
     mac.update(r.headers["x-tracon-timestamp"].as_bytes());
@@ -350,7 +296,7 @@ fn signed(r: &Received) -> bool {
 #[tokio::test]
 async fn push_configurations_are_kept_per_task_and_the_end_is_delivered_signed() {
     let h = harness().await;
-    let (addr, received) = receiver().await;
+    let (addr, received) = support::http_stub(|_| (200, String::new())).await;
     let url = format!("http://{addr}/a2a-hook");
     let mut params = message("notify me");
     params["configuration"] = json!({ "returnImmediately": true,
