@@ -62,7 +62,7 @@ pub struct HttpSettings {
     /// Inbound triggers (`Tracon:InboundTriggers:*`) and where their secrets are read from.
     pub triggers: TriggerSettings,
     /// The A2A server (`Tracon:A2A:*`): nothing published by default.
-    pub a2a: crate::a2a::A2aSettings,
+    pub a2a: crate::a2a::settings::A2aSettings,
 }
 
 impl std::fmt::Debug for HttpSettings {
@@ -118,7 +118,7 @@ impl HttpSettings {
             jwt,
             background_outlives_response: true,
             triggers: TriggerSettings::from_config(config)?,
-            a2a: crate::a2a::A2aSettings::from_config(config)?,
+            a2a: crate::a2a::settings::A2aSettings::from_config(config)?,
         })
     }
 
@@ -157,7 +157,7 @@ impl Default for HttpSettings {
             jwt: None,
             background_outlives_response: true,
             triggers: TriggerSettings::default(),
-            a2a: crate::a2a::A2aSettings::default(),
+            a2a: crate::a2a::settings::A2aSettings::default(),
         }
     }
 }

@@ -17,8 +17,8 @@ use uuid::Uuid;
 
 use super::Called;
 use super::rpc::{self, PUSH_NOT_SUPPORTED, RpcError};
-use super::send::check_tenant;
 use super::tasks::find;
+use super::wire;
 
 /// A configuration as a client sends it.
 #[derive(Debug, Deserialize)]
@@ -66,7 +66,7 @@ fn shown(task_id: &str, subscription: &WebhookSubscription) -> Value {
 /// Stores a configuration for the task `run_id` (whose run may not have started yet).
 /// Returns the subscription's id.
 pub(crate) async fn subscribe(called: &Called<'_>, run_id: RunId, push: PushIn) -> Result<Uuid, RpcError> {
-    check_tenant(called, push.tenant.as_deref())?;
+    wire::check_tenant(called.tenant, push.tenant.as_deref())?;
     let runtime = &called.state.runtime;
     let settings = &called.state.http.a2a;
     let secret_name = settings.push_secret_key(called.tenant).ok_or_else(not_configured)?;
@@ -157,7 +157,7 @@ pub(crate) async fn get(called: &Called<'_>, params: Value) -> Result<Value, Rpc
         return Err(not_configured());
     }
     let r: ConfigRef = rpc::params(params)?;
-    check_tenant(called, r.tenant.as_deref())?;
+    wire::check_tenant(called.tenant, r.tenant.as_deref())?;
     let run = find(called, &r.task_id).await?;
     Ok(shown(&r.task_id, &config_of(called, &run.id, r.id.as_deref()).await?))
 }
@@ -167,7 +167,7 @@ pub(crate) async fn list(called: &Called<'_>, params: Value) -> Result<Value, Rp
         return Err(not_configured());
     }
     let r: ConfigRef = rpc::params(params)?;
-    check_tenant(called, r.tenant.as_deref())?;
+    wire::check_tenant(called.tenant, r.tenant.as_deref())?;
     let run = find(called, &r.task_id).await?;
     let subscriptions = called.state.runtime.stores.webhooks.subscribed(called.tenant, &task_event(run.id)).await?;
     let configs: Vec<Value> = subscriptions.iter().map(|s| shown(&r.task_id, s)).collect();
@@ -180,7 +180,7 @@ pub(crate) async fn delete(called: &Called<'_>, params: Value) -> Result<Value, 
         return Err(not_configured());
     }
     let r: ConfigRef = rpc::params(params)?;
-    check_tenant(called, r.tenant.as_deref())?;
+    wire::check_tenant(called.tenant, r.tenant.as_deref())?;
     let run = find(called, &r.task_id).await?;
     match config_of(called, &run.id, r.id.as_deref()).await {
         Ok(subscription) => {

@@ -60,21 +60,6 @@ struct SendConfig {
     return_immediately: bool,
 }
 
-/// A request's own `tenant` member must be the key's tenant (or absent): the key decides.
-pub(crate) fn check_tenant(called: &Called<'_>, tenant: Option<&str>) -> Result<(), RpcError> {
-    match tenant {
-        Some(t) if !t.is_empty() && t != called.tenant.as_str() => {
-            Err(RpcError::params("'tenant' is decided by the API key; leave it out."))
-        }
-        _ => Ok(()),
-    }
-}
-
-/// `historyLength`: at least 0.
-pub(crate) fn history_length(value: Option<i64>) -> Result<Option<usize>, RpcError> {
-    value.map(|n| usize::try_from(n).map_err(|_| RpcError::params("'historyLength' is at least 0."))).transpose()
-}
-
 /// The published agent in the key's tenant, or why an external caller may not run it: an
 /// approval boundary is `UnsupportedOperation` (naming the tool); an agent missing in this
 /// tenant is the same refusal as any missing agent.
@@ -95,10 +80,10 @@ pub(crate) async fn exposed_agent(called: &Called<'_>) -> Result<CatalogEntry, R
 
 pub(crate) async fn send(called: &Called<'_>, params: Value, streaming: bool) -> Result<Sent, RpcError> {
     let params: SendParams = rpc::params(params)?;
-    check_tenant(called, params.tenant.as_deref())?;
+    wire::check_tenant(called.tenant, params.tenant.as_deref())?;
     let message = params.message.text()?;
     let config = params.configuration.unwrap_or_default();
-    let history = history_length(config.history_length)?;
+    let history = wire::history_length(config.history_length)?;
     if !wire::accepts_text(&config.accepted_output_modes) {
         return Err(RpcError::new(
             CONTENT_TYPE_NOT_SUPPORTED,

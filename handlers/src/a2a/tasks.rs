@@ -10,7 +10,6 @@ use tracon_core::webhooks::a2a::TASK_LABEL;
 
 use super::Called;
 use super::rpc::{self, RpcError, TASK_NOT_CANCELABLE};
-use super::send::{check_tenant, history_length};
 use super::wire;
 
 #[derive(Debug, Deserialize)]
@@ -50,15 +49,15 @@ pub(crate) async fn read(called: &Called<'_>, run: &RunRecord, history: Option<u
 
 pub(crate) async fn get(called: &Called<'_>, params: Value) -> Result<Value, RpcError> {
     let params: TaskParams = rpc::params(params)?;
-    check_tenant(called, params.tenant.as_deref())?;
-    let history = history_length(params.history_length)?;
+    wire::check_tenant(called.tenant, params.tenant.as_deref())?;
+    let history = wire::history_length(params.history_length)?;
     let run = find(called, &params.id).await?;
     read(called, &run, history).await
 }
 
 pub(crate) async fn cancel(called: &Called<'_>, params: Value) -> Result<Value, RpcError> {
     let params: TaskParams = rpc::params(params)?;
-    check_tenant(called, params.tenant.as_deref())?;
+    wire::check_tenant(called.tenant, params.tenant.as_deref())?;
     let run = find(called, &params.id).await?;
     let not_cancelable = || RpcError::new(TASK_NOT_CANCELABLE, "The task has ended and cannot be canceled.");
     if wire::is_terminal(wire::state(&run)) {

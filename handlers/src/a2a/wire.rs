@@ -44,6 +44,21 @@ pub struct InPart {
     pub media_type: Option<String>,
 }
 
+/// A request's own `tenant` member must be the key's tenant (or absent): the key decides.
+pub fn check_tenant(tenant: &tracon_core::names::TenantId, given: Option<&str>) -> Result<(), RpcError> {
+    match given {
+        Some(t) if !t.is_empty() && t != tenant.as_str() => {
+            Err(RpcError::params("'tenant' is decided by the API key; leave it out."))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `historyLength`: at least 0.
+pub fn history_length(value: Option<i64>) -> Result<Option<usize>, RpcError> {
+    value.map(|n| usize::try_from(n).map_err(|_| RpcError::params("'historyLength' is at least 0."))).transpose()
+}
+
 /// The input modes the agents accept and the output mode they answer in.
 pub const INPUT_MODES: [&str; 2] = ["text/plain", "application/json"];
 pub const OUTPUT_MODES: [&str; 1] = ["text/plain"];
