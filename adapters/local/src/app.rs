@@ -32,6 +32,11 @@ pub async fn build(
     };
     let runtime = build_runtime(config, stores, extend)?;
     let http = HttpSettings::from_config(config).map_err(|e| e.to_string())?;
+    // The agents published through A2A: no approval boundary crossed, and for remote callers
+    // an ExternalInvoke key in a persistent store (in memory there can be none yet; every
+    // A2A call needs one anyway) — the MCP server's check (tracon_core::exposure).
+    let remote = http.allow_remote_access && runtime.stores.persistent;
+    tracon_core::exposure::check_startup(&runtime, &http.a2a.exposure, remote, "Tracon:A2A").await?;
     let consumer = crate::jobs::ConsumerSettings::from_config(config)?;
     Ok(crate::jobs::start(AppState::new(Arc::new(runtime), http), consumer))
 }
