@@ -26,15 +26,7 @@ const TOKEN: &str = "a2a-sdk-admin-token-0123456789";
 const PUSH_SECRET: &str = "a2a-push-signing-secret-for-the-test";
 
 fn python() -> PathBuf {
-    let path = std::env::var_os("TRACON_SDK_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/tools/sdk-venv/bin/python"));
-    assert!(
-        path.exists(),
-        "the A2A Python SDK is not installed at {}: run `. scripts/sdk-tools.sh && install_sdk_tools` (scripts/test does)",
-        path.display()
-    );
-    path
+    support::sdk_python()
 }
 
 /// One request the receiver got: lowercase headers and the body.
