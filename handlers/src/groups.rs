@@ -60,6 +60,9 @@ pub const MCP_SERVERS: Group = Group { name: "mcp_servers", router: crate::mcp_s
 /// `/v1/chat/completions`, `/v1/models`, `/v1/responses`, `/v1/conversations`.
 pub const OPENAI: Group = Group { name: "openai", router: crate::openai::router };
 
+/// The A2A server: `/a2a/{agent}` and its card (`crate::a2a`), a protocol surface.
+pub const A2A: Group = Group { name: "a2a", router: crate::a2a::router };
+
 /// The groups every deployment serves.
 pub const EVERYWHERE: &[Group] = &[META, SECURITY];
 
@@ -105,6 +108,7 @@ pub mod deployments {
             super::OPENAI,
             super::SCHEDULES,
             super::TRIGGERS,
+            super::A2A,
         ],
         streams: true,
     };
@@ -127,6 +131,7 @@ pub mod deployments {
             super::SCHEDULES,
             super::TRIGGERS,
             super::MCP,
+            super::A2A,
         ],
         streams: true,
     };

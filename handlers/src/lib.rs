@@ -3,8 +3,8 @@
 //!
 //! Groups: [`agents`] (definitions, starting a run, estimating one), [`models`] (the model
 //! catalog and provider health), [`runs`], [`sessions`],
-//! [`approvals`], [`jobs`], [`webhooks`], [`schedules`], [`triggers`], [`openai`], and on
-//! every deployment [`meta`] and [`security`].
+//! [`approvals`], [`jobs`], [`webhooks`], [`schedules`], [`triggers`], [`openai`], [`a2a`]
+//! (the A2A server), and on every deployment [`meta`] and [`security`].
 //!
 //! Cross-cutting: [`access`] (authentication, tenancy, scopes, rate limits), [`error`] (one
 //! mapping of every refusal to a status and problem+json), [`extract`] (JSON and paging
@@ -12,6 +12,7 @@
 //! are thin: they parse, call core, and map the outcome. Nothing here names a platform or a
 //! database, so it builds for wasm32.
 
+pub mod a2a;
 pub mod access;
 pub mod agents;
 pub mod approvals;

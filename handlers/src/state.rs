@@ -64,6 +64,8 @@ pub struct HttpSettings {
     pub triggers: TriggerSettings,
     /// The MCP server (`Tracon:McpServer:*`): nothing exposed by default.
     pub mcp_server: McpServerSettings,
+    /// The A2A server (`Tracon:A2A:*`): nothing published by default.
+    pub a2a: crate::a2a::settings::A2aSettings,
 }
 
 impl std::fmt::Debug for HttpSettings {
@@ -120,6 +122,7 @@ impl HttpSettings {
             background_outlives_response: true,
             triggers: TriggerSettings::from_config(config)?,
             mcp_server: McpServerSettings::from_config(config)?,
+            a2a: crate::a2a::settings::A2aSettings::from_config(config)?,
         })
     }
 
@@ -159,6 +162,7 @@ impl Default for HttpSettings {
             background_outlives_response: true,
             triggers: TriggerSettings::default(),
             mcp_server: McpServerSettings::default(),
+            a2a: crate::a2a::settings::A2aSettings::default(),
         }
     }
 }

@@ -21,15 +21,7 @@ fn sdk_dir() -> PathBuf {
 }
 
 fn python() -> PathBuf {
-    let path = std::env::var_os("TRACON_SDK_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/tools/sdk-venv/bin/python"));
-    assert!(
-        path.exists(),
-        "the OpenAI Python SDK is not installed at {}: run `. scripts/sdk-tools.sh && install_sdk_tools` (scripts/test does)",
-        path.display()
-    );
-    path
+    support::sdk_python()
 }
 
 /// A server whose demo agent answers from the mock, and a `RunsWrite` key for the SDKs.

@@ -32,11 +32,12 @@ pub async fn build(
     };
     let runtime = build_runtime(config, stores, extend)?;
     let http = HttpSettings::from_config(config).map_err(|e| e.to_string())?;
-    // The MCP server's start-up boundary: no exposed agent may cross an approval boundary,
-    // and remote exposure needs an ExternalInvoke key in the store (in memory there can be
-    // none yet; every /mcp request needs one anyway).
+    // The start-up boundary of the MCP server and of A2A (tracon_core::exposure): no exposed
+    // agent may cross an approval boundary, and remote exposure needs an ExternalInvoke key in
+    // a persistent store (in memory there can be none yet; every call needs one anyway).
     let remote = http.allow_remote_access && runtime.stores.persistent;
     tracon_core::exposure::check_startup(&runtime, &http.mcp_server.exposure, remote, "Tracon:McpServer").await?;
+    tracon_core::exposure::check_startup(&runtime, &http.a2a.exposure, remote, "Tracon:A2A").await?;
     let consumer = crate::jobs::ConsumerSettings::from_config(config)?;
     Ok(crate::jobs::start(AppState::new(Arc::new(runtime), http), consumer))
 }

@@ -525,6 +525,8 @@ impl<'r> Execution<'r> {
     pub async fn settle(mut self, mut turn: TurnResult, end: TurnEnd) -> RunOutcome {
         let runtime = self.runtime;
         let (run_id, tenant) = (self.run_id, self.request.tenant.clone());
+        // A run the A2A surface started is a task whose push configurations hear its end.
+        let a2a_task = self.request.attribution.labels.contains_key(crate::webhooks::a2a::TASK_LABEL);
         let agent = self.agent.clone();
         let clock = runtime.platform.clock.clone();
         let provider_name = turn.route.last_provider.clone().unwrap_or_else(|| agent.provider.name().to_owned());
@@ -640,6 +642,9 @@ impl<'r> Execution<'r> {
         // run.completed / run.failed / approval.pending: every run ends here (live, queued,
         // resumed). A failing publish is logged; it never changes the run.
         crate::webhooks::sources::publish_run_end(runtime, &tenant, &agent.name, &outcome).await;
+        if a2a_task {
+            crate::webhooks::a2a::publish_task_end(runtime, &tenant, &outcome).await;
+        }
         if row_open {
             finish_when_back(runtime, tenant, run_id, recorder, run_end.clone());
         }

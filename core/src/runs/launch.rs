@@ -139,7 +139,7 @@ pub async fn launch(runtime: &Arc<Runtime>, start: Start<'_>) -> Result<Launched
     }
     let here = match delivery {
         Delivery::Queued { transport, max_attempts } => {
-            let accepted = enqueue(runtime, request, max_attempts, budget).await?;
+            let accepted = enqueue(runtime, request, max_attempts, run_id, budget).await?;
             if let Err(e) = transport.wake(accepted.job_id).await {
                 // The row is the truth: the consumer's poll (or the next tick) finds the job.
                 tracing::warn!(job = %accepted.job_id, error = %e, "could not wake the job consumer");

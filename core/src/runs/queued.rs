@@ -50,10 +50,13 @@ pub struct QueuedRun {
 /// window when the pre-flight check is on), then a placeholder run row
 /// (`Queued`, with the recorded input) and its job. The row is written first, so a worker
 /// never finds a job without its run; a job that cannot be stored closes the row `Failed`.
+/// `run_id` is the run's id when the surface chose it beforehand (an A2A task's push
+/// configuration is stored before its run can end).
 pub async fn enqueue(
     runtime: &Runtime,
     request: RunRequest,
     max_attempts: u32,
+    run_id: Option<RunId>,
     budget: Option<Arc<crate::runs::tree::AgentGraphSettings>>,
 ) -> Result<Accepted, StartError> {
     check_documents(&request.documents)?;
@@ -64,7 +67,7 @@ pub async fn enqueue(
     check_queued_context_window(runtime, &agent, &request).await?;
     let clock = runtime.platform.clock.as_ref();
     let now = clock.now();
-    let run_id = RunId(new_id(clock));
+    let run_id = run_id.unwrap_or_else(|| RunId(new_id(clock)));
     let job_id = new_id(clock);
     let row = RunRecord {
         session_id: request.session_id.as_ref().map(|s| s.as_str().to_owned()),

@@ -21,6 +21,7 @@
 //! `X-Tracon-Timestamp` (Unix seconds) and `X-Tracon-Signature: sha256=<hex>` — the same
 //! contract inbound triggers verify.
 
+pub mod a2a;
 pub mod deliver;
 pub mod memory;
 pub mod sources;
@@ -517,6 +518,19 @@ impl Publisher {
         let event_id = new_id(self.clock.as_ref());
         let body = envelope(event_id, event, tenant, self.clock.now(), data);
         self.enqueue(tenant, subscription, event_id, event, &body).await
+    }
+
+    /// `body` as it is to one subscription, under `event` (an A2A push, whose body is A2A's
+    /// own rather than [`envelope`]'s).
+    pub async fn deliver_body(
+        &self,
+        tenant: &TenantId,
+        subscription: &WebhookSubscription,
+        event: &str,
+        body: &str,
+    ) -> Result<WebhookDelivery, StoreError> {
+        let event_id = new_id(self.clock.as_ref());
+        self.enqueue(tenant, subscription, event_id, event, body).await
     }
 
     async fn enqueue(

@@ -1,7 +1,7 @@
 //! The access layers, in the spec's order:
 //!
 //! 1. routes the table marks [`Requirement::Open`] skip every layer below: `/api/meta`,
-//!    `GET /embed.js` (the chat widget's script, `crate::widget`), and
+//!    `GET /embed.js` (the chat widget's script, `crate::widget`), the A2A agent cards, and
 //!    `POST /api/triggers/{tenantId}/{name}`, whose HMAC signature authenticates it
 //!    (`crate::triggers`) and whose tenant is the URL's;
 //! 2. a non-loopback caller gets `403` unless remote access is on (it is on only with a
@@ -181,6 +181,10 @@ pub fn requirement(method: &Method, route: &str) -> Requirement {
         | "/v1/conversations/{id}/items" => S(Scope::RunsWrite),
         // The MCP server: an `ExternalInvoke` key, checked again (exactly) by the surface.
         "/mcp" => S(Scope::ExternalInvoke),
+        // A2A discovery: the card names nothing a tenant wrote (`crate::a2a::card`).
+        "/a2a/{agent}/.well-known/agent-card.json" => Open,
+        // The handler also refuses every credential but an API key (`crate::a2a`).
+        "/a2a/{agent}" => S(Scope::ExternalInvoke),
         _ => Unlisted,
     }
 }

@@ -296,12 +296,13 @@ impl JobTransport for Manual {
     }
 }
 
-/// A request an [`http_stub`] received: method, path and headers (lowercase names).
+/// A request an [`http_stub`] received: method, path, headers (lowercase names) and body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StubRequest {
     pub method: String,
     pub path: String,
     pub headers: std::collections::BTreeMap<String, String>,
+    pub body: Vec<u8>,
 }
 
 /// An HTTP/1.1 server on 127.0.0.1 that answers every request with what `answer` says for it
@@ -321,23 +322,35 @@ pub async fn http_stub(
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                let head_end = loop {
+                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break i + 4;
+                    }
+                    match socket.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+                let mut line = head.lines().next().unwrap_or_default().split(' ');
+                let headers: std::collections::BTreeMap<String, String> = head
+                    .lines()
+                    .skip(1)
+                    .filter_map(|l| l.split_once(':'))
+                    .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+                    .collect();
+                let length: usize = headers.get("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+                while buf.len() < head_end + length {
                     match socket.read(&mut chunk).await {
                         Ok(0) | Err(_) => return,
                         Ok(n) => buf.extend_from_slice(&chunk[..n]),
                     }
                 }
-                let head = String::from_utf8_lossy(&buf).to_string();
-                let mut line = head.lines().next().unwrap_or_default().split(' ');
                 let request = StubRequest {
                     method: line.next().unwrap_or_default().to_owned(),
                     path: line.next().unwrap_or_default().to_owned(),
-                    headers: head
-                        .lines()
-                        .skip(1)
-                        .filter_map(|l| l.split_once(':'))
-                        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-                        .collect(),
+                    headers,
+                    body: buf[head_end..head_end + length].to_vec(),
                 };
                 let (status, body) = answer(&request);
                 kept.lock().unwrap().push(request);

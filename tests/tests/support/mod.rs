@@ -36,6 +36,20 @@ fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// The Python of the SDK venv (`scripts/sdk-tools.sh`: the OpenAI, LangChain and A2A SDKs),
+/// or `TRACON_SDK_PYTHON`; a missing one fails the test with how to install it.
+pub fn sdk_python() -> PathBuf {
+    let path = std::env::var_os("TRACON_SDK_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/tools/sdk-venv/bin/python"));
+    assert!(
+        path.exists(),
+        "the Python SDKs are not installed at {}: run `. scripts/sdk-tools.sh && install_sdk_tools` (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
 /// The path of the `tracon` binary, building it if needed.
 pub fn tracon_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
