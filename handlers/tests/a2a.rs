@@ -15,6 +15,7 @@ use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
 use support::{Manual, REMOTE, StubRequest, approval_tool};
+use tracon_core::audit::AuditFilter;
 use tracon_core::config::Config;
 use tracon_core::definition::AgentDefinition;
 use tracon_core::jobs::{JobRunner, JobSettings};
@@ -335,6 +336,28 @@ async fn push_configurations_are_kept_per_task_and_the_end_is_delivered_signed()
     )
     .await;
     assert_eq!(error_code(&refused), -32602);
+
+    // Every configuration write is audited, as through /api/webhooks: two created (one with the
+    // message, one by the method), one deleted once (the second delete found nothing to remove).
+    let trail = h
+        .runtime
+        .stores
+        .audit
+        .list(
+            &TenantId::default_tenant(),
+            &AuditFilter { entity_type: Some("webhook".into()), ..Default::default() },
+            0,
+            10,
+        )
+        .await
+        .unwrap();
+    let actions: Vec<&str> = trail.iter().rev().map(|e| e.action.as_str()).collect();
+    assert_eq!(actions, ["webhook.create", "webhook.create", "webhook.delete"]);
+    assert_eq!(trail[0].entity_id, second);
+    assert!(
+        trail.iter().all(|e| !e.after.as_deref().unwrap_or_default().contains("client-token-1")),
+        "no token in the trail"
+    );
 
     // The run, then the delivery job.
     h.runner.drain(10).await.unwrap();

@@ -5,7 +5,9 @@
 //! `statusUpdate` when the task ends), the signing secret is the tenant's
 //! `Tracon:A2A:PushSecretName` key, and the client's `token` travels as
 //! `X-A2A-Notification-Token`. `authentication` (credentials for the receiver) is refused:
-//! a credential would have to be stored, and subscriptions store none.
+//! a credential would have to be stored, and subscriptions store none. Creating and deleting a
+//! configuration is audited before it applies (`webhook.create`, `webhook.delete`), as through
+//! `/api/webhooks`.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -19,6 +21,7 @@ use super::Called;
 use super::rpc::{self, PUSH_NOT_SUPPORTED, RpcError};
 use super::tasks::find;
 use super::wire;
+use crate::audit;
 
 /// A configuration as a client sends it.
 #[derive(Debug, Deserialize)]
@@ -118,6 +121,20 @@ pub(crate) async fn subscribe(called: &Called<'_>, run_id: RunId, push: PushIn) 
         created_at: now,
         updated_at: now,
     };
+    // Audited before it applies, as every subscription write is: no entry, no configuration.
+    let after = json!({ "url": subscription.url, "events": subscription.events, "source": "a2a" });
+    let id = subscription.id.to_string();
+    let entity = ("webhook", id.as_str());
+    audit::record_before_apply(
+        called.state,
+        called.tenant,
+        called.caller,
+        "webhook.create",
+        entity,
+        None,
+        Some(&after),
+    )
+    .await?;
     store.create(called.tenant, &subscription).await?;
     Ok(subscription.id)
 }
@@ -184,6 +201,11 @@ pub(crate) async fn delete(called: &Called<'_>, params: Value) -> Result<Value, 
     let run = find(called, &r.task_id).await?;
     match config_of(called, &run.id, r.id.as_deref()).await {
         Ok(subscription) => {
+            let before = json!({ "url": subscription.url, "events": subscription.events, "source": "a2a" });
+            let id = subscription.id.to_string();
+            let (state, tenant, caller) = (called.state, called.tenant, called.caller);
+            audit::record_before_apply(state, tenant, caller, "webhook.delete", ("webhook", &id), Some(&before), None)
+                .await?;
             called.state.runtime.stores.webhooks.delete(called.tenant, subscription.id).await?;
         }
         Err(e) if e.code == rpc::TASK_NOT_FOUND => {}
