@@ -18,7 +18,9 @@
 //! wasm32); the HTTP exchange is ours, over reqwest natively and the platform's fetch on
 //! Workers, like every other outbound call of core.
 
+pub mod authorize;
 pub mod client;
+pub mod oauth;
 pub mod resources;
 pub mod service;
 pub mod tools;
@@ -67,6 +69,10 @@ pub struct McpServerRecord {
     pub header_configuration_keys: BTreeMap<String, String>,
     /// Whether the server's tools ask for approval (default `true`).
     pub requires_approval: bool,
+    /// The server needs an OAuth access token ([`oauth`]); exclusive with
+    /// `authorization_configuration_key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<oauth::McpOAuthConfig>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -175,6 +181,11 @@ pub fn check_record_text(r: &McpServerRecord) -> Result<(), StoreError> {
         check_text("headerConfigurationKeys", header)?;
         check_text("headerConfigurationKeys", key)?;
     }
+    if let Some(o) = &r.oauth {
+        check_text_opt("oauth.clientId", o.client_id.as_deref())?;
+        check_text_opt("oauth.clientSecretConfigurationKey", o.client_secret_configuration_key.as_deref())?;
+        o.scopes.iter().try_for_each(|s| check_text("oauth.scopes", s))?;
+    }
     Ok(())
 }
 
@@ -260,6 +271,10 @@ pub struct McpSettings {
     pub secret_names: SecretNamespace,
     /// `Tracon:Egress:*`, shared with webhooks and tenants' provider endpoints.
     pub egress: crate::egress::EgressPolicy,
+    /// `OAuthRedirectUri`: Tracon's OAuth callback as authorization servers redirect to it
+    /// (`https://…/api/mcp-servers/oauth/callback`); without it, built from the authorizing
+    /// request's `Host` and `X-Forwarded-Proto`.
+    pub oauth_redirect_uri: Option<String>,
     secrets: Config,
     /// The client requests go out with (natively: addresses checked at connect).
     client: reqwest::Client,
@@ -285,6 +300,7 @@ impl Default for McpSettings {
             max_tools_per_server: DEFAULT_MAX_TOOLS,
             secret_names: SecretNamespace::new(DEFAULT_SECRET_PREFIX),
             egress: crate::egress::EgressPolicy::default(),
+            oauth_redirect_uri: None,
             secrets: Config::default(),
             client: reqwest::Client::new(),
         }
@@ -302,7 +318,14 @@ impl McpSettings {
             ));
         }
         let egress = crate::egress::EgressPolicy::from_config(config)?;
+        let oauth_redirect_uri = config.get("Tracon:Mcp:OAuthRedirectUri").map(str::trim).filter(|v| !v.is_empty());
+        if let Some(uri) = oauth_redirect_uri
+            && reqwest::Url::parse(uri).map_or(true, |u| !matches!(u.scheme(), "https" | "http"))
+        {
+            return Err(ConfigError::Message("Tracon__Mcp__OAuthRedirectUri must be an absolute http(s) URL.".into()));
+        }
         Ok(Self {
+            oauth_redirect_uri: oauth_redirect_uri.map(str::to_owned),
             refresh_interval: config.seconds("Tracon:Mcp:RefreshIntervalSeconds")?.unwrap_or(d.refresh_interval),
             connection_timeout,
             max_tools_per_server: max_tools,
