@@ -13,7 +13,8 @@
 //!    there is one, by HTTP Basic).
 //!
 //! Every request goes through the egress guard like an MCP request ([`crate::egress`]: the URL
-//! checked first, natively the addresses at connect) under the connection timeout, and nothing
+//! checked first, natively the addresses at connect; no redirect followed, so a token request's
+//! body is never re-sent elsewhere) under the connection timeout, and nothing
 //! an authorization server says reaches a response or a row: [`OAuthError::public_text`] is
 //! ours.
 
@@ -356,7 +357,7 @@ impl Http<'_> {
     }
 
     async fn get_json(&self, url: &Url) -> Result<Option<Value>, OAuthError> {
-        let request = self.settings.client().get(url.clone()).header(reqwest::header::ACCEPT, "application/json");
+        let request = self.settings.oauth_client().get(url.clone()).header(reqwest::header::ACCEPT, "application/json");
         let reply = self.send(request, url).await?;
         Ok(if reply.status == 200 { reply.body } else { None })
     }
@@ -370,7 +371,7 @@ impl Http<'_> {
             "clientInfo": {"name": "tracon", "version": env!("CARGO_PKG_VERSION")}}});
         let request = self
             .settings
-            .client()
+            .oauth_client()
             .post(endpoint.clone())
             .header(reqwest::header::ACCEPT, "application/json, text/event-stream")
             .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -439,7 +440,7 @@ impl Http<'_> {
         });
         let request = self
             .settings
-            .client()
+            .oauth_client()
             .post(url.clone())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(reqwest::header::ACCEPT, "application/json")
@@ -481,7 +482,7 @@ impl Http<'_> {
         let body = encoder.query().unwrap_or_default().to_owned();
         let mut request = self
             .settings
-            .client()
+            .oauth_client()
             .post(url.clone())
             .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
             .header(reqwest::header::ACCEPT, "application/json")

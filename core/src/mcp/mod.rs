@@ -278,6 +278,8 @@ pub struct McpSettings {
     secrets: Config,
     /// The client requests go out with (natively: addresses checked at connect).
     client: reqwest::Client,
+    /// The same guard without redirects, for OAuth requests ([`authorize`]).
+    oauth_client: reqwest::Client,
 }
 
 impl std::fmt::Debug for McpSettings {
@@ -303,6 +305,7 @@ impl Default for McpSettings {
             oauth_redirect_uri: None,
             secrets: Config::default(),
             client: reqwest::Client::new(),
+            oauth_client: reqwest::Client::new(),
         }
     }
 }
@@ -331,6 +334,7 @@ impl McpSettings {
             max_tools_per_server: max_tools,
             secret_names: SecretNamespace::from_config(config, "Tracon:Mcp", DEFAULT_SECRET_PREFIX)?,
             client: guarded_client(&egress)?,
+            oauth_client: oauth_client(&egress)?,
             egress,
             secrets: config.clone(),
         })
@@ -345,6 +349,7 @@ impl McpSettings {
     /// Replaces the egress guard (and its client).
     pub fn with_egress(mut self, egress: crate::egress::EgressPolicy) -> Result<Self, ConfigError> {
         self.client = guarded_client(&egress)?;
+        self.oauth_client = oauth_client(&egress)?;
         self.egress = egress;
         Ok(self)
     }
@@ -371,12 +376,27 @@ impl McpSettings {
     pub(crate) fn client(&self) -> &reqwest::Client {
         &self.client
     }
+
+    pub(crate) fn oauth_client(&self) -> &reqwest::Client {
+        &self.oauth_client
+    }
 }
 
 #[cfg(not(target_arch = "wasm32"))]
 fn guarded_client(egress: &crate::egress::EgressPolicy) -> Result<reqwest::Client, ConfigError> {
     crate::egress::guarded_client(std::sync::Arc::new(egress.clone()))
         .map_err(|e| ConfigError::Message(format!("could not build the client of MCP servers: {e}")))
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn oauth_client(egress: &crate::egress::EgressPolicy) -> Result<reqwest::Client, ConfigError> {
+    crate::egress::guarded_client_without_redirects(std::sync::Arc::new(egress.clone()))
+        .map_err(|e| ConfigError::Message(format!("could not build the OAuth client of MCP servers: {e}")))
+}
+
+#[cfg(target_arch = "wasm32")]
+fn oauth_client(_: &crate::egress::EgressPolicy) -> Result<reqwest::Client, ConfigError> {
+    Ok(reqwest::Client::new())
 }
 
 /// On Workers the platform's `fetch` connects (and cannot reach private networks): the URL
