@@ -911,6 +911,9 @@ pub const MCP_SERVER_DISCOVERY: &str =
 pub const MCP_OAUTH_PENDING_PUT: &str = "INSERT INTO mcp_oauth_pending (state_digest, tenant_id, server, \
      code_verifier, client_secret, details, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)";
 
+/// Removes pending authorizations that expired before `$1` (the browser never came back).
+pub const MCP_OAUTH_PENDING_PURGE: &str = "DELETE FROM mcp_oauth_pending WHERE expires_at <= $1";
+
 /// Takes pending authorization `$1`, whatever its expiry (the caller refuses an expired one):
 /// one statement, so two callbacks with one state cannot both get it.
 pub const MCP_OAUTH_PENDING_TAKE: &str = "DELETE FROM mcp_oauth_pending WHERE state_digest = $1 \

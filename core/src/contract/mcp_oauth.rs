@@ -1,5 +1,5 @@
 //! The MCP OAuth store's contract: a pending authorization is found by its state digest once
-//! and never after its expiry; tokens are kept per tenant and server, replaced by a refresh
+//! and never after its expiry, and one abandoned is purged once expired; tokens are kept per tenant and server, replaced by a refresh
 //! only over the version it read (two refreshes of one version: exactly one wins), forgotten
 //! once, and invisible to another tenant.
 
@@ -56,6 +56,14 @@ pub async fn pending_authorizations_are_taken_once_and_never_after_expiry(s: Sto
     // Expired: refused, and gone.
     assert_eq!(o.take_pending("d2", t0() + Duration::minutes(10)).await.unwrap(), None);
     assert_eq!(o.take_pending("d2", t0()).await.unwrap(), None, "an expired take still removes it");
+    // One never completed is removed once expired, when another starts.
+    let mut old = pending("abandoned");
+    old.expires_at = t0() - Duration::minutes(1);
+    o.put_pending(&old).await.unwrap();
+    o.put_pending(&pending("d4")).await.unwrap();
+    assert_eq!(o.take_pending("abandoned", t0() - Duration::minutes(5)).await.unwrap(), None, "purged");
+    assert!(o.take_pending("d4", t0()).await.unwrap().is_some());
+
     let mut nul = pending("d3");
     nul.code_verifier = "x\u{0}".into();
     assert!(matches!(o.put_pending(&nul).await, Err(StoreError::InvalidText { .. })));

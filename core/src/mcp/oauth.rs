@@ -100,6 +100,13 @@ pub struct McpOAuthTokens {
     pub updated_at: DateTime<Utc>,
 }
 
+impl PendingAuthorization {
+    /// When it was started (its expiry less [`PENDING_TTL`]).
+    pub fn started_at(&self) -> DateTime<Utc> {
+        self.expires_at - PENDING_TTL
+    }
+}
+
 impl McpOAuthTokens {
     /// Whether the access token should be refreshed before it is used at `now`.
     pub fn due(&self, now: DateTime<Utc>) -> bool {
@@ -110,7 +117,9 @@ impl McpOAuthTokens {
 /// Pending authorizations and tokens.
 #[async_trait::async_trait]
 pub trait McpOAuthStore: Send + Sync {
-    /// Stores a pending authorization (its state digest is new: 256 random bits).
+    /// Stores a pending authorization (its state digest is new: 256 random bits). Pending
+    /// authorizations whose browser never came back are removed on the way, once expired
+    /// (`now` is the new one's start, [`PendingAuthorization::started_at`]).
     async fn put_pending(&self, pending: &PendingAuthorization) -> Result<(), StoreError>;
     /// Takes the pending authorization of `state_digest` — at most once: it is removed
     /// whether or not it has expired, and an expired one is not returned. The one read that
@@ -181,6 +190,8 @@ impl McpOAuthStore for MemoryMcpOAuthStore {
     async fn put_pending(&self, pending: &PendingAuthorization) -> Result<(), StoreError> {
         check_pending_text(pending)?;
         let mut all = lock(&self.pending);
+        let now = pending.started_at();
+        all.retain(|_, p| p.expires_at > now);
         if all.contains_key(&pending.state_digest) {
             return Err(StoreError::Conflict("the state is already pending".into()));
         }

@@ -139,6 +139,8 @@ impl McpOAuthStore for PgMcpOAuthStore {
             resource: p.resource.clone(),
             scopes: p.scopes.clone(),
         })?;
+        // Authorizations whose browser never came back go once expired.
+        self.db.execute(sql::MCP_OAUTH_PENDING_PURGE, &params![p.started_at()]).await?;
         self.db
             .execute(
                 sql::MCP_OAUTH_PENDING_PUT,
