@@ -101,12 +101,18 @@ impl McpServers {
             Ok(fresh) => fresh,
             Err(e) => {
                 tracing::warn!(tenant = %tenant, server = %record.name, detail = %e, "MCP OAuth refresh failed");
-                // Another instance may have rotated the refresh token under us.
-                let now = self.oauth.get_tokens(tenant, &record.name).await.map_err(store_failure)?;
-                return match now {
-                    Some(theirs) if theirs.version != tokens.version => Ok(theirs),
-                    _ => Err(McpError::OAuth(e.public_text())),
-                };
+                // Another instance may have rotated the refresh token under us: the
+                // authorization server refuses the spent one before that instance has
+                // written the new one back, so its write is waited for, briefly.
+                for attempt in 0..ROTATION_WAITS {
+                    let now = self.oauth.get_tokens(tenant, &record.name).await.map_err(store_failure)?;
+                    match now {
+                        Some(theirs) if theirs.version != tokens.version => return Ok(theirs),
+                        Some(_) if attempt + 1 < ROTATION_WAITS => self.clock.sleep(ROTATION_WAIT).await,
+                        _ => break,
+                    }
+                }
+                return Err(McpError::OAuth(e.public_text()));
             }
         };
         match self.oauth.replace_tokens(tenant, &record.name, tokens.version, &fresh).await.map_err(store_failure)? {
@@ -214,6 +220,10 @@ impl McpServers {
         Ok(out)
     }
 }
+
+/// How often, and how far apart, a failed refresh looks for another instance's rotation.
+const ROTATION_WAITS: usize = 5;
+const ROTATION_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A store failure while reading or writing tokens: the exchange cannot go on.
 fn store_failure(e: StoreError) -> McpError {
