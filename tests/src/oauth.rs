@@ -55,6 +55,9 @@ struct Inner {
     registrations: AtomicU64,
     refreshes: AtomicU64,
     exchanges: AtomicU64,
+    /// Refresh requests wait here until this many have arrived (0: none wait).
+    hold: AtomicU64,
+    arrived: AtomicU64,
 }
 
 /// A running authorization server.
@@ -89,6 +92,8 @@ impl AuthServer {
             registrations: AtomicU64::new(0),
             refreshes: AtomicU64::new(0),
             exchanges: AtomicU64::new(0),
+            hold: AtomicU64::new(0),
+            arrived: AtomicU64::new(0),
         });
         let router = Router::new()
             .route("/.well-known/oauth-authorization-server", get(metadata))
@@ -121,6 +126,14 @@ impl AuthServer {
     /// The `expires_in` of the tokens issued next.
     pub fn set_expires_in(&self, seconds: i64) {
         self.inner.expires_in.store(seconds, Ordering::SeqCst);
+    }
+
+    /// The next `n` refresh requests are answered only once all `n` have arrived: two
+    /// instances refreshing with the same refresh token at once, deterministically. One
+    /// wins; the other is refused, its refresh token spent.
+    pub fn hold_next_refreshes(&self, n: u64) {
+        self.inner.arrived.store(0, Ordering::SeqCst);
+        self.inner.hold.store(n, Ordering::SeqCst);
     }
 
     /// Every access and refresh token ever issued.
@@ -255,6 +268,20 @@ async fn token(State(inner): State<Arc<Inner>>, body: String) -> Response {
             (grant.client_id, grant.scope)
         }
         "refresh_token" => {
+            let hold = inner.hold.load(Ordering::SeqCst);
+            if hold > 0 {
+                let arrived = inner.arrived.fetch_add(1, Ordering::SeqCst) + 1;
+                // Bounded: a test that never sends the others fails on its own assertions.
+                for _ in 0..1000 {
+                    if inner.arrived.load(Ordering::SeqCst) >= hold {
+                        break;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                if arrived == hold {
+                    inner.hold.store(0, Ordering::SeqCst);
+                }
+            }
             // Rotation: a refresh token is good once.
             let Some((client_id, scope)) = issued(&inner).refresh.remove(&get("refresh_token")) else {
                 return refuse(&inner, StatusCode::BAD_REQUEST, "invalid_grant", "unknown or rotated refresh token");

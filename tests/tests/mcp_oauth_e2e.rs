@@ -67,13 +67,18 @@ async fn authorize(client: &reqwest::Client, tracon: &Tracon) -> Value {
 }
 
 async fn tools_run(tracon: &Tracon, mock: &MockServer, customer: &str) {
+    tools_run_as(tracon, mock, ("crm-agent", "oauth-model"), customer).await;
+}
+
+/// A run of `agent` (on its own scripted `model`) that calls `crm_lookup` once.
+async fn tools_run_as(tracon: &Tracon, mock: &MockServer, (agent, model): (&str, &str), customer: &str) {
     mock.script_in_order(
-        "oauth-model",
+        model,
         vec![MockTurn::tool_call("crm_lookup", json!({"customerId": customer})), MockTurn::text("Found.")],
     );
-    let (_, frames, raw) = run(tracon, "crm-agent", json!({"message": format!("Who is {customer}?")})).await;
+    let (_, frames, raw) = run(tracon, agent, json!({"message": format!("Who is {customer}?")})).await;
     assert_eq!(frames.last().unwrap().data["status"], "Completed", "{raw}");
-    let last = mock.requests("oauth-model").last().unwrap()["body"]["messages"].to_string();
+    let last = mock.requests(model).last().unwrap()["body"]["messages"].to_string();
     assert!(last.contains(&format!("Customer {customer}: Ada Lovelace")), "the remote tool answered: {last}");
 }
 
@@ -170,6 +175,28 @@ async fn an_oauth_server_is_authorized_called_refreshed_with_rotation_and_its_to
     tools_run(&tracon, &mock, "c-5").await;
     assert_eq!((auth.refreshes(), mcp.refused()), (4, refused), "refreshed ahead of its expiry, never refused");
     assert_eq!(mcp.calls().len(), 5);
+
+    // Two instances (a second process on the same database) refresh with the same refresh
+    // token at once — the authorization server answers neither until both have asked. One
+    // wins and rotates; the other is refused (its token spent), reads the winner's rotation
+    // back instead, and its run goes on. The next forced refresh works: the rotation kept is
+    // the one the authorization server still takes.
+    let second = start(&schema, &mock).await;
+    let agent_b = json!({"name": "crm-agent-b", "toolNames": ["crm_lookup"],
+        "model": {"provider": "openai", "model": "oauth-model-b"}});
+    assert_eq!(json_of(client.post(tracon.url("/api/agents")).json(&agent_b)).await.0, 201);
+    let before = auth.refreshes();
+    auth.revoke_access_tokens();
+    auth.hold_next_refreshes(2);
+    tokio::join!(
+        tools_run_as(&tracon, &mock, ("crm-agent", "oauth-model"), "c-6"),
+        tools_run_as(&second, &mock, ("crm-agent-b", "oauth-model-b"), "c-7"),
+    );
+    assert_eq!(auth.refreshes(), before + 1, "one refresh won");
+    assert_eq!(auth.last_refusal().as_deref(), Some("unknown or rotated refresh token"), "the other lost");
+    auth.revoke_access_tokens();
+    tools_run(&second, &mock, "c-8").await;
+    assert_eq!(mcp.calls().len(), 8);
 
     // At rest, every token column is ciphertext: none of the tokens ever issued appears.
     let (access, refresh): (Vec<u8>, Vec<u8>) =
