@@ -401,6 +401,13 @@ mod native {
         guarded_client_builder(policy).build()
     }
 
+    /// [`guarded_client`] that follows no redirect: a `3xx` is the answer (OAuth token
+    /// requests, whose body carries a code verifier or a refresh token that must not be
+    /// re-sent to wherever a `307` points).
+    pub fn guarded_client_without_redirects(policy: Arc<EgressPolicy>) -> Result<reqwest::Client, reqwest::Error> {
+        guarded_builder(policy, None, Redirects::Refuse).build()
+    }
+
     /// Whether an [`EgressClient`] follows redirects.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum Redirects {

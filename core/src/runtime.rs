@@ -538,6 +538,7 @@ impl RuntimeBuilder {
         ));
         let mcp = Arc::new(crate::mcp::service::McpServers::new(
             stores.mcp_servers.clone(),
+            stores.mcp_oauth.clone(),
             self.mcp,
             self.platform.clock.clone(),
         ));

@@ -44,6 +44,8 @@ pub struct Stores {
     pub tenant_providers: Arc<dyn crate::model::byok::TenantProviderStore>,
     /// Tenants' remote MCP servers and what each last said it offers.
     pub mcp_servers: Arc<dyn crate::mcp::McpServerStore>,
+    /// Pending OAuth authorizations of MCP servers and their tokens.
+    pub mcp_oauth: Arc<dyn crate::mcp::oauth::McpOAuthStore>,
     /// Whether the stores survive a restart.
     pub persistent: bool,
 }
@@ -71,6 +73,7 @@ impl Stores {
             response_cache: Arc::new(crate::model::cache::MemoryResponseCache::default()),
             tenant_providers: Arc::new(crate::model::byok::MemoryTenantProviderStore::default()),
             mcp_servers: Arc::new(crate::mcp::MemoryMcpServerStore::default()),
+            mcp_oauth: Arc::new(crate::mcp::oauth::MemoryMcpOAuthStore::default()),
             persistent: false,
         }
     }

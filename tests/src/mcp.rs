@@ -4,6 +4,11 @@
 //! never reach a run's record), one resource (`file:///policy.md`) and one prompt. Every tool
 //! call it gets is kept, with its arguments, so a test sees what the server was asked.
 //!
+//! [`McpTestServer::start_protected`] puts it behind OAuth: a request without a bearer token
+//! the guard accepts is answered `401` with `WWW-Authenticate: Bearer resource_metadata=…`,
+//! and the RFC 9728 metadata at `/.well-known/oauth-protected-resource/mcp` names the
+//! authorization server.
+//!
 //! [`McpTestServer::stop`] takes it away (the port refuses connections) and
 //! [`McpTestServer::restart`] brings it back on the same port.
 
@@ -132,6 +137,17 @@ impl ServerHandler for Crm {
     }
 }
 
+/// Whether a bearer token is good (the authorization server's answer).
+pub type TokenCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// What protects a server: the token check and the authorization server its metadata names.
+#[derive(Clone)]
+struct Protection {
+    accepts: TokenCheck,
+    issuer: String,
+    refused: Arc<std::sync::atomic::AtomicU64>,
+}
+
 /// A running test server.
 pub struct McpTestServer {
     /// `http://127.0.0.1:{port}/mcp`.
@@ -140,6 +156,7 @@ pub struct McpTestServer {
     versions: Option<&'static [ProtocolVersion]>,
     calls: Arc<Mutex<Vec<(String, Value)>>>,
     cancel: Mutex<CancellationToken>,
+    protection: Option<Protection>,
 }
 
 impl McpTestServer {
@@ -157,8 +174,38 @@ impl McpTestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let port = listener.local_addr()?.port();
         let calls = Arc::new(Mutex::new(Vec::new()));
-        let cancel = serve(listener, Crm { calls: calls.clone(), versions });
-        Ok(Self { url: format!("http://127.0.0.1:{port}/mcp"), port, versions, calls, cancel: Mutex::new(cancel) })
+        let cancel = serve(listener, Crm { calls: calls.clone(), versions }, None);
+        Ok(Self {
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            port,
+            versions,
+            calls,
+            cancel: Mutex::new(cancel),
+            protection: None,
+        })
+    }
+
+    /// Behind OAuth: only bearer tokens `accepts` takes get through; the metadata names
+    /// `issuer` as the authorization server.
+    pub async fn start_protected(accepts: TokenCheck, issuer: &str) -> std::io::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let protection = Protection { accepts, issuer: issuer.to_owned(), refused: Arc::default() };
+        let cancel = serve(listener, Crm { calls: calls.clone(), versions: None }, Some(protection.clone()));
+        Ok(Self {
+            url: format!("http://127.0.0.1:{port}/mcp"),
+            port,
+            versions: None,
+            calls,
+            cancel: Mutex::new(cancel),
+            protection: Some(protection),
+        })
+    }
+
+    /// How many requests a protected server refused with `401`.
+    pub fn refused(&self) -> u64 {
+        self.protection.as_ref().map_or(0, |p| p.refused.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     /// The tool calls the server got: `(tool, arguments)`.
@@ -181,19 +228,58 @@ impl McpTestServer {
     /// Brings it back on the same port.
     pub async fn restart(&self) -> std::io::Result<()> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await?;
-        let cancel = serve(listener, Crm { calls: self.calls.clone(), versions: self.versions });
+        let cancel =
+            serve(listener, Crm { calls: self.calls.clone(), versions: self.versions }, self.protection.clone());
         *self.cancel.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = cancel;
         Ok(())
     }
 }
 
-fn serve(listener: tokio::net::TcpListener, crm: Crm) -> CancellationToken {
+fn serve(listener: tokio::net::TcpListener, crm: Crm, protection: Option<Protection>) -> CancellationToken {
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or_default();
     let cancel = CancellationToken::new();
     let config =
         StreamableHttpServerConfig::default().with_sse_keep_alive(None).with_cancellation_token(cancel.child_token());
     let service: StreamableHttpService<Crm, LocalSessionManager> =
         StreamableHttpService::new(move || Ok(crm.clone()), Default::default(), config);
-    let router = axum::Router::new().nest_service("/mcp", service);
+    let mut router = axum::Router::new().nest_service("/mcp", service);
+    if let Some(p) = protection {
+        let base = format!("http://127.0.0.1:{port}");
+        let metadata_url = format!("{base}/.well-known/oauth-protected-resource/mcp");
+        let metadata = json!({"resource": format!("{base}/mcp"), "authorization_servers": [p.issuer],
+            "scopes_supported": ["crm.read"], "bearer_methods_supported": ["header"]});
+        router = router.layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                let p = p.clone();
+                let challenge = format!(r#"Bearer resource_metadata="{metadata_url}", scope="crm.read""#);
+                async move {
+                    let token = request
+                        .headers()
+                        .get(axum::http::header::AUTHORIZATION)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.strip_prefix("Bearer "))
+                        .map(str::to_owned);
+                    if token.as_deref().is_some_and(|t| (p.accepts)(t)) {
+                        return next.run(request).await;
+                    }
+                    p.refused.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let mut refused = axum::response::Response::new(axum::body::Body::empty());
+                    *refused.status_mut() = axum::http::StatusCode::UNAUTHORIZED;
+                    if let Ok(v) = axum::http::HeaderValue::from_str(&challenge) {
+                        refused.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, v);
+                    }
+                    refused
+                }
+            },
+        ));
+        router = router.route(
+            "/.well-known/oauth-protected-resource/mcp",
+            axum::routing::get(move || {
+                let metadata = metadata.clone();
+                async move { axum::Json(metadata) }
+            }),
+        );
+    }
     let stop = cancel.clone();
     tokio::spawn(async move {
         let _ = axum::serve(listener, router).with_graceful_shutdown(stop.cancelled_owned()).await;

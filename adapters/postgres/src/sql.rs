@@ -867,7 +867,7 @@ pub const TRIGGER_SECRET_NAMES: &str = "SELECT tenant_id, name AS record, signin
 macro_rules! mcp_server_columns {
     () => {
         "name, endpoint, authorization_configuration_key, header_configuration_keys, requires_approval, \
-         created_at, updated_at, discovery"
+         created_at, updated_at, discovery, oauth"
     };
 }
 
@@ -882,15 +882,16 @@ pub const MCP_SERVER_GET: &str =
     concat!("SELECT ", mcp_server_columns!(), " FROM mcp_servers WHERE tenant_id = $1 AND name = $2");
 
 /// Creates or replaces server `$2` of tenant `$1` (`$3`…`$6` its fields, `$7` created_at, `$8`
-/// updated_at): a replacement keeps the stored created_at and forgets the discovery, which
+/// updated_at, `$9` its oauth object): a replacement keeps the stored created_at and forgets the discovery, which
 /// described the old registration. Returns the stored row.
 pub const MCP_SERVER_PUT: &str = concat!(
     "INSERT INTO mcp_servers (tenant_id, name, endpoint, authorization_configuration_key, \
-     header_configuration_keys, requires_approval, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+     header_configuration_keys, requires_approval, created_at, updated_at, oauth) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
      ON CONFLICT (tenant_id, name) DO UPDATE SET endpoint = EXCLUDED.endpoint, \
      authorization_configuration_key = EXCLUDED.authorization_configuration_key, \
      header_configuration_keys = EXCLUDED.header_configuration_keys, requires_approval = EXCLUDED.requires_approval, \
-     updated_at = EXCLUDED.updated_at, discovery = NULL RETURNING ",
+     updated_at = EXCLUDED.updated_at, oauth = EXCLUDED.oauth, discovery = NULL RETURNING ",
     mcp_server_columns!()
 );
 
@@ -901,6 +902,54 @@ pub const MCP_SERVER_DELETE: &str = "DELETE FROM mcp_servers WHERE tenant_id = $
 /// was written since (its discovery would describe an endpoint no longer named).
 pub const MCP_SERVER_DISCOVERY: &str =
     "UPDATE mcp_servers SET discovery = $4 WHERE tenant_id = $1 AND name = $2 AND updated_at = $3";
+
+// ---- MCP OAuth ---------------------------------------------------------------------------------
+
+/// A pending authorization: `$1` state digest, `$2` tenant, `$3` server, `$4` sealed verifier,
+/// `$5` sealed issued client secret, `$6` details, `$7` expiry. A digest already pending is a
+/// unique violation (a conflict).
+pub const MCP_OAUTH_PENDING_PUT: &str = "INSERT INTO mcp_oauth_pending (state_digest, tenant_id, server, \
+     code_verifier, client_secret, details, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+
+/// Removes pending authorizations that expired before `$1` (the browser never came back).
+pub const MCP_OAUTH_PENDING_PURGE: &str = "DELETE FROM mcp_oauth_pending WHERE expires_at <= $1";
+
+/// Takes pending authorization `$1`, whatever its expiry (the caller refuses an expired one):
+/// one statement, so two callbacks with one state cannot both get it.
+pub const MCP_OAUTH_PENDING_TAKE: &str = "DELETE FROM mcp_oauth_pending WHERE state_digest = $1 \
+     RETURNING tenant_id, server, code_verifier, client_secret, details, expires_at";
+
+macro_rules! mcp_oauth_token_columns {
+    () => {
+        "access_token, refresh_token, client_secret, expires_at, details, version, updated_at"
+    };
+}
+
+pub const MCP_OAUTH_TOKENS_GET: &str =
+    concat!("SELECT ", mcp_oauth_token_columns!(), " FROM mcp_oauth_tokens WHERE tenant_id = $1 AND server = $2");
+
+/// Stores tokens of tenant `$1`'s server `$2` obtained by an authorization, replacing any:
+/// `$3`…`$7` the columns, `$8` updated_at. The version goes on from the row replaced.
+pub const MCP_OAUTH_TOKENS_PUT: &str = concat!(
+    "INSERT INTO mcp_oauth_tokens (tenant_id, server, access_token, refresh_token, client_secret, expires_at, \
+     details, version, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8) \
+     ON CONFLICT (tenant_id, server) DO UPDATE SET access_token = EXCLUDED.access_token, \
+     refresh_token = EXCLUDED.refresh_token, client_secret = EXCLUDED.client_secret, \
+     expires_at = EXCLUDED.expires_at, details = EXCLUDED.details, version = mcp_oauth_tokens.version + 1, \
+     updated_at = EXCLUDED.updated_at RETURNING ",
+    mcp_oauth_token_columns!()
+);
+
+/// Replaces tokens of version `$9` with refreshed ones (`$3`…`$8` as in the put): no row when
+/// another writer got there first.
+pub const MCP_OAUTH_TOKENS_REPLACE: &str = concat!(
+    "UPDATE mcp_oauth_tokens SET access_token = $3, refresh_token = $4, client_secret = $5, expires_at = $6, \
+     details = $7, updated_at = $8, version = version + 1 \
+     WHERE tenant_id = $1 AND server = $2 AND version = $9 RETURNING ",
+    mcp_oauth_token_columns!()
+);
+
+pub const MCP_OAUTH_TOKENS_DELETE: &str = "DELETE FROM mcp_oauth_tokens WHERE tenant_id = $1 AND server = $2";
 
 // ---- schema ------------------------------------------------------------------------------------
 
@@ -1066,6 +1115,9 @@ mod tests {
             MCP_SERVER_GET,
             MCP_SERVER_DELETE,
             MCP_SERVER_DISCOVERY,
+            MCP_OAUTH_TOKENS_GET,
+            MCP_OAUTH_TOKENS_REPLACE,
+            MCP_OAUTH_TOKENS_DELETE,
             SCHEDULE_GET,
             SCHEDULE_LIST,
             SCHEDULE_UPDATE,

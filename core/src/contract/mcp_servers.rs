@@ -22,6 +22,7 @@ fn record(n: &str, endpoint: &str) -> McpServerRecord {
         authorization_configuration_key: Some("Tracon:McpSecrets:a:Crm".into()),
         header_configuration_keys: BTreeMap::from([("X-Api-Key".to_owned(), "Tracon:McpSecrets:a:CrmKey".to_owned())]),
         requires_approval: true,
+        oauth: None,
         created_at: t0(),
         updated_at: t0(),
     }
@@ -105,6 +106,18 @@ pub async fn mcp_servers_are_kept_per_tenant_with_their_discovery(s: Stores) {
     assert!(!m.delete(&a(), &name("crm")).await.unwrap());
     assert!(m.get(&a(), &name("crm")).await.unwrap().is_none());
     assert_eq!(m.get(&b(), &name("crm")).await.unwrap().unwrap().record.endpoint, "https://other.example/mcp");
+
+    // The oauth object round-trips.
+    let mut with_oauth = record("secure", "https://secure.example/mcp");
+    with_oauth.authorization_configuration_key = None;
+    with_oauth.oauth = Some(crate::mcp::oauth::McpOAuthConfig {
+        client_id: Some("client-1".into()),
+        client_secret_configuration_key: Some("Tracon:McpSecrets:a:Secret".into()),
+        scopes: vec!["crm.read".into(), "crm.write".into()],
+    });
+    let stored = m.put(&a(), &with_oauth).await.unwrap();
+    assert_eq!(stored.oauth, with_oauth.oauth);
+    assert_eq!(m.get(&a(), &name("secure")).await.unwrap().unwrap().record, stored);
 
     let mut nul = record("nul", "https://x.example/mcp");
     nul.authorization_configuration_key = Some("a\u{0}".into());

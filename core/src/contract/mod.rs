@@ -16,6 +16,7 @@ mod breakers;
 mod cache;
 mod fixtures;
 mod ledger;
+mod mcp_oauth;
 mod mcp_servers;
 mod tenant_providers;
 pub use breakers::{
@@ -27,6 +28,10 @@ pub use ledger::{
     a_running_run_yields_once_and_is_taken_back_once, an_ended_run_is_continued_once_and_linked_both_ways,
     the_ledger_is_fenced_by_the_run_being_running,
     the_ledger_records_each_step_with_its_calls_starts_before_their_endings,
+};
+pub use mcp_oauth::{
+    oauth_tokens_are_kept_per_tenant_and_replaced_only_over_the_version_read,
+    pending_authorizations_are_taken_once_and_never_after_expiry,
 };
 pub use mcp_servers::mcp_servers_are_kept_per_tenant_with_their_discovery;
 pub use tenant_providers::provider_bindings_and_egress_are_kept_per_tenant;
@@ -1455,6 +1460,8 @@ macro_rules! store_contract_tests {
             cached_answers_are_read_per_tenant_until_they_expire,
             provider_bindings_and_egress_are_kept_per_tenant,
             mcp_servers_are_kept_per_tenant_with_their_discovery,
+            pending_authorizations_are_taken_once_and_never_after_expiry,
+            oauth_tokens_are_kept_per_tenant_and_replaced_only_over_the_version_read,
         );
     };
 }

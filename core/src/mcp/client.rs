@@ -54,6 +54,10 @@ pub enum McpError {
     Rpc { code: i32, message: String },
     #[error("the server speaks only {0}")]
     Unsupported(String),
+    #[error("the server needs OAuth authorization and has no token")]
+    OAuthRequired,
+    #[error("OAuth: {0}")]
+    OAuth(String),
 }
 
 impl McpError {
@@ -74,6 +78,8 @@ impl McpError {
                 "The server speaks no MCP revision Tracon speaks ({}).",
                 spoken_versions().iter().map(|v| v.as_str().to_owned()).collect::<Vec<_>>().join(", ")
             ),
+            McpError::OAuthRequired => "The server needs OAuth authorization: an administrator connects it with POST /api/mcp-servers/{name}/oauth/authorize.".into(),
+            McpError::OAuth(public) => format!("The server's OAuth token could not be refreshed: {public} Connect it again with POST /api/mcp-servers/{{name}}/oauth/authorize."),
         }
     }
 }
@@ -104,9 +110,16 @@ impl<'a> Connection<'a> {
         clock: &'a dyn Clock,
         tenant: &TenantId,
         record: &McpServerRecord,
+        bearer: Option<&str>,
     ) -> Result<Connection<'a>, McpError> {
         let url = settings.check_endpoint(&record.endpoint).map_err(McpError::Refused)?;
-        let headers = credential_headers(settings, tenant, record)?;
+        let mut headers = credential_headers(settings, tenant, record)?;
+        if let Some(token) = bearer {
+            let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| McpError::OAuth("The stored access token is not a valid header value.".into()))?;
+            value.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
         let mut conn = Connection {
             settings,
             clock,
@@ -374,12 +387,12 @@ async fn answer_in_stream(reply: Reply, id: u64) -> Result<Option<Value>, McpErr
 }
 
 #[cfg(not(target_arch = "wasm32"))]
-type Reply = reqwest::Response;
+pub(crate) type Reply = reqwest::Response;
 #[cfg(target_arch = "wasm32")]
-type Reply = crate::model::fetch::Reply;
+pub(crate) type Reply = crate::model::fetch::Reply;
 
 #[cfg(not(target_arch = "wasm32"))]
-async fn transmit(request: reqwest::RequestBuilder) -> Result<Reply, McpError> {
+pub(crate) async fn transmit(request: reqwest::RequestBuilder) -> Result<Reply, McpError> {
     request.send().await.map_err(|e| match crate::egress::SendError::from(e) {
         crate::egress::SendError::Refused(refused) => McpError::Refused(format!("{refused}.")),
         crate::egress::SendError::Http(e) if e.is_timeout() => McpError::Transport("timed out".into()),
@@ -388,15 +401,15 @@ async fn transmit(request: reqwest::RequestBuilder) -> Result<Reply, McpError> {
 }
 
 #[cfg(target_arch = "wasm32")]
-async fn transmit(request: reqwest::RequestBuilder) -> Result<Reply, McpError> {
+pub(crate) async fn transmit(request: reqwest::RequestBuilder) -> Result<Reply, McpError> {
     crate::model::fetch::send(request).await.map_err(|e| McpError::Transport(e.to_string()))
 }
 
-fn reply_status(reply: &Reply) -> u16 {
+pub(crate) fn reply_status(reply: &Reply) -> u16 {
     reply.status().as_u16()
 }
 
-fn reply_header(reply: &Reply, name: &str) -> Option<String> {
+pub(crate) fn reply_header(reply: &Reply, name: &str) -> Option<String> {
     #[cfg(not(target_arch = "wasm32"))]
     return reply.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
     #[cfg(target_arch = "wasm32")]
@@ -408,7 +421,7 @@ fn is_event_stream(reply: &Reply) -> bool {
         .is_some_and(|t| t.trim_start().to_ascii_lowercase().starts_with("text/event-stream"))
 }
 
-async fn body_bytes(reply: Reply) -> Result<bytes::Bytes, McpError> {
+pub(crate) async fn body_bytes(reply: Reply) -> Result<bytes::Bytes, McpError> {
     #[cfg(not(target_arch = "wasm32"))]
     let bytes = reply.bytes().await.map_err(|e| McpError::Transport(e.to_string()))?;
     #[cfg(target_arch = "wasm32")]

@@ -18,7 +18,9 @@
 //! wasm32); the HTTP exchange is ours, over reqwest natively and the platform's fetch on
 //! Workers, like every other outbound call of core.
 
+pub mod authorize;
 pub mod client;
+pub mod oauth;
 pub mod resources;
 pub mod service;
 pub mod tools;
@@ -67,6 +69,10 @@ pub struct McpServerRecord {
     pub header_configuration_keys: BTreeMap<String, String>,
     /// Whether the server's tools ask for approval (default `true`).
     pub requires_approval: bool,
+    /// The server needs an OAuth access token ([`oauth`]); exclusive with
+    /// `authorization_configuration_key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<oauth::McpOAuthConfig>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -175,6 +181,11 @@ pub fn check_record_text(r: &McpServerRecord) -> Result<(), StoreError> {
         check_text("headerConfigurationKeys", header)?;
         check_text("headerConfigurationKeys", key)?;
     }
+    if let Some(o) = &r.oauth {
+        check_text_opt("oauth.clientId", o.client_id.as_deref())?;
+        check_text_opt("oauth.clientSecretConfigurationKey", o.client_secret_configuration_key.as_deref())?;
+        o.scopes.iter().try_for_each(|s| check_text("oauth.scopes", s))?;
+    }
     Ok(())
 }
 
@@ -260,9 +271,15 @@ pub struct McpSettings {
     pub secret_names: SecretNamespace,
     /// `Tracon:Egress:*`, shared with webhooks and tenants' provider endpoints.
     pub egress: crate::egress::EgressPolicy,
+    /// `OAuthRedirectUri`: Tracon's OAuth callback as authorization servers redirect to it
+    /// (`https://…/api/mcp-servers/oauth/callback`); without it, built from the authorizing
+    /// request's `Host` and `X-Forwarded-Proto`.
+    pub oauth_redirect_uri: Option<String>,
     secrets: Config,
     /// The client requests go out with (natively: addresses checked at connect).
     client: reqwest::Client,
+    /// The same guard without redirects, for OAuth requests ([`authorize`]).
+    oauth_client: reqwest::Client,
 }
 
 impl std::fmt::Debug for McpSettings {
@@ -285,8 +302,10 @@ impl Default for McpSettings {
             max_tools_per_server: DEFAULT_MAX_TOOLS,
             secret_names: SecretNamespace::new(DEFAULT_SECRET_PREFIX),
             egress: crate::egress::EgressPolicy::default(),
+            oauth_redirect_uri: None,
             secrets: Config::default(),
             client: reqwest::Client::new(),
+            oauth_client: reqwest::Client::new(),
         }
     }
 }
@@ -302,12 +321,20 @@ impl McpSettings {
             ));
         }
         let egress = crate::egress::EgressPolicy::from_config(config)?;
+        let oauth_redirect_uri = config.get("Tracon:Mcp:OAuthRedirectUri").map(str::trim).filter(|v| !v.is_empty());
+        if let Some(uri) = oauth_redirect_uri
+            && reqwest::Url::parse(uri).map_or(true, |u| !matches!(u.scheme(), "https" | "http"))
+        {
+            return Err(ConfigError::Message("Tracon__Mcp__OAuthRedirectUri must be an absolute http(s) URL.".into()));
+        }
         Ok(Self {
+            oauth_redirect_uri: oauth_redirect_uri.map(str::to_owned),
             refresh_interval: config.seconds("Tracon:Mcp:RefreshIntervalSeconds")?.unwrap_or(d.refresh_interval),
             connection_timeout,
             max_tools_per_server: max_tools,
             secret_names: SecretNamespace::from_config(config, "Tracon:Mcp", DEFAULT_SECRET_PREFIX)?,
             client: guarded_client(&egress)?,
+            oauth_client: oauth_client(&egress)?,
             egress,
             secrets: config.clone(),
         })
@@ -322,6 +349,7 @@ impl McpSettings {
     /// Replaces the egress guard (and its client).
     pub fn with_egress(mut self, egress: crate::egress::EgressPolicy) -> Result<Self, ConfigError> {
         self.client = guarded_client(&egress)?;
+        self.oauth_client = oauth_client(&egress)?;
         self.egress = egress;
         Ok(self)
     }
@@ -348,12 +376,27 @@ impl McpSettings {
     pub(crate) fn client(&self) -> &reqwest::Client {
         &self.client
     }
+
+    pub(crate) fn oauth_client(&self) -> &reqwest::Client {
+        &self.oauth_client
+    }
 }
 
 #[cfg(not(target_arch = "wasm32"))]
 fn guarded_client(egress: &crate::egress::EgressPolicy) -> Result<reqwest::Client, ConfigError> {
     crate::egress::guarded_client(std::sync::Arc::new(egress.clone()))
         .map_err(|e| ConfigError::Message(format!("could not build the client of MCP servers: {e}")))
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn oauth_client(egress: &crate::egress::EgressPolicy) -> Result<reqwest::Client, ConfigError> {
+    crate::egress::guarded_client_without_redirects(std::sync::Arc::new(egress.clone()))
+        .map_err(|e| ConfigError::Message(format!("could not build the OAuth client of MCP servers: {e}")))
+}
+
+#[cfg(target_arch = "wasm32")]
+fn oauth_client(_: &crate::egress::EgressPolicy) -> Result<reqwest::Client, ConfigError> {
+    Ok(reqwest::Client::new())
 }
 
 /// On Workers the platform's `fetch` connects (and cannot reach private networks): the URL

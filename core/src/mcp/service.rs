@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::authorize;
 use super::client::{Connection, McpError};
+use super::oauth::{McpOAuthStore, McpOAuthTokens};
 use super::{
     MAX_LISTED, McpDiscovery, McpPromptInfo, McpResourceInfo, McpServer, McpServerName, McpServerRecord,
     McpServerStore, McpSettings, McpToolInfo,
@@ -19,16 +21,27 @@ use crate::error::StoreError;
 use crate::names::{TenantId, ToolName};
 use crate::ports::Clock;
 
-/// The MCP client as the runtime holds it: the store, the settings, the clock.
+/// The MCP client as the runtime holds it: the stores, the settings, the clock.
 pub struct McpServers {
     store: Arc<dyn McpServerStore>,
+    oauth: Arc<dyn McpOAuthStore>,
     settings: McpSettings,
     clock: Arc<dyn Clock>,
 }
 
 impl McpServers {
-    pub fn new(store: Arc<dyn McpServerStore>, settings: McpSettings, clock: Arc<dyn Clock>) -> Self {
-        Self { store, settings, clock }
+    pub fn new(
+        store: Arc<dyn McpServerStore>,
+        oauth: Arc<dyn McpOAuthStore>,
+        settings: McpSettings,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self { store, oauth, settings, clock }
+    }
+
+    /// Pending OAuth authorizations and tokens.
+    pub fn oauth(&self) -> &Arc<dyn McpOAuthStore> {
+        &self.oauth
     }
 
     pub fn settings(&self) -> &McpSettings {
@@ -43,9 +56,72 @@ impl McpServers {
         self.clock.as_ref()
     }
 
-    /// Opens a conversation with `record`'s server for `tenant`.
+    /// Opens a conversation with `record`'s server for `tenant`. A server that needs OAuth
+    /// gets the stored access token, refreshed first when it is about to expire, and once
+    /// more when the server refuses it.
     pub async fn connect(&self, tenant: &TenantId, record: &McpServerRecord) -> Result<Connection<'_>, McpError> {
-        Connection::open(&self.settings, self.clock.as_ref(), tenant, record).await
+        let open = |bearer: Option<String>| async move {
+            Connection::open(&self.settings, self.clock.as_ref(), tenant, record, bearer.as_deref()).await
+        };
+        if record.oauth.is_none() {
+            return open(None).await;
+        }
+        let tokens = self.tokens(tenant, record).await?;
+        match open(Some(tokens.access_token.clone())).await {
+            Err(McpError::Status(401)) => {
+                let tokens = self.refreshed(tenant, record, tokens).await?;
+                open(Some(tokens.access_token)).await
+            }
+            other => other,
+        }
+    }
+
+    /// The tenant's tokens for `record`'s server, refreshed when they are due.
+    async fn tokens(&self, tenant: &TenantId, record: &McpServerRecord) -> Result<McpOAuthTokens, McpError> {
+        let stored = self.oauth.get_tokens(tenant, &record.name).await.map_err(store_failure)?;
+        let tokens = stored.ok_or(McpError::OAuthRequired)?;
+        if tokens.due(self.clock.now()) { self.refreshed(tenant, record, tokens).await } else { Ok(tokens) }
+    }
+
+    /// Refreshes `tokens` and writes the rotation back over the version read; when another
+    /// instance refreshed meanwhile, its tokens are used instead.
+    async fn refreshed(
+        &self,
+        tenant: &TenantId,
+        record: &McpServerRecord,
+        tokens: McpOAuthTokens,
+    ) -> Result<McpOAuthTokens, McpError> {
+        let secret = match record.oauth.as_ref().and_then(|o| o.client_secret_configuration_key.as_deref()) {
+            Some(key) => {
+                Some(self.settings.secret(tenant, key).ok_or_else(|| McpError::CredentialMissing(key.into()))?)
+            }
+            None => None,
+        };
+        let fresh = match authorize::refresh(&self.settings, self.clock.as_ref(), &tokens, secret.as_deref()).await {
+            Ok(fresh) => fresh,
+            Err(e) => {
+                tracing::warn!(tenant = %tenant, server = %record.name, detail = %e, "MCP OAuth refresh failed");
+                // Another instance may have rotated the refresh token under us: the
+                // authorization server refuses the spent one before that instance has
+                // written the new one back, so its write is waited for, briefly.
+                for attempt in 0..ROTATION_WAITS {
+                    let now = self.oauth.get_tokens(tenant, &record.name).await.map_err(store_failure)?;
+                    match now {
+                        Some(theirs) if theirs.version != tokens.version => return Ok(theirs),
+                        Some(_) if attempt + 1 < ROTATION_WAITS => self.clock.sleep(ROTATION_WAIT).await,
+                        _ => break,
+                    }
+                }
+                return Err(McpError::OAuth(e.public_text()));
+            }
+        };
+        match self.oauth.replace_tokens(tenant, &record.name, tokens.version, &fresh).await.map_err(store_failure)? {
+            Some(stored) => Ok(stored),
+            None => {
+                let theirs = self.oauth.get_tokens(tenant, &record.name).await.map_err(store_failure)?;
+                theirs.ok_or(McpError::OAuthRequired)
+            }
+        }
     }
 
     /// Asks the server now. Never fails: an unreachable server is a discovery with no tools
@@ -143,6 +219,16 @@ impl McpServers {
         }
         Ok(out)
     }
+}
+
+/// How often, and how far apart, a failed refresh looks for another instance's rotation.
+const ROTATION_WAITS: usize = 5;
+const ROTATION_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A store failure while reading or writing tokens: the exchange cannot go on.
+fn store_failure(e: StoreError) -> McpError {
+    tracing::error!(error = %e, "the MCP OAuth tokens could not be read or written");
+    McpError::OAuth("The stored tokens could not be read or written.".into())
 }
 
 /// A list a server may not offer at all: an unknown method is an empty list.

@@ -163,6 +163,11 @@ pub fn requirement(method: &Method, route: &str) -> Requirement {
         // whose tools skip approval also needs `SecurityAdmin`, checked by the handler).
         "/api/mcp-servers" | "/api/mcp-servers/{name}" => S(if read { Scope::AgentsRead } else { Scope::AgentsAdmin }),
         "/api/mcp-servers/refresh" => S(Scope::AgentsAdmin),
+        // Connecting or disconnecting an OAuth server changes what its tools can do.
+        "/api/mcp-servers/{name}/oauth/authorize" | "/api/mcp-servers/{name}/oauth" => S(Scope::AgentsAdmin),
+        // The browser arrives from the authorization server: the single-use `state` is the
+        // credential, and the tenant is the pending authorization's (`crate::mcp_servers`).
+        "/api/mcp-servers/oauth/callback" => Open,
         // Signed by the external system instead (`crate::triggers`).
         "/api/triggers/{tenantId}/{name}" => Open,
         "/api/triggers" | "/api/triggers/{name}" => S(Scope::TriggersAdmin),

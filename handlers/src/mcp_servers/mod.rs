@@ -10,6 +10,15 @@
 //!
 //! Every write is audited before it is applied. Another tenant's server answers as a missing
 //! one. A discovery is never run on a save: the next run (or `refresh`) asks the server.
+//!
+//! A server that needs OAuth carries an `oauth` object instead of an authorization key; its
+//! tokens are obtained and forgotten through `oauth.rs`'s routes. A registration whose
+//! endpoint or `oauth` object changes forgets them (they were issued for the old one), and so
+//! does removing the server.
+
+pub mod oauth;
+
+use oauth::{McpOAuthView, authorize_server, callback, forget};
 
 use std::collections::BTreeMap;
 
@@ -18,10 +27,11 @@ use axum::Router;
 use axum::extract::{Path, Query};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete as delete_route, get, post};
 use serde::{Deserialize, Serialize};
 use tracon_core::identity::Caller;
 use tracon_core::keys::Scope;
+use tracon_core::mcp::oauth::{MAX_CLIENT_ID_LEN, MAX_SCOPE_LEN, MAX_SCOPES, McpOAuthConfig};
 use tracon_core::mcp::{MAX_ENDPOINT_LEN, MAX_HEADERS, McpDiscovery, McpServer, McpServerName, McpServerRecord};
 use tracon_core::names::TenantId;
 use tracon_core::secret_names::colon_spelling;
@@ -38,6 +48,9 @@ pub fn router() -> Router<AppState> {
         .route("/api/mcp-servers", get(list).post(create))
         .route("/api/mcp-servers/refresh", post(refresh))
         .route("/api/mcp-servers/{name}", get(read).put(replace).delete(delete))
+        .route("/api/mcp-servers/{name}/oauth/authorize", post(authorize_server))
+        .route("/api/mcp-servers/{name}/oauth", delete_route(forget))
+        .route("/api/mcp-servers/oauth/callback", get(callback))
 }
 
 /// A server registration (the body of `POST` and `PUT`).
@@ -66,6 +79,29 @@ pub struct McpServerBody {
     /// needs `SecurityAdmin` as well.
     #[serde(default = "crate::extract::default_true")]
     pub requires_approval: bool,
+    /// The server needs an OAuth access token, obtained once through
+    /// `POST /api/mcp-servers/{name}/oauth/authorize`. Not with `authorizationConfigurationKey`.
+    #[serde(default)]
+    pub oauth: Option<McpOAuthBody>,
+}
+
+/// The `oauth` object of a registration.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct McpOAuthBody {
+    /// The client id registered with the authorization server (at most 256 visible
+    /// characters). Without it Tracon registers itself (RFC 7591 dynamic client registration).
+    #[serde(default)]
+    #[schema(max_length = 256)]
+    pub client_id: Option<String>,
+    /// The NAME of the configuration key holding the client secret, under the tenant's
+    /// partition of `Tracon:McpSecrets:` (needs `clientId`). Never the value.
+    #[serde(default)]
+    pub client_secret_configuration_key: Option<String>,
+    /// The scopes to ask for (at most 32, each 1–128 visible characters); none: those the
+    /// server advertises.
+    #[serde(default)]
+    pub scopes: Vec<String>,
 }
 
 /// A server as the API shows it.
@@ -80,17 +116,33 @@ pub struct McpServerView {
     /// registration changes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub discovery: Option<McpDiscovery>,
+    /// The OAuth configuration and whether Tracon holds a token (never the token).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<McpOAuthView>,
 }
 
-fn view(state: &AppState, tenant: &TenantId, server: McpServer) -> McpServerView {
+async fn view(state: &AppState, tenant: &TenantId, server: McpServer) -> ApiResult<McpServerView> {
     let settings = state.runtime.mcp.settings();
     let record = &server.record;
     let credentials_resolved = record
         .authorization_configuration_key
         .iter()
         .chain(record.header_configuration_keys.values())
+        .chain(record.oauth.as_ref().and_then(|o| o.client_secret_configuration_key.as_ref()))
         .all(|key| settings.secret(tenant, key).is_some());
-    McpServerView { server: server.record, credentials_resolved, discovery: server.discovery }
+    let oauth = oauth::oauth_view(state, tenant, record).await?;
+    // The configuration is shown once, inside the view's `oauth` object.
+    let mut shown = server.record;
+    shown.oauth = None;
+    Ok(McpServerView { server: shown, credentials_resolved, discovery: server.discovery, oauth })
+}
+
+async fn views(state: &AppState, tenant: &TenantId, servers: Vec<McpServer>) -> ApiResult<Vec<McpServerView>> {
+    let mut out = Vec::with_capacity(servers.len());
+    for server in servers {
+        out.push(view(state, tenant, server).await?);
+    }
+    Ok(out)
 }
 
 fn not_found() -> ApiError {
@@ -144,7 +196,11 @@ fn record_of(
     settings.check_endpoint(&endpoint).map_err(|why| invalid("endpoint", why))?;
     let kept = |key: &str| {
         before.is_some_and(|b| {
-            b.authorization_configuration_key.iter().chain(b.header_configuration_keys.values()).any(|k| k == key)
+            b.authorization_configuration_key
+                .iter()
+                .chain(b.header_configuration_keys.values())
+                .chain(b.oauth.as_ref().and_then(|o| o.client_secret_configuration_key.as_ref()))
+                .any(|k| k == key)
         })
     };
     let key_name = |field: &str, raw: &str| -> ApiResult<String> {
@@ -177,6 +233,16 @@ fn record_of(
         }
         header_configuration_keys.insert(header.clone(), key_name(FIELD, key)?);
     }
+    let oauth = match body.oauth {
+        None => None,
+        Some(_) if authorization_configuration_key.is_some() => {
+            return Err(invalid(
+                "oauth",
+                "'oauth' and 'authorizationConfigurationKey' are exclusive: the Authorization header carries either the OAuth access token or the configured value.",
+            ));
+        }
+        Some(o) => Some(oauth_config(o, |k| key_name("oauth.clientSecretConfigurationKey", k))?),
+    };
     // Waiving approval for every tool of a server is a security decision.
     let waives = !body.requires_approval
         && before.is_none_or(|b| b.requires_approval || !b.endpoint.eq_ignore_ascii_case(&endpoint));
@@ -194,9 +260,54 @@ fn record_of(
         authorization_configuration_key,
         header_configuration_keys,
         requires_approval: body.requires_approval,
+        oauth,
         created_at: before.map_or(now, |b| b.created_at),
         updated_at: now,
     })
+}
+
+/// A scope token or client id: visible ASCII without spaces, quotes or backslashes (RFC 6749
+/// appendix A).
+fn oauth_token_text(value: &str, max: usize) -> bool {
+    !value.is_empty()
+        && value.len() <= max
+        && value.bytes().all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
+}
+
+/// Checks an `oauth` object; `key_name` checks the secret's key name as every other key name.
+fn oauth_config(body: McpOAuthBody, key_name: impl Fn(&str) -> ApiResult<String>) -> ApiResult<McpOAuthConfig> {
+    let client_id = body.client_id.map(|c| c.trim().to_owned());
+    if let Some(id) = &client_id
+        && !oauth_token_text(id, MAX_CLIENT_ID_LEN)
+    {
+        return Err(invalid(
+            "oauth.clientId",
+            format!(
+                "A client id is 1 to {MAX_CLIENT_ID_LEN} visible characters, without spaces, quotes or backslashes."
+            ),
+        ));
+    }
+    let client_secret_configuration_key = body.client_secret_configuration_key.as_deref().map(key_name).transpose()?;
+    if client_secret_configuration_key.is_some() && client_id.is_none() {
+        return Err(invalid(
+            "oauth.clientSecretConfigurationKey",
+            "A client secret belongs to a configured 'oauth.clientId' (a dynamically registered client gets its own).",
+        ));
+    }
+    if body.scopes.len() > MAX_SCOPES {
+        return Err(invalid("oauth.scopes", format!("At most {MAX_SCOPES} scopes are allowed.")));
+    }
+    if let Some(bad) = body.scopes.iter().position(|s| !oauth_token_text(s, MAX_SCOPE_LEN)) {
+        return Err(invalid(
+            "oauth.scopes",
+            format!(
+                "Scope {bad} is not 1 to {MAX_SCOPE_LEN} visible characters without spaces, quotes or backslashes."
+            ),
+        ));
+    }
+    let mut scopes = body.scopes;
+    scopes.dedup();
+    Ok(McpOAuthConfig { client_id, client_secret_configuration_key, scopes })
 }
 
 async fn audited(
@@ -220,7 +331,7 @@ async fn audited(
 #[tracing::instrument(name = "mcp_servers.list", skip_all)]
 pub async fn list(Ctx { state, tenant, .. }: Ctx, paging: Paging) -> ApiResult<Json<Vec<McpServerView>>> {
     let rows = state.runtime.mcp.store().list(&tenant, paging.skip, paging.take).await?;
-    Ok(Json(rows.into_iter().map(|s| view(&state, &tenant, s)).collect()))
+    Ok(Json(views(&state, &tenant, rows).await?))
 }
 
 /// One MCP server.
@@ -230,7 +341,7 @@ pub async fn list(Ctx { state, tenant, .. }: Ctx, paging: Paging) -> ApiResult<J
 pub async fn read(Ctx { state, tenant, .. }: Ctx, Path(name): Path<String>) -> ApiResult<Json<McpServerView>> {
     let name = path_name(&name)?;
     let found = state.runtime.mcp.store().get(&tenant, &name).await?.ok_or_else(not_found)?;
-    Ok(Json(view(&state, &tenant, found)))
+    Ok(Json(view(&state, &tenant, found).await?))
 }
 
 /// Register an MCP server (`409` when the name is taken). Audited before it is applied.
@@ -250,9 +361,8 @@ pub async fn create(Ctx { state, tenant, caller }: Ctx, ApiJson(body): ApiJson<M
     let record = record_of(&state, (&tenant, &caller), name.clone(), body, None)?;
     audited(&state, (&tenant, &caller), "mcp_server.create", &name, None, Some(&record)).await?;
     let stored = store.put(&tenant, &record).await?;
-    let mut response =
-        (StatusCode::CREATED, Json(view(&state, &tenant, McpServer { record: stored, discovery: None })))
-            .into_response();
+    let shown = view(&state, &tenant, McpServer { record: stored, discovery: None }).await?;
+    let mut response = (StatusCode::CREATED, Json(shown)).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/api/mcp-servers/{name}")) {
         response.headers_mut().insert(header::LOCATION, location);
     }
@@ -283,7 +393,11 @@ pub async fn replace(
     let record = record_of(&state, (&tenant, &caller), name.clone(), body, Some(&before))?;
     audited(&state, (&tenant, &caller), "mcp_server.update", &name, Some(&before), Some(&record)).await?;
     let stored = store.put(&tenant, &record).await?;
-    Ok(Json(view(&state, &tenant, McpServer { record: stored, discovery: None })))
+    // Tokens were issued for the old endpoint (the RFC 8707 resource) and client.
+    if before.oauth != stored.oauth || before.endpoint != stored.endpoint {
+        state.runtime.mcp.oauth().delete_tokens(&tenant, &name).await?;
+    }
+    Ok(Json(view(&state, &tenant, McpServer { record: stored, discovery: None }).await?))
 }
 
 /// Remove an MCP server: agents that name its tools no longer get them. Audited before it is
@@ -300,6 +414,7 @@ pub async fn delete(Ctx { state, tenant, caller }: Ctx, Path(name): Path<String>
     if !store.delete(&tenant, &name).await? {
         return Err(not_found());
     }
+    state.runtime.mcp.oauth().delete_tokens(&tenant, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -330,5 +445,5 @@ pub async fn refresh(
         }
         None => mcp.refresh_all(&tenant).await?,
     };
-    Ok(Json(servers.into_iter().map(|s| view(&state, &tenant, s)).collect()))
+    Ok(Json(views(&state, &tenant, servers).await?))
 }

@@ -1,7 +1,8 @@
 //! Tenants' MCP servers on Postgres: one `mcp_servers` row per tenant and name, the
 //! registration in columns and the last discovery as `jsonb` (a cold instance reads the
 //! catalog from here). Nothing in a row is a protected value: credentials are stored by key
-//! name only, and a discovery is what the server publishes to any client.
+//! name only (the `oauth` object too: a client id, a key name, scopes), and a discovery is what
+//! the server publishes to any client. OAuth tokens are `mcp_oauth.rs`'s, protected.
 
 use std::collections::BTreeMap;
 
@@ -31,6 +32,7 @@ impl PgMcpServerStore {
 fn record(row: &Row) -> Result<McpServerRecord, StoreError> {
     let name: String = row.get("name")?;
     let headers: Value = row.get("header_configuration_keys")?;
+    let oauth: Option<Value> = row.get("oauth")?;
     Ok(McpServerRecord {
         name: McpServerName::parse(&name).map_err(|e| corrupt("MCP server name", e))?,
         endpoint: row.get("endpoint")?,
@@ -38,6 +40,7 @@ fn record(row: &Row) -> Result<McpServerRecord, StoreError> {
         header_configuration_keys: serde_json::from_value::<BTreeMap<String, String>>(headers)
             .map_err(|e| corrupt("MCP server headers", e))?,
         requires_approval: row.get("requires_approval")?,
+        oauth: oauth.map(serde_json::from_value).transpose().map_err(|e| corrupt("MCP server oauth", e))?,
         created_at: row.get("created_at")?,
         updated_at: row.get("updated_at")?,
     })
@@ -73,6 +76,7 @@ impl McpServerStore for PgMcpServerStore {
     async fn put(&self, tenant: &TenantId, r: &McpServerRecord) -> Result<McpServerRecord, StoreError> {
         check_record_text(r)?;
         let headers = json(&r.header_configuration_keys)?;
+        let oauth = r.oauth.as_ref().map(json).transpose()?;
         let row = self
             .db
             .query_one(
@@ -85,7 +89,8 @@ impl McpServerStore for PgMcpServerStore {
                     headers,
                     r.requires_approval,
                     r.created_at,
-                    r.updated_at
+                    r.updated_at,
+                    oauth
                 ],
             )
             .await?;

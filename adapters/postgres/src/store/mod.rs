@@ -14,6 +14,7 @@ mod definitions;
 mod idempotency;
 mod jobs;
 mod keys;
+mod mcp_oauth;
 mod mcp_servers;
 mod runs;
 mod schedules;
@@ -36,6 +37,7 @@ pub use definitions::PgDefinitionStore;
 pub use idempotency::PgIdempotencyStore;
 pub use jobs::PgJobStore;
 pub use keys::PgApiKeyStore;
+pub use mcp_oauth::PgMcpOAuthStore;
 pub use mcp_servers::PgMcpServerStore;
 pub use runs::PgRunStore;
 pub use schedules::PgScheduleStore;
@@ -74,6 +76,7 @@ pub fn stores(db: Db, protection: Protection) -> Stores {
         response_cache: Arc::new(PgResponseCache::new(db.clone(), protection.clone())),
         tenant_providers: Arc::new(PgTenantProviderStore::new(db.clone())),
         mcp_servers: Arc::new(PgMcpServerStore::new(db.clone())),
+        mcp_oauth: Arc::new(PgMcpOAuthStore::new(db.clone(), protection.clone())),
         idempotency: Arc::new(PgIdempotencyStore::new(db, protection)),
         persistent: true,
     }
