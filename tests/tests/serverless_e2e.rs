@@ -6,7 +6,9 @@
 //! loopback, from a PEM, from a shared secret), and approvals resumed through the mailbox
 //! (in the background, under `waitUntil`) and in-band. Across hosts: a run on the Worker
 //! cancelled through Lambda, and a workflow on the Worker that asks a person, answered through
-//! Lambda.
+//! Lambda; and the MCP client both ways round — a remote MCP server registered and discovered
+//! on one host, its tool called (after an approval) by a run on the other, from the catalog
+//! cached in Postgres.
 //!
 //! Needs what `./scripts/test` provides: `TRACON_TEST_DATABASE_URL`, the Worker bundles in
 //! `adapters/worker/dist/` (built by `adapters/worker/build.sh`), wrangler in
@@ -36,6 +38,7 @@ use jsonwebtoken::{Algorithm, EncodingKey};
 use jwt_keys::{EC_PRIVATE, OTHER_RSA_PRIVATE, RSA_PRIVATE, RSA_PUBLIC};
 use serde_json::{Value, json};
 use support::{Frame, Tracon, last_user_message, parse_frames, text_of, tracon_bin};
+use tracon_tests::mcp::{McpTestServer, POLICY};
 use tracon_tests::mock::{MockConfig, MockServer, MockTurn};
 
 const TOKEN: &str = "serverless-e2e-token-0123456789";
@@ -283,11 +286,17 @@ async fn start_lambda_with(schema: &str, mock: &MockServer, extra: &[(String, St
 /// The Worker and the Lambda functions, started together on one fresh schema (migrated):
 /// the schema and both hosts.
 async fn worker_and_lambda(mock: &MockServer, prefix: &str) -> (String, Host, Host) {
+    worker_and_lambda_with(mock, prefix, &[]).await
+}
+
+/// [`worker_and_lambda`] with `extra` configuration on top of the common one, on both hosts.
+async fn worker_and_lambda_with(mock: &MockServer, prefix: &str, extra: &[(&str, &str)]) -> (String, Host, Host) {
     let schema = unique(prefix);
     migrate(&schema);
     let application_name = unique("tracon_worker");
+    let owned: Vec<(String, String)> = extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
     let (worker, lambda) =
-        tokio::join!(start_worker(&schema, mock, &application_name, &[]), start_lambda(&schema, mock));
+        tokio::join!(start_worker(&schema, mock, &application_name, extra), start_lambda_with(&schema, mock, &owned));
     (schema, worker, lambda)
 }
 
@@ -957,13 +966,13 @@ async fn stream_from(host: &Host, path: &str, body: Value) -> (Vec<Frame>, Strin
     (frames, live.raw)
 }
 
-/// Runs `agent` on a new session until it stops for approval: the session, the stopped run
-/// and the request id of its one waiting call.
-async fn stop_for_approval(host: &Host, agent: &str, message: &str) -> (String, String, String) {
+/// Runs `agent` on a new session until it stops for approval of a call of `tool`: the
+/// session, the stopped run and the request id of its one waiting call.
+async fn stop_for_approval(host: &Host, agent: &str, message: &str, tool: &str) -> (String, String, String) {
     let session = unique("approval-session");
     let (frames, raw) = run_stream(host, agent, json!({"message": message, "sessionId": session})).await;
     let approvals = frames.iter().find(|f| f.event == "approvals").unwrap_or_else(|| panic!("{raw}"));
-    assert_eq!(approvals.data[0]["toolName"], "cancel_order", "{raw}");
+    assert_eq!(approvals.data[0]["toolName"], tool, "{raw}");
     let done = frames.last().unwrap();
     assert_eq!((done.event.as_str(), done.data["status"].as_str()), ("done", Some("AwaitingApproval")), "{raw}");
     let stopped = frames[0].data["runId"].as_str().unwrap().to_owned();
@@ -1010,7 +1019,7 @@ async fn approvals_on_the_worker_resume_through_the_mailbox_in_the_background_an
     create_agent(&worker, &approving_agent("inband", "inband-model")).await;
 
     // ---- The mailbox.
-    let (_, stopped, request_id) = stop_for_approval(&worker, "mailbox", "Cancel 4182").await;
+    let (_, stopped, request_id) = stop_for_approval(&worker, "mailbox", "Cancel 4182", "cancel_order").await;
     let pending = get_json(worker.url(Group::Runs, "/api/approvals/pending")).await;
     assert_eq!(pending[0]["id"], request_id.as_str(), "{pending}");
     assert_eq!(pending[0]["arguments"], json!({"orderId": "4182"}), "{pending}");
@@ -1053,7 +1062,7 @@ async fn approvals_on_the_worker_resume_through_the_mailbox_in_the_background_an
 
     // ---- In-band: the session's next run request carries the decision and streams the
     // resumed run.
-    let (session, _, request_id) = stop_for_approval(&worker, "inband", "Cancel 5150").await;
+    let (session, _, request_id) = stop_for_approval(&worker, "inband", "Cancel 5150", "cancel_order").await;
     let (frames, raw) = run_stream(
         &worker,
         "inband",
@@ -1623,4 +1632,167 @@ async fn a_run_on_lambda_outlasts_three_soft_deadlines_and_agents_call_agents_in
     let followed = follower.await.unwrap();
     assert_three_hand_overs(&lambda, &schema, &run_id, &followed, &mock, "lambda-steps-model").await;
     assert_children_and_the_loop(&lambda, &mock, "lambda").await;
+}
+
+// ---- the MCP client on both hosts -------------------------------------------------------------
+
+/// What both hosts need for the test's MCP servers: the egress guard's exception for servers
+/// on this machine, and the credential the `crm` registration names (a Worker var, a Lambda
+/// environment variable).
+const MCP_CONFIG: [(&str, &str); 3] = [
+    ("Tracon__Egress__AllowHttp", "true"),
+    ("Tracon__Egress__AllowedNetworks__0", "127.0.0.0/8"),
+    ("Tracon__McpSecrets__Crm", "Bearer crm-test-token"),
+];
+
+async fn send_json(request: reqwest::RequestBuilder) -> (u16, Value) {
+    let res = authed(request).send().await.unwrap();
+    let status = res.status().as_u16();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+/// Registers an MCP server through `host`'s agents group.
+async fn register_mcp_server(host: &Host, registration: &Value) {
+    let (status, created) =
+        send_json(client().post(host.url(Group::Agents, "/api/mcp-servers")).json(registration)).await;
+    assert_eq!(status, 201, "{created}\n{}", host.log_text());
+}
+
+/// `POST /api/mcp-servers/refresh?name={name}` on `host`: the server as discovered now.
+async fn refresh_mcp_server(host: &Host, name: &str) -> Value {
+    let (status, refreshed) =
+        send_json(client().post(host.url(Group::Agents, &format!("/api/mcp-servers/refresh?name={name}")))).await;
+    assert_eq!(status, 200, "{refreshed}\n{}", host.log_text());
+    refreshed[0].clone()
+}
+
+async fn mcp_server(host: &Host, name: &str) -> Value {
+    get_json(host.url(Group::Agents, &format!("/api/mcp-servers/{name}"))).await
+}
+
+fn mcp_tool_names(server: &Value) -> Vec<&str> {
+    server["discovery"]["tools"].as_array().unwrap().iter().map(|t| t["toolName"].as_str().unwrap()).collect()
+}
+
+/// The MCP client on the serverless hosts, both ways round, on one Postgres, against real MCP
+/// servers (the official Rust SDK's server side, `tracon_tests::mcp`).
+///
+/// Registered and discovered through Lambda's agents function (the current, stateless
+/// revision), a server is in the Worker's catalog straight from the store, its credential
+/// resolved from the Worker's vars. An agent on the Worker names its tool and one of its
+/// resources: the run snapshots the resource into the instructions (read from the Worker)
+/// and stops for approval; the decision through the Worker's mailbox resumes it in the
+/// background, the tool is called from the Worker and its result is what the model answers
+/// from. The other way round, a server of the previous revision (the `initialize` handshake,
+/// then its session) is registered and discovered on the Worker, and a run on Lambda is
+/// offered its tool while the server is away — the cached catalog, no round trip; once the
+/// server is back, the in-band approval calls it from Lambda. Neither run asked for a new
+/// discovery. Last, a refresh on the Worker of a server that went away loses its tools with a
+/// warning in our words, and the next one, with the server back, finds them again.
+#[tokio::test]
+async fn mcp_servers_registered_on_one_host_serve_runs_on_the_other_from_the_cached_catalog() {
+    let crm = McpTestServer::start().await.unwrap();
+    let old = McpTestServer::start_previous_revision().await.unwrap();
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    let (_, worker, lambda) = worker_and_lambda_with(&mock, "mcp", &MCP_CONFIG).await;
+
+    // ---- Registered and discovered through Lambda; the Worker reads the same catalog.
+    register_mcp_server(
+        &lambda,
+        &json!({"name": "crm", "endpoint": crm.url, "authorizationConfigurationKey": "Tracon:McpSecrets:Crm"}),
+    )
+    .await;
+    let discovered = refresh_mcp_server(&lambda, "crm").await;
+    assert_eq!(discovered["discovery"]["reachable"], true, "{discovered}\n{}", lambda.log_text());
+    assert_eq!(discovered["discovery"]["protocolVersion"], "2026-07-28", "{discovered}");
+    assert_eq!(mcp_tool_names(&discovered), ["crm_lookup", "crm_refund", "crm_explode"]);
+    let seen = mcp_server(&worker, "crm").await;
+    assert_eq!(seen["discovery"], discovered["discovery"], "the Worker reads the stored discovery");
+    assert_eq!(seen["credentialsResolved"], true, "the Worker resolves the key from its vars: {seen}");
+
+    // ---- On the Worker: the resource snapshot, the approval, the call.
+    mock.script(
+        "worker-mcp-model",
+        vec![
+            MockTurn::tool_call("crm_lookup", json!({"customerId": "c-42"})),
+            MockTurn::text("Ada is on the Gold plan."),
+        ],
+    );
+    create_agent(
+        &worker,
+        &json!({"name": "crm-desk", "instructions": "Answer briefly.", "toolNames": ["crm_lookup"],
+            "mcpResourceUris": ["crm:file:///policy.md"], "model": {"provider": "openai", "model": "worker-mcp-model"}}),
+    )
+    .await;
+    let (_, stopped, request_id) = stop_for_approval(&worker, "crm-desk", "Who is c-42?", "crm_lookup").await;
+    assert!(crm.calls().is_empty(), "nothing reaches the server before the approval");
+    let first = &mock.requests("worker-mcp-model")[0]["body"];
+    assert!(first["tools"].to_string().contains("customerId"), "{first}");
+    let system = first["messages"][0]["content"].as_str().unwrap_or_default();
+    assert!(system.contains(POLICY), "the Worker read the resource into the instructions: {system}");
+
+    let res = decide(&worker, &request_id, true).await;
+    assert_eq!(res.status(), 200);
+    let decision: Value = res.json().await.unwrap();
+    let resumed = decision["resumedRunId"].as_str().unwrap_or_else(|| panic!("{decision}")).to_owned();
+    let run = run_settles(&worker, &resumed).await;
+    assert_eq!(run["status"], "Completed", "{run}\n{}", worker.log_text());
+    assert_eq!(crm.calls(), [("lookup".to_owned(), json!({"customerId": "c-42"}))], "called once, from the Worker");
+    let tools = get_json(worker.url(Group::Runs, &format!("/api/runs/{resumed}/tools"))).await;
+    assert_eq!(
+        (tools[0]["toolName"].as_str(), tools[0]["status"].as_str(), tools[0]["effect"].as_str()),
+        (Some("crm_lookup"), Some("Succeeded"), Some("Read")),
+        "{tools}"
+    );
+    assert!(tools[0]["result"].as_str().unwrap_or_default().contains("Ada Lovelace"), "{tools}");
+    let answered_from = mock.requests("worker-mcp-model").last().unwrap()["body"]["messages"].to_string();
+    assert!(answered_from.contains("Customer c-42: Ada Lovelace, plan Gold."), "{answered_from}");
+    let log = get_text(worker.url(Group::Runs, &format!("/api/runs/{resumed}/events"))).await;
+    assert!(log.contains("Ada is on the Gold plan.") && log.contains(&stopped), "{log}");
+    assert_eq!(mcp_server(&lambda, "crm").await["discovery"], discovered["discovery"], "not discovered again");
+
+    // ---- The other way round: the handshake on the Worker, the run on Lambda.
+    register_mcp_server(&worker, &json!({"name": "old", "endpoint": old.url})).await;
+    let discovered = refresh_mcp_server(&worker, "old").await;
+    assert_eq!(discovered["discovery"]["protocolVersion"], "2025-11-25", "{discovered}\n{}", worker.log_text());
+    assert_eq!(mcp_tool_names(&discovered), ["old_lookup", "old_refund", "old_explode"]);
+    create_agent(
+        &lambda,
+        &json!({"name": "legacy", "instructions": "Answer briefly.", "toolNames": ["old_lookup"],
+            "model": {"provider": "openai", "model": "lambda-mcp-model"}}),
+    )
+    .await;
+    mock.script(
+        "lambda-mcp-model",
+        vec![MockTurn::tool_call("old_lookup", json!({"customerId": "c-7"})), MockTurn::text("Found c-7.")],
+    );
+    old.stop().await;
+    let (session, _, request_id) = stop_for_approval(&lambda, "legacy", "Find c-7", "old_lookup").await;
+    let offered = mock.requests("lambda-mcp-model")[0]["body"]["tools"].to_string();
+    assert!(offered.contains("old_lookup"), "offered from the cached catalog while the server is away: {offered}");
+    old.restart().await.unwrap();
+    let (frames, raw) = run_stream(
+        &lambda,
+        "legacy",
+        json!({"sessionId": session, "approvals": [{"requestId": request_id, "approved": true}]}),
+    )
+    .await;
+    let done = frames.last().unwrap();
+    assert_eq!((done.event.as_str(), done.data["status"].as_str()), ("done", Some("Completed")), "{raw}");
+    assert_eq!(text_of(&frames), "Found c-7.", "{raw}");
+    assert_eq!(old.calls(), [("lookup".to_owned(), json!({"customerId": "c-7"}))]);
+    let answered_from = mock.requests("lambda-mcp-model").last().unwrap()["body"]["messages"].to_string();
+    assert!(answered_from.contains("Customer c-7: Ada Lovelace, plan Gold."), "{answered_from}");
+    assert_eq!(mcp_server(&worker, "old").await["discovery"], discovered["discovery"], "not discovered again");
+
+    // ---- Away and back, seen from the Worker.
+    crm.stop().await;
+    let lost = refresh_mcp_server(&worker, "crm").await;
+    assert_eq!((lost["discovery"]["reachable"].as_bool(), mcp_tool_names(&lost).len()), (Some(false), 0), "{lost}");
+    let warning = lost["discovery"]["warnings"][0].as_str().unwrap();
+    assert!(warning.starts_with("The server could not be reached."), "{warning}");
+    crm.restart().await.unwrap();
+    let found = refresh_mcp_server(&worker, "crm").await;
+    assert_eq!(mcp_tool_names(&found), ["crm_lookup", "crm_refund", "crm_explode"], "{found}");
+    assert_no_fatal_log(&worker);
 }
