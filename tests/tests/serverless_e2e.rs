@@ -293,11 +293,15 @@ async fn worker_and_lambda(mock: &MockServer, prefix: &str) -> (String, Host, Ho
 async fn worker_and_lambda_with(mock: &MockServer, prefix: &str, extra: &[(&str, &str)]) -> (String, Host, Host) {
     let schema = unique(prefix);
     migrate(&schema);
+    let (worker, lambda) = start_both(&schema, mock, extra).await;
+    (schema, worker, lambda)
+}
+
+/// The Worker and the Lambda functions, started together on `schema` (migrated).
+async fn start_both(schema: &str, mock: &MockServer, extra: &[(&str, &str)]) -> (Host, Host) {
     let application_name = unique("tracon_worker");
     let owned: Vec<(String, String)> = extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-    let (worker, lambda) =
-        tokio::join!(start_worker(&schema, mock, &application_name, extra), start_lambda_with(&schema, mock, &owned));
-    (schema, worker, lambda)
+    tokio::join!(start_worker(schema, mock, &application_name, extra), start_lambda_with(schema, mock, &owned))
 }
 
 // ---- streams -------------------------------------------------------------------------------
@@ -1794,5 +1798,101 @@ async fn mcp_servers_registered_on_one_host_serve_runs_on_the_other_from_the_cac
     crm.restart().await.unwrap();
     let found = refresh_mcp_server(&worker, "crm").await;
     assert_eq!(mcp_tool_names(&found), ["crm_lookup", "crm_refund", "crm_explode"], "{found}");
+    assert_no_fatal_log(&worker);
+}
+
+const HELPER_ANSWER: &str = "Order 4182 ships tomorrow.";
+
+/// Each host's `/mcp` serves the other host's MCP client: Tracon as the remote MCP server a
+/// tenant registers. An `ExternalInvoke` key (issued before the hosts start, so both can hold
+/// it as the credential) lets Lambda's agents function register the Worker's `/mcp`, discover
+/// the exposed agent `helper` as a tool and call it from a run — the Worker runs `helper` and
+/// its answer is what the calling run's model is given — and the Worker do the same with
+/// Lambda's `/mcp`. The servers are registered approval-free (the static token may), so the
+/// calls go through without a person.
+#[tokio::test]
+async fn each_hosts_mcp_server_serves_the_other_hosts_mcp_client() {
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    let schema = unique("mcpx");
+    migrate(&schema);
+    let key = {
+        let url = database_url();
+        let local = Tracon::start(&[
+            ("DATABASE_URL", url.as_str()),
+            ("Tracon__PostgreSql__SchemaName", schema.as_str()),
+            ("Tracon__PostgreSql__AutoApplyMigrations", "false"),
+            ("TRACON_AUTH_TOKEN", TOKEN),
+        ])
+        .await;
+        local.issue_key(TOKEN, "peer", &["ExternalInvoke"]).await["key"].as_str().unwrap().to_owned()
+    };
+    let credential = format!("Bearer {key}");
+    let mut config: Vec<(&str, &str)> = MCP_CONFIG[..2].to_vec();
+    config.push(("Tracon__McpServer__ExposedAgents__0", "helper"));
+    config.push(("Tracon__McpSecrets__Peer", &credential));
+    let (worker, lambda) = start_both(&schema, &mock, &config).await;
+
+    mock.script_in_order("helper-model", vec![MockTurn::text(HELPER_ANSWER)]);
+    create_agent(
+        &worker,
+        &json!({"name": "helper", "description": "Answers order questions.",
+        "instructions": "Answer briefly.", "model": {"provider": "openai", "model": "helper-model"}}),
+    )
+    .await;
+
+    for (client_host, server_host, server, model) in
+        [(&lambda, &worker, "edge", "lambda-caller-model"), (&worker, &lambda, "fn", "worker-caller-model")]
+    {
+        let endpoint = server_host.url(Group::Agents, "/mcp");
+        register_mcp_server(
+            client_host,
+            &json!({"name": server, "endpoint": endpoint, "authorizationConfigurationKey": "Tracon:McpSecrets:Peer",
+                "requiresApproval": false}),
+        )
+        .await;
+        let discovered = refresh_mcp_server(client_host, server).await;
+        let tool = format!("{server}_helper");
+        assert_eq!(
+            mcp_tool_names(&discovered),
+            [tool.as_str()],
+            "{}: {discovered}\n{}\n{}",
+            client_host.name,
+            client_host.log_text(),
+            server_host.log_text()
+        );
+        mock.script(
+            model,
+            vec![MockTurn::tool_call(&tool, json!({"message": "Where is order 4182?"})), MockTurn::text("Tomorrow.")],
+        );
+        let caller = format!("{server}-caller");
+        create_agent(
+            client_host,
+            &json!({"name": caller, "instructions": "Ask the helper.", "toolNames": [tool],
+                "model": {"provider": "openai", "model": model}}),
+        )
+        .await;
+        let helped_before = mock.requests("helper-model").len();
+        let (frames, raw) = run_stream(client_host, &caller, json!({"message": "Where is my order?"})).await;
+        let done = frames.last().unwrap();
+        assert_eq!(
+            (done.event.as_str(), done.data["status"].as_str()),
+            ("done", Some("Completed")),
+            "{raw}\n{}\n{}",
+            client_host.log_text(),
+            server_host.log_text()
+        );
+        assert_eq!(mock.requests("helper-model").len(), helped_before + 1, "the other host ran the helper");
+        let asked = last_user_message(mock.requests("helper-model").last().unwrap());
+        assert_eq!(asked, "Where is order 4182?");
+        let answered_from = mock.requests(model).last().unwrap()["body"]["messages"].to_string();
+        assert!(answered_from.contains(HELPER_ANSWER), "the helper's answer came back: {answered_from}");
+        let run_id = frames[0].data["runId"].as_str().unwrap();
+        let tools = get_json(client_host.url(Group::Runs, &format!("/api/runs/{run_id}/tools"))).await;
+        assert_eq!(
+            (tools[0]["toolName"].as_str(), tools[0]["status"].as_str()),
+            (Some(tool.as_str()), Some("Succeeded"))
+        );
+    }
+    assert!(worker.log_text().contains("POST /mcp 200"), "the Worker's /mcp answered:\n{}", worker.log_text());
     assert_no_fatal_log(&worker);
 }
