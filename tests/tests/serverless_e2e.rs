@@ -1809,7 +1809,8 @@ const HELPER_ANSWER: &str = "Order 4182 ships tomorrow.";
 /// the exposed agent `helper` as a tool and call it from a run — the Worker runs `helper` and
 /// its answer is what the calling run's model is given — and the Worker do the same with
 /// Lambda's `/mcp`. The servers are registered approval-free (the static token may), so the
-/// calls go through without a person.
+/// calls go through without a person. With the same key, the A2A server on each host answers
+/// `SendMessage` with the completed task, and the other host's `GetTask` reads it back.
 #[tokio::test]
 async fn each_hosts_mcp_server_serves_the_other_hosts_mcp_client() {
     let mock = MockServer::start(MockConfig::default()).await.unwrap();
@@ -1829,6 +1830,7 @@ async fn each_hosts_mcp_server_serves_the_other_hosts_mcp_client() {
     let credential = format!("Bearer {key}");
     let mut config: Vec<(&str, &str)> = MCP_CONFIG[..2].to_vec();
     config.push(("Tracon__McpServer__ExposedAgents__0", "helper"));
+    config.push(("Tracon__A2A__ExposedAgents__0", "helper"));
     config.push(("Tracon__McpSecrets__Peer", &credential));
     let (worker, lambda) = start_both(&schema, &mock, &config).await;
 
@@ -1839,6 +1841,33 @@ async fn each_hosts_mcp_server_serves_the_other_hosts_mcp_client() {
         "instructions": "Answer briefly.", "model": {"provider": "openai", "model": "helper-model"}}),
     )
     .await;
+
+    // On the Worker a refusal does not cost the next request its connection: an MCP client's
+    // probe of a revision this server does not speak (`400`, answered before the body is
+    // parsed), then its `initialize`, over and over on one connection pool. (`/mcp` once
+    // answered the `400` with the body unread, and under `wrangler dev` the next request now
+    // and then got wrangler's `503` "Your worker restarted mid-request".)
+    {
+        let host = &worker;
+        let pooled = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params":
+            {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}});
+        for _ in 0..20 {
+            for (version, expected) in [("2026-07-28", 400), ("2025-11-25", 200)] {
+                let res = pooled
+                    .post(host.url(Group::Agents, "/mcp"))
+                    .bearer_auth(&key)
+                    .header("Accept", "application/json, text/event-stream")
+                    .header("MCP-Protocol-Version", version)
+                    .json(&initialize)
+                    .send()
+                    .await
+                    .unwrap();
+                let status = res.status().as_u16();
+                assert_eq!(status, expected, "{} ({version}): {}", host.name, res.text().await.unwrap());
+            }
+        }
+    }
 
     for (client_host, server_host, server, model) in
         [(&lambda, &worker, "edge", "lambda-caller-model"), (&worker, &lambda, "fn", "worker-caller-model")]
@@ -1894,5 +1923,25 @@ async fn each_hosts_mcp_server_serves_the_other_hosts_mcp_client() {
         );
     }
     assert!(worker.log_text().contains("POST /mcp 200"), "the Worker's /mcp answered:\n{}", worker.log_text());
+
+    // ---- A2A with the same key: a task on each host, read back through the other.
+    for (host, other) in [(&worker, &lambda), (&lambda, &worker)] {
+        let card = client().get(host.url(Group::Runs, "/a2a/helper/.well-known/agent-card.json")).send().await.unwrap();
+        assert_eq!(card.status(), 200, "{}: the card is open", host.name);
+        let card: Value = card.json().await.unwrap();
+        assert_eq!(card["name"], "helper", "{card}");
+        let send = json!({"jsonrpc": "2.0", "id": "r1", "method": "SendMessage", "params": {"message":
+            {"messageId": unique("m"), "role": "ROLE_USER", "parts": [{"text": "Where is order 4182?"}]}}});
+        let a2a = |h: &Host, body: &Value| {
+            client().post(h.url(Group::Runs, "/a2a/helper")).bearer_auth(&key).header("A2A-Version", "1.0").json(body)
+        };
+        let answer: Value = a2a(host, &send).send().await.unwrap().json().await.unwrap();
+        let task = &answer["result"]["task"];
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{}: {answer}\n{}", host.name, host.log_text());
+        assert_eq!(task["artifacts"][0]["parts"][0]["text"], HELPER_ANSWER, "{answer}");
+        let get = json!({"jsonrpc": "2.0", "id": "r2", "method": "GetTask", "params": {"id": task["id"]}});
+        let read: Value = a2a(other, &get).send().await.unwrap().json().await.unwrap();
+        assert_eq!(read["result"]["status"]["state"], "TASK_STATE_COMPLETED", "{}: {read}", other.name);
+    }
     assert_no_fatal_log(&worker);
 }
