@@ -1706,6 +1706,14 @@ async fn mcp_servers_registered_on_one_host_serve_runs_on_the_other_from_the_cac
         &json!({"name": "crm", "endpoint": crm.url, "authorizationConfigurationKey": "Tracon:McpSecrets:Crm"}),
     )
     .await;
+    // The egress guard on the Worker, where Tracon resolves no names: only the URL is checked,
+    // and a private address outside the allowed network or a local name is refused on save.
+    for endpoint in ["http://10.1.2.3/mcp", "http://localhost:8080/mcp", "http://metadata.google.internal/mcp"] {
+        let registration = json!({"name": "intranet", "endpoint": endpoint});
+        let (status, refused) =
+            send_json(client().post(worker.url(Group::Agents, "/api/mcp-servers")).json(&registration)).await;
+        assert_eq!((status, refused["field"].as_str()), (400, Some("endpoint")), "{endpoint}: {refused}");
+    }
     let discovered = refresh_mcp_server(&lambda, "crm").await;
     assert_eq!(discovered["discovery"]["reachable"], true, "{discovered}\n{}", lambda.log_text());
     assert_eq!(discovered["discovery"]["protocolVersion"], "2026-07-28", "{discovered}");
