@@ -1643,10 +1643,12 @@ async fn a_run_on_lambda_outlasts_three_soft_deadlines_and_agents_call_agents_in
 /// What both hosts need for the test's MCP servers: the egress guard's exception for servers
 /// on this machine, and the credential the `crm` registration names (a Worker var, a Lambda
 /// environment variable).
-const MCP_CONFIG: [(&str, &str); 3] = [
+const MCP_CONFIG: [(&str, &str); 4] = [
     ("Tracon__Egress__AllowHttp", "true"),
     ("Tracon__Egress__AllowedNetworks__0", "127.0.0.0/8"),
     ("Tracon__McpSecrets__Crm", "Bearer crm-test-token"),
+    // Short, so a silent server is given up on soon (one exchange here takes milliseconds).
+    ("Tracon__Mcp__ConnectionTimeoutSeconds", "3"),
 ];
 
 async fn send_json(request: reqwest::RequestBuilder) -> (u16, Value) {
@@ -1692,7 +1694,8 @@ fn mcp_tool_names(server: &Value) -> Vec<&str> {
 /// offered its tool while the server is away — the cached catalog, no round trip; once the
 /// server is back, the in-band approval calls it from Lambda. Neither run asked for a new
 /// discovery. Last, a refresh on the Worker of a server that went away loses its tools with a
-/// warning in our words, and the next one, with the server back, finds them again.
+/// warning in our words, and the next one, with the server back, finds them again; one that
+/// never answers is given up on after the connection timeout.
 #[tokio::test]
 async fn mcp_servers_registered_on_one_host_serve_runs_on_the_other_from_the_cached_catalog() {
     let crm = McpTestServer::start().await.unwrap();
@@ -1806,6 +1809,24 @@ async fn mcp_servers_registered_on_one_host_serve_runs_on_the_other_from_the_cac
     crm.restart().await.unwrap();
     let found = refresh_mcp_server(&worker, "crm").await;
     assert_eq!(mcp_tool_names(&found), ["crm_lookup", "crm_refund", "crm_explode"], "{found}");
+
+    // A server that takes the connection and never answers: the Worker gives up after the
+    // connection timeout (its clock's timer, not the platform's), in our words.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_url = format!("http://{}/mcp", silent.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    register_mcp_server(&worker, &json!({"name": "silent", "endpoint": silent_url})).await;
+    let asked = Instant::now();
+    let silent = refresh_mcp_server(&worker, "silent").await;
+    let waited = asked.elapsed();
+    let warning = silent["discovery"]["warnings"][0].as_str().unwrap_or_default();
+    assert!(warning.starts_with("The server did not answer within 3 seconds."), "{silent}");
+    assert!(waited < Duration::from_secs(20), "the refresh took {waited:?}");
     assert_no_fatal_log(&worker);
 }
 
