@@ -8,7 +8,8 @@
 //! cancelled through Lambda, and a workflow on the Worker that asks a person, answered through
 //! Lambda; and the MCP client both ways round — a remote MCP server registered and discovered
 //! on one host, its tool called (after an approval) by a run on the other, from the catalog
-//! cached in Postgres.
+//! cached in Postgres — and each host's MCP server (`/mcp`) serving the other host's client,
+//! and its A2A server answering a task the other host reads back.
 //!
 //! Needs what `./scripts/test` provides: `TRACON_TEST_DATABASE_URL`, the Worker bundles in
 //! `adapters/worker/dist/` (built by `adapters/worker/build.sh`), wrangler in
