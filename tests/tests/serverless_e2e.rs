@@ -6,7 +6,10 @@
 //! loopback, from a PEM, from a shared secret), and approvals resumed through the mailbox
 //! (in the background, under `waitUntil`) and in-band. Across hosts: a run on the Worker
 //! cancelled through Lambda, and a workflow on the Worker that asks a person, answered through
-//! Lambda.
+//! Lambda; and the MCP client both ways round — a remote MCP server registered and discovered
+//! on one host, its tool called (after an approval) by a run on the other, from the catalog
+//! cached in Postgres — and each host's MCP server (`/mcp`) serving the other host's client,
+//! and its A2A server answering a task the other host reads back.
 //!
 //! Needs what `./scripts/test` provides: `TRACON_TEST_DATABASE_URL`, the Worker bundles in
 //! `adapters/worker/dist/` (built by `adapters/worker/build.sh`), wrangler in
@@ -36,6 +39,7 @@ use jsonwebtoken::{Algorithm, EncodingKey};
 use jwt_keys::{EC_PRIVATE, OTHER_RSA_PRIVATE, RSA_PRIVATE, RSA_PUBLIC};
 use serde_json::{Value, json};
 use support::{Frame, Tracon, last_user_message, parse_frames, text_of, tracon_bin};
+use tracon_tests::mcp::{McpTestServer, POLICY};
 use tracon_tests::mock::{MockConfig, MockServer, MockTurn};
 
 const TOKEN: &str = "serverless-e2e-token-0123456789";
@@ -283,12 +287,22 @@ async fn start_lambda_with(schema: &str, mock: &MockServer, extra: &[(String, St
 /// The Worker and the Lambda functions, started together on one fresh schema (migrated):
 /// the schema and both hosts.
 async fn worker_and_lambda(mock: &MockServer, prefix: &str) -> (String, Host, Host) {
+    worker_and_lambda_with(mock, prefix, &[]).await
+}
+
+/// [`worker_and_lambda`] with `extra` configuration on top of the common one, on both hosts.
+async fn worker_and_lambda_with(mock: &MockServer, prefix: &str, extra: &[(&str, &str)]) -> (String, Host, Host) {
     let schema = unique(prefix);
     migrate(&schema);
-    let application_name = unique("tracon_worker");
-    let (worker, lambda) =
-        tokio::join!(start_worker(&schema, mock, &application_name, &[]), start_lambda(&schema, mock));
+    let (worker, lambda) = start_both(&schema, mock, extra).await;
     (schema, worker, lambda)
+}
+
+/// The Worker and the Lambda functions, started together on `schema` (migrated).
+async fn start_both(schema: &str, mock: &MockServer, extra: &[(&str, &str)]) -> (Host, Host) {
+    let application_name = unique("tracon_worker");
+    let owned: Vec<(String, String)> = extra.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    tokio::join!(start_worker(schema, mock, &application_name, extra), start_lambda_with(schema, mock, &owned))
 }
 
 // ---- streams -------------------------------------------------------------------------------
@@ -957,13 +971,13 @@ async fn stream_from(host: &Host, path: &str, body: Value) -> (Vec<Frame>, Strin
     (frames, live.raw)
 }
 
-/// Runs `agent` on a new session until it stops for approval: the session, the stopped run
-/// and the request id of its one waiting call.
-async fn stop_for_approval(host: &Host, agent: &str, message: &str) -> (String, String, String) {
+/// Runs `agent` on a new session until it stops for approval of a call of `tool`: the
+/// session, the stopped run and the request id of its one waiting call.
+async fn stop_for_approval(host: &Host, agent: &str, message: &str, tool: &str) -> (String, String, String) {
     let session = unique("approval-session");
     let (frames, raw) = run_stream(host, agent, json!({"message": message, "sessionId": session})).await;
     let approvals = frames.iter().find(|f| f.event == "approvals").unwrap_or_else(|| panic!("{raw}"));
-    assert_eq!(approvals.data[0]["toolName"], "cancel_order", "{raw}");
+    assert_eq!(approvals.data[0]["toolName"], tool, "{raw}");
     let done = frames.last().unwrap();
     assert_eq!((done.event.as_str(), done.data["status"].as_str()), ("done", Some("AwaitingApproval")), "{raw}");
     let stopped = frames[0].data["runId"].as_str().unwrap().to_owned();
@@ -1010,7 +1024,7 @@ async fn approvals_on_the_worker_resume_through_the_mailbox_in_the_background_an
     create_agent(&worker, &approving_agent("inband", "inband-model")).await;
 
     // ---- The mailbox.
-    let (_, stopped, request_id) = stop_for_approval(&worker, "mailbox", "Cancel 4182").await;
+    let (_, stopped, request_id) = stop_for_approval(&worker, "mailbox", "Cancel 4182", "cancel_order").await;
     let pending = get_json(worker.url(Group::Runs, "/api/approvals/pending")).await;
     assert_eq!(pending[0]["id"], request_id.as_str(), "{pending}");
     assert_eq!(pending[0]["arguments"], json!({"orderId": "4182"}), "{pending}");
@@ -1053,7 +1067,7 @@ async fn approvals_on_the_worker_resume_through_the_mailbox_in_the_background_an
 
     // ---- In-band: the session's next run request carries the decision and streams the
     // resumed run.
-    let (session, _, request_id) = stop_for_approval(&worker, "inband", "Cancel 5150").await;
+    let (session, _, request_id) = stop_for_approval(&worker, "inband", "Cancel 5150", "cancel_order").await;
     let (frames, raw) = run_stream(
         &worker,
         "inband",
@@ -1623,4 +1637,341 @@ async fn a_run_on_lambda_outlasts_three_soft_deadlines_and_agents_call_agents_in
     let followed = follower.await.unwrap();
     assert_three_hand_overs(&lambda, &schema, &run_id, &followed, &mock, "lambda-steps-model").await;
     assert_children_and_the_loop(&lambda, &mock, "lambda").await;
+}
+
+// ---- the MCP client on both hosts -------------------------------------------------------------
+
+/// What both hosts need for the test's MCP servers: the egress guard's exception for servers
+/// on this machine, and the credential the `crm` registration names (a Worker var, a Lambda
+/// environment variable).
+const MCP_CONFIG: [(&str, &str); 4] = [
+    ("Tracon__Egress__AllowHttp", "true"),
+    ("Tracon__Egress__AllowedNetworks__0", "127.0.0.0/8"),
+    ("Tracon__McpSecrets__Crm", "Bearer crm-test-token"),
+    // Short, so a silent server is given up on soon (one exchange here takes milliseconds).
+    ("Tracon__Mcp__ConnectionTimeoutSeconds", "3"),
+];
+
+async fn send_json(request: reqwest::RequestBuilder) -> (u16, Value) {
+    let res = authed(request).send().await.unwrap();
+    let status = res.status().as_u16();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+/// Registers an MCP server through `host`'s agents group.
+async fn register_mcp_server(host: &Host, registration: &Value) {
+    let (status, created) =
+        send_json(client().post(host.url(Group::Agents, "/api/mcp-servers")).json(registration)).await;
+    assert_eq!(status, 201, "{created}\n{}", host.log_text());
+}
+
+/// `POST /api/mcp-servers/refresh?name={name}` on `host`: the server as discovered now.
+async fn refresh_mcp_server(host: &Host, name: &str) -> Value {
+    let (status, refreshed) =
+        send_json(client().post(host.url(Group::Agents, &format!("/api/mcp-servers/refresh?name={name}")))).await;
+    assert_eq!(status, 200, "{refreshed}\n{}", host.log_text());
+    refreshed[0].clone()
+}
+
+async fn mcp_server(host: &Host, name: &str) -> Value {
+    get_json(host.url(Group::Agents, &format!("/api/mcp-servers/{name}"))).await
+}
+
+fn mcp_tool_names(server: &Value) -> Vec<&str> {
+    server["discovery"]["tools"].as_array().unwrap().iter().map(|t| t["toolName"].as_str().unwrap()).collect()
+}
+
+/// The MCP client on the serverless hosts, both ways round, on one Postgres, against real MCP
+/// servers (the official Rust SDK's server side, `tracon_tests::mcp`).
+///
+/// Registered and discovered through Lambda's agents function (the current, stateless
+/// revision), a server is in the Worker's catalog straight from the store, its credential
+/// resolved from the Worker's vars. An agent on the Worker names its tool and one of its
+/// resources: the run snapshots the resource into the instructions (read from the Worker)
+/// and stops for approval; the decision through the Worker's mailbox resumes it in the
+/// background, the tool is called from the Worker and its result is what the model answers
+/// from. The other way round, a server of the previous revision (the `initialize` handshake,
+/// then its session) is registered and discovered on the Worker, and a run on Lambda is
+/// offered its tool while the server is away — the cached catalog, no round trip; once the
+/// server is back, the in-band approval calls it from Lambda. Neither run asked for a new
+/// discovery. Last, a refresh on the Worker of a server that went away loses its tools with a
+/// warning in our words, and the next one, with the server back, finds them again; one that
+/// never answers is given up on after the connection timeout.
+#[tokio::test]
+async fn mcp_servers_registered_on_one_host_serve_runs_on_the_other_from_the_cached_catalog() {
+    let crm = McpTestServer::start().await.unwrap();
+    let old = McpTestServer::start_previous_revision().await.unwrap();
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    let (_, worker, lambda) = worker_and_lambda_with(&mock, "mcp", &MCP_CONFIG).await;
+
+    // ---- Registered and discovered through Lambda; the Worker reads the same catalog.
+    register_mcp_server(
+        &lambda,
+        &json!({"name": "crm", "endpoint": crm.url, "authorizationConfigurationKey": "Tracon:McpSecrets:Crm"}),
+    )
+    .await;
+    // The egress guard on the Worker, where Tracon resolves no names: only the URL is checked,
+    // and a private address outside the allowed network or a local name is refused on save.
+    for endpoint in ["http://10.1.2.3/mcp", "http://localhost:8080/mcp", "http://metadata.google.internal/mcp"] {
+        let registration = json!({"name": "intranet", "endpoint": endpoint});
+        let (status, refused) =
+            send_json(client().post(worker.url(Group::Agents, "/api/mcp-servers")).json(&registration)).await;
+        assert_eq!((status, refused["field"].as_str()), (400, Some("endpoint")), "{endpoint}: {refused}");
+    }
+    let discovered = refresh_mcp_server(&lambda, "crm").await;
+    assert_eq!(discovered["discovery"]["reachable"], true, "{discovered}\n{}", lambda.log_text());
+    assert_eq!(discovered["discovery"]["protocolVersion"], "2026-07-28", "{discovered}");
+    assert_eq!(mcp_tool_names(&discovered), ["crm_lookup", "crm_refund", "crm_explode"]);
+    let seen = mcp_server(&worker, "crm").await;
+    assert_eq!(seen["discovery"], discovered["discovery"], "the Worker reads the stored discovery");
+    assert_eq!(seen["credentialsResolved"], true, "the Worker resolves the key from its vars: {seen}");
+
+    // ---- On the Worker: the resource snapshot, the approval, the call.
+    mock.script(
+        "worker-mcp-model",
+        vec![
+            MockTurn::tool_call("crm_lookup", json!({"customerId": "c-42"})),
+            MockTurn::text("Ada is on the Gold plan."),
+        ],
+    );
+    create_agent(
+        &worker,
+        &json!({"name": "crm-desk", "instructions": "Answer briefly.", "toolNames": ["crm_lookup"],
+            "mcpResourceUris": ["crm:file:///policy.md"], "model": {"provider": "openai", "model": "worker-mcp-model"}}),
+    )
+    .await;
+    let (_, stopped, request_id) = stop_for_approval(&worker, "crm-desk", "Who is c-42?", "crm_lookup").await;
+    assert!(crm.calls().is_empty(), "nothing reaches the server before the approval");
+    let first = &mock.requests("worker-mcp-model")[0]["body"];
+    assert!(first["tools"].to_string().contains("customerId"), "{first}");
+    let system = first["messages"][0]["content"].as_str().unwrap_or_default();
+    assert!(system.contains(POLICY), "the Worker read the resource into the instructions: {system}");
+
+    let res = decide(&worker, &request_id, true).await;
+    assert_eq!(res.status(), 200);
+    let decision: Value = res.json().await.unwrap();
+    let resumed = decision["resumedRunId"].as_str().unwrap_or_else(|| panic!("{decision}")).to_owned();
+    let run = run_settles(&worker, &resumed).await;
+    assert_eq!(run["status"], "Completed", "{run}\n{}", worker.log_text());
+    assert_eq!(crm.calls(), [("lookup".to_owned(), json!({"customerId": "c-42"}))], "called once, from the Worker");
+    let tools = get_json(worker.url(Group::Runs, &format!("/api/runs/{resumed}/tools"))).await;
+    assert_eq!(
+        (tools[0]["toolName"].as_str(), tools[0]["status"].as_str(), tools[0]["effect"].as_str()),
+        (Some("crm_lookup"), Some("Succeeded"), Some("Read")),
+        "{tools}"
+    );
+    assert!(tools[0]["result"].as_str().unwrap_or_default().contains("Ada Lovelace"), "{tools}");
+    let answered_from = mock.requests("worker-mcp-model").last().unwrap()["body"]["messages"].to_string();
+    assert!(answered_from.contains("Customer c-42: Ada Lovelace, plan Gold."), "{answered_from}");
+    let log = get_text(worker.url(Group::Runs, &format!("/api/runs/{resumed}/events"))).await;
+    assert!(log.contains("Ada is on the Gold plan.") && log.contains(&stopped), "{log}");
+    assert_eq!(mcp_server(&lambda, "crm").await["discovery"], discovered["discovery"], "not discovered again");
+
+    // ---- The other way round: the handshake on the Worker, the run on Lambda.
+    register_mcp_server(&worker, &json!({"name": "old", "endpoint": old.url})).await;
+    let discovered = refresh_mcp_server(&worker, "old").await;
+    assert_eq!(discovered["discovery"]["protocolVersion"], "2025-11-25", "{discovered}\n{}", worker.log_text());
+    assert_eq!(mcp_tool_names(&discovered), ["old_lookup", "old_refund", "old_explode"]);
+    create_agent(
+        &lambda,
+        &json!({"name": "legacy", "instructions": "Answer briefly.", "toolNames": ["old_lookup"],
+            "model": {"provider": "openai", "model": "lambda-mcp-model"}}),
+    )
+    .await;
+    mock.script(
+        "lambda-mcp-model",
+        vec![MockTurn::tool_call("old_lookup", json!({"customerId": "c-7"})), MockTurn::text("Found c-7.")],
+    );
+    old.stop().await;
+    let (session, _, request_id) = stop_for_approval(&lambda, "legacy", "Find c-7", "old_lookup").await;
+    let offered = mock.requests("lambda-mcp-model")[0]["body"]["tools"].to_string();
+    assert!(offered.contains("old_lookup"), "offered from the cached catalog while the server is away: {offered}");
+    old.restart().await.unwrap();
+    let (frames, raw) = run_stream(
+        &lambda,
+        "legacy",
+        json!({"sessionId": session, "approvals": [{"requestId": request_id, "approved": true}]}),
+    )
+    .await;
+    let done = frames.last().unwrap();
+    assert_eq!((done.event.as_str(), done.data["status"].as_str()), ("done", Some("Completed")), "{raw}");
+    assert_eq!(text_of(&frames), "Found c-7.", "{raw}");
+    assert_eq!(old.calls(), [("lookup".to_owned(), json!({"customerId": "c-7"}))]);
+    let answered_from = mock.requests("lambda-mcp-model").last().unwrap()["body"]["messages"].to_string();
+    assert!(answered_from.contains("Customer c-7: Ada Lovelace, plan Gold."), "{answered_from}");
+    assert_eq!(mcp_server(&worker, "old").await["discovery"], discovered["discovery"], "not discovered again");
+
+    // ---- Away and back, seen from the Worker.
+    crm.stop().await;
+    let lost = refresh_mcp_server(&worker, "crm").await;
+    assert_eq!((lost["discovery"]["reachable"].as_bool(), mcp_tool_names(&lost).len()), (Some(false), 0), "{lost}");
+    let warning = lost["discovery"]["warnings"][0].as_str().unwrap();
+    assert!(warning.starts_with("The server could not be reached."), "{warning}");
+    crm.restart().await.unwrap();
+    let found = refresh_mcp_server(&worker, "crm").await;
+    assert_eq!(mcp_tool_names(&found), ["crm_lookup", "crm_refund", "crm_explode"], "{found}");
+
+    // A server that takes the connection and never answers: the Worker gives up after the
+    // connection timeout (its clock's timer, not the platform's), in our words.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_url = format!("http://{}/mcp", silent.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    register_mcp_server(&worker, &json!({"name": "silent", "endpoint": silent_url})).await;
+    let asked = Instant::now();
+    let silent = refresh_mcp_server(&worker, "silent").await;
+    let waited = asked.elapsed();
+    let warning = silent["discovery"]["warnings"][0].as_str().unwrap_or_default();
+    assert!(warning.starts_with("The server did not answer within 3 seconds."), "{silent}");
+    assert!(waited < Duration::from_secs(20), "the refresh took {waited:?}");
+    assert_no_fatal_log(&worker);
+}
+
+const HELPER_ANSWER: &str = "Order 4182 ships tomorrow.";
+
+/// Each host's `/mcp` serves the other host's MCP client: Tracon as the remote MCP server a
+/// tenant registers. An `ExternalInvoke` key (issued before the hosts start, so both can hold
+/// it as the credential) lets Lambda's agents function register the Worker's `/mcp`, discover
+/// the exposed agent `helper` as a tool and call it from a run — the Worker runs `helper` and
+/// its answer is what the calling run's model is given — and the Worker do the same with
+/// Lambda's `/mcp`. The servers are registered approval-free (the static token may), so the
+/// calls go through without a person. With the same key, the A2A server on each host answers
+/// `SendMessage` with the completed task, and the other host's `GetTask` reads it back.
+#[tokio::test]
+async fn each_hosts_mcp_server_serves_the_other_hosts_mcp_client() {
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    let schema = unique("mcpx");
+    migrate(&schema);
+    let key = {
+        let url = database_url();
+        let local = Tracon::start(&[
+            ("DATABASE_URL", url.as_str()),
+            ("Tracon__PostgreSql__SchemaName", schema.as_str()),
+            ("Tracon__PostgreSql__AutoApplyMigrations", "false"),
+            ("TRACON_AUTH_TOKEN", TOKEN),
+        ])
+        .await;
+        local.issue_key(TOKEN, "peer", &["ExternalInvoke"]).await["key"].as_str().unwrap().to_owned()
+    };
+    let credential = format!("Bearer {key}");
+    let mut config: Vec<(&str, &str)> = MCP_CONFIG[..2].to_vec();
+    config.push(("Tracon__McpServer__ExposedAgents__0", "helper"));
+    config.push(("Tracon__A2A__ExposedAgents__0", "helper"));
+    config.push(("Tracon__McpSecrets__Peer", &credential));
+    let (worker, lambda) = start_both(&schema, &mock, &config).await;
+
+    mock.script_in_order("helper-model", vec![MockTurn::text(HELPER_ANSWER)]);
+    create_agent(
+        &worker,
+        &json!({"name": "helper", "description": "Answers order questions.",
+        "instructions": "Answer briefly.", "model": {"provider": "openai", "model": "helper-model"}}),
+    )
+    .await;
+
+    // On the Worker a refusal does not cost the next request its connection: an MCP client's
+    // probe of a revision this server does not speak (`400`, answered before the body is
+    // parsed), then its `initialize`, over and over on one connection pool. (`/mcp` once
+    // answered the `400` with the body unread, and under `wrangler dev` the next request now
+    // and then got wrangler's `503` "Your worker restarted mid-request".)
+    {
+        let host = &worker;
+        let pooled = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap();
+        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params":
+            {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}});
+        for _ in 0..20 {
+            for (version, expected) in [("2026-07-28", 400), ("2025-11-25", 200)] {
+                let res = pooled
+                    .post(host.url(Group::Agents, "/mcp"))
+                    .bearer_auth(&key)
+                    .header("Accept", "application/json, text/event-stream")
+                    .header("MCP-Protocol-Version", version)
+                    .json(&initialize)
+                    .send()
+                    .await
+                    .unwrap();
+                let status = res.status().as_u16();
+                assert_eq!(status, expected, "{} ({version}): {}", host.name, res.text().await.unwrap());
+            }
+        }
+    }
+
+    for (client_host, server_host, server, model) in
+        [(&lambda, &worker, "edge", "lambda-caller-model"), (&worker, &lambda, "fn", "worker-caller-model")]
+    {
+        let endpoint = server_host.url(Group::Agents, "/mcp");
+        register_mcp_server(
+            client_host,
+            &json!({"name": server, "endpoint": endpoint, "authorizationConfigurationKey": "Tracon:McpSecrets:Peer",
+                "requiresApproval": false}),
+        )
+        .await;
+        let discovered = refresh_mcp_server(client_host, server).await;
+        let tool = format!("{server}_helper");
+        assert_eq!(
+            mcp_tool_names(&discovered),
+            [tool.as_str()],
+            "{}: {discovered}\n{}\n{}",
+            client_host.name,
+            client_host.log_text(),
+            server_host.log_text()
+        );
+        mock.script(
+            model,
+            vec![MockTurn::tool_call(&tool, json!({"message": "Where is order 4182?"})), MockTurn::text("Tomorrow.")],
+        );
+        let caller = format!("{server}-caller");
+        create_agent(
+            client_host,
+            &json!({"name": caller, "instructions": "Ask the helper.", "toolNames": [tool],
+                "model": {"provider": "openai", "model": model}}),
+        )
+        .await;
+        let helped_before = mock.requests("helper-model").len();
+        let (frames, raw) = run_stream(client_host, &caller, json!({"message": "Where is my order?"})).await;
+        let done = frames.last().unwrap();
+        assert_eq!(
+            (done.event.as_str(), done.data["status"].as_str()),
+            ("done", Some("Completed")),
+            "{raw}\n{}\n{}",
+            client_host.log_text(),
+            server_host.log_text()
+        );
+        assert_eq!(mock.requests("helper-model").len(), helped_before + 1, "the other host ran the helper");
+        let asked = last_user_message(mock.requests("helper-model").last().unwrap());
+        assert_eq!(asked, "Where is order 4182?");
+        let answered_from = mock.requests(model).last().unwrap()["body"]["messages"].to_string();
+        assert!(answered_from.contains(HELPER_ANSWER), "the helper's answer came back: {answered_from}");
+        let run_id = frames[0].data["runId"].as_str().unwrap();
+        let tools = get_json(client_host.url(Group::Runs, &format!("/api/runs/{run_id}/tools"))).await;
+        assert_eq!(
+            (tools[0]["toolName"].as_str(), tools[0]["status"].as_str()),
+            (Some(tool.as_str()), Some("Succeeded"))
+        );
+    }
+    assert!(worker.log_text().contains("POST /mcp 200"), "the Worker's /mcp answered:\n{}", worker.log_text());
+
+    // ---- A2A with the same key: a task on each host, read back through the other.
+    for (host, other) in [(&worker, &lambda), (&lambda, &worker)] {
+        let card = client().get(host.url(Group::Runs, "/a2a/helper/.well-known/agent-card.json")).send().await.unwrap();
+        assert_eq!(card.status(), 200, "{}: the card is open", host.name);
+        let card: Value = card.json().await.unwrap();
+        assert_eq!(card["name"], "helper", "{card}");
+        let send = json!({"jsonrpc": "2.0", "id": "r1", "method": "SendMessage", "params": {"message":
+            {"messageId": unique("m"), "role": "ROLE_USER", "parts": [{"text": "Where is order 4182?"}]}}});
+        let a2a = |h: &Host, body: &Value| {
+            client().post(h.url(Group::Runs, "/a2a/helper")).bearer_auth(&key).header("A2A-Version", "1.0").json(body)
+        };
+        let answer: Value = a2a(host, &send).send().await.unwrap().json().await.unwrap();
+        let task = &answer["result"]["task"];
+        assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{}: {answer}\n{}", host.name, host.log_text());
+        assert_eq!(task["artifacts"][0]["parts"][0]["text"], HELPER_ANSWER, "{answer}");
+        let get = json!({"jsonrpc": "2.0", "id": "r2", "method": "GetTask", "params": {"id": task["id"]}});
+        let read: Value = a2a(other, &get).send().await.unwrap().json().await.unwrap();
+        assert_eq!(read["result"]["status"]["state"], "TASK_STATE_COMPLETED", "{}: {read}", other.name);
+    }
+    assert_no_fatal_log(&worker);
 }

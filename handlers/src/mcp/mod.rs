@@ -44,6 +44,17 @@ pub(crate) struct Call<'a> {
 
 async fn handle(ctx: Ctx, request: Request) -> Response {
     let headers = request.headers().clone();
+    // The whole request is read before any answer, refusals included: under `wrangler dev` a
+    // Worker that answers with the body unread loses the connection, and the next request on
+    // it gets wrangler's `503` ("Your worker restarted mid-request") — which is what an MCP
+    // client probing a newer revision first (a `400` here) then met on its `initialize`.
+    let limit = ctx.state.http.max_body_bytes;
+    let Ok(body) = axum::body::to_bytes(request.into_body(), limit).await else {
+        return rpc_failure(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            RpcError::new(INVALID_REQUEST, format!("The request body is larger than {limit} bytes.")),
+        );
+    };
     if !origin_allowed(&ctx, &headers) {
         return rpc_failure(
             StatusCode::FORBIDDEN,
@@ -77,13 +88,6 @@ async fn handle(ctx: Ctx, request: Request) -> Response {
             ),
         );
     }
-    let limit = ctx.state.http.max_body_bytes;
-    let Ok(body) = axum::body::to_bytes(request.into_body(), limit).await else {
-        return rpc_failure(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            RpcError::new(INVALID_REQUEST, format!("The request body is larger than {limit} bytes.")),
-        );
-    };
     let (id, method, params) = match protocol::read(&body) {
         Ok(Incoming::Accepted) => return StatusCode::ACCEPTED.into_response(),
         Ok(Incoming::Request { id, method, params }) => (id, method, params),
