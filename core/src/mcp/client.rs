@@ -400,9 +400,11 @@ pub(crate) async fn transmit(request: reqwest::RequestBuilder) -> Result<Reply, 
     })
 }
 
+/// On Workers no redirect is followed: `fetch` would follow it to an address the egress guard
+/// never saw (natively the guarded client checks every hop). A `3xx` is the server's answer.
 #[cfg(target_arch = "wasm32")]
 pub(crate) async fn transmit(request: reqwest::RequestBuilder) -> Result<Reply, McpError> {
-    crate::model::fetch::send(request).await.map_err(|e| McpError::Transport(e.to_string()))
+    crate::model::fetch::send_unredirected(request).await.map_err(|e| McpError::Transport(e.to_string()))
 }
 
 pub(crate) fn reply_status(reply: &Reply) -> u16 {

@@ -68,7 +68,8 @@ pub(crate) async fn send(request: reqwest::RequestBuilder) -> Result<Reply, Prov
 }
 
 /// [`send`] without following redirects: a `3xx` comes back as the answer (webhook
-/// deliveries, which must never be re-sent somewhere else).
+/// deliveries, which must never be re-sent somewhere else, and MCP and OAuth requests, whose
+/// redirect target the egress guard could not check here).
 pub(crate) async fn send_unredirected(request: reqwest::RequestBuilder) -> Result<Reply, ProviderError> {
     send_with(request, web_sys::RequestRedirect::Manual).await
 }
