@@ -9,7 +9,9 @@
 //! Lambda; and the MCP client both ways round — a remote MCP server registered and discovered
 //! on one host, its tool called (after an approval) by a run on the other, from the catalog
 //! cached in Postgres — and each host's MCP server (`/mcp`) serving the other host's client,
-//! and its A2A server answering a task the other host reads back.
+//! and its A2A server answering a task the other host reads back; and MCP OAuth across them —
+//! a server authorized through Lambda, its callback delivered to the Worker, its tokens
+//! (sealed with one content protection key) refreshed on either host and used by the other.
 //!
 //! Needs what `./scripts/test` provides: `TRACON_TEST_DATABASE_URL`, the Worker bundles in
 //! `adapters/worker/dist/` (built by `adapters/worker/build.sh`), wrangler in
@@ -1972,6 +1974,139 @@ async fn each_hosts_mcp_server_serves_the_other_hosts_mcp_client() {
         let get = json!({"jsonrpc": "2.0", "id": "r2", "method": "GetTask", "params": {"id": task["id"]}});
         let read: Value = a2a(other, &get).send().await.unwrap().json().await.unwrap();
         assert_eq!(read["result"]["status"]["state"], "TASK_STATE_COMPLETED", "{}: {read}", other.name);
+    }
+    assert_no_fatal_log(&worker);
+}
+
+// ---- MCP OAuth across the hosts ------------------------------------------------------------
+
+/// base64 of 32 bytes: content protection on, the same key on both hosts.
+const PROTECTION_KEY: &str = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=";
+/// The public callback both hosts name (as behind one domain in production): the browser
+/// is sent there, and the test delivers its query to the Worker.
+const OAUTH_CALLBACK: &str = "https://tracon.example/api/mcp-servers/oauth/callback";
+
+/// A run of `crm-agent` on `host` that calls `crm_lookup` once (no approval: a rule allows
+/// it); the remote tool's answer is what the model is given.
+async fn oauth_tools_run(host: &Host, mock: &MockServer, customer: &str) {
+    mock.script_in_order(
+        "oauth-model",
+        vec![MockTurn::tool_call("crm_lookup", json!({"customerId": customer})), MockTurn::text("Found.")],
+    );
+    let (frames, raw) = run_stream(host, "crm-agent", json!({"message": format!("Who is {customer}?")})).await;
+    let done = frames.last().unwrap();
+    assert_eq!(
+        (done.event.as_str(), done.data["status"].as_str()),
+        ("done", Some("Completed")),
+        "{raw}\n{}",
+        host.log_text()
+    );
+    let last = mock.requests("oauth-model").last().unwrap()["body"]["messages"].to_string();
+    assert!(last.contains(&format!("Customer {customer}: Ada Lovelace")), "the remote tool answered: {last}");
+}
+
+/// OAuth for remote MCP servers across the serverless hosts, one Postgres, content protection
+/// on both (one key). Registered and authorized through Lambda's agents function (discovery
+/// from the 401, dynamic client registration, PKCE S256, the resource indicator, the
+/// configured public callback); the authorization server's redirect is delivered to the
+/// Worker, which exchanges the code with the verifier Lambda stored and discovers the tools
+/// with the token. A run on the Worker calls the tool with it. When the server stops taking
+/// the token, a run on the Worker refreshes it once, and a run on Lambda uses the Worker's
+/// new access token as it is; the next forced refresh happens on Lambda with the refresh
+/// token the Worker rotated (the first is spent), and the Worker then uses Lambda's. At rest
+/// the tokens are ciphertext.
+#[tokio::test]
+async fn an_oauth_mcp_server_authorized_on_lambda_connects_on_the_worker_and_both_share_its_tokens() {
+    let auth = tracon_tests::oauth::AuthServer::start().await.unwrap();
+    let mcp = McpTestServer::start_protected(auth.guard(), &auth.issuer).await.unwrap();
+    auth.set_resource(&mcp.url);
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    let mut config = MCP_CONFIG.to_vec();
+    config.push(("Tracon__ContentProtection__Key", PROTECTION_KEY));
+    config.push(("Tracon__Mcp__OAuthRedirectUri", OAUTH_CALLBACK));
+    let (schema, worker, lambda) = worker_and_lambda_with(&mock, "mcpoauth", &config).await;
+
+    // ---- Registered and authorized through Lambda.
+    let server = json!({"name": "crm", "endpoint": mcp.url, "oauth": {"scopes": ["crm.read"]}});
+    let (status, created) = send_json(client().post(lambda.url(Group::Agents, "/api/mcp-servers")).json(&server)).await;
+    assert_eq!((status, created["oauth"]["status"].as_str()), (201, Some("not_connected")), "{created}");
+    let (status, started) =
+        send_json(client().post(lambda.url(Group::Agents, "/api/mcp-servers/crm/oauth/authorize"))).await;
+    assert_eq!(status, 200, "{started}\n{}", lambda.log_text());
+    let url = reqwest::Url::parse(started["authorizationUrl"].as_str().unwrap()).unwrap();
+    assert!(url.as_str().starts_with(&format!("{}/authorize?", auth.issuer)), "{url}");
+    let query: std::collections::BTreeMap<String, String> = url.query_pairs().into_owned().collect();
+    assert_eq!(
+        (query["code_challenge_method"].as_str(), query["resource"].as_str(), query["redirect_uri"].as_str()),
+        ("S256", mcp.url.as_str(), OAUTH_CALLBACK)
+    );
+    assert_eq!(auth.registrations(), 1, "registered dynamically");
+
+    // ---- The browser: the authorization server sends it to the public callback, which
+    // reaches the Worker (no credential of Tracon's).
+    let browser = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let reply = browser.get(url.as_str()).send().await.unwrap();
+    assert_eq!(reply.status().as_u16(), 302, "{:?}", reply.text().await);
+    let location = reply.headers()["location"].to_str().unwrap().to_owned();
+    let callback_query =
+        location.strip_prefix(&format!("{OAUTH_CALLBACK}?")).unwrap_or_else(|| panic!("sent to {location}")).to_owned();
+    let callback = worker.url(Group::Agents, &format!("/api/mcp-servers/oauth/callback?{callback_query}"));
+    let res = client().get(&callback).send().await.unwrap();
+    let status = res.status().as_u16();
+    let connected: Value = res.json().await.unwrap_or(Value::Null);
+    assert_eq!(status, 200, "{connected} ({:?})\n{}", auth.last_refusal(), worker.log_text());
+    assert_eq!((connected["connected"].as_bool(), connected["toolCount"].as_u64()), (Some(true), Some(3)));
+    assert_eq!(auth.exchanges(), 1);
+
+    // ---- Both hosts see it connected; a refresh on the Worker discovers with the token.
+    let seen = mcp_server(&lambda, "crm").await;
+    assert_eq!(seen["oauth"]["status"], "connected", "{seen}");
+    let refreshed = refresh_mcp_server(&worker, "crm").await;
+    assert_eq!(refreshed["discovery"]["reachable"], true, "{refreshed}\n{}", worker.log_text());
+    assert_eq!(mcp_tool_names(&refreshed), ["crm_lookup", "crm_refund", "crm_explode"]);
+    let shown = refreshed.to_string();
+    assert!(auth.issued_tokens().iter().all(|t| !shown.contains(&format!("\"{t}\""))), "never a token: {shown}");
+
+    // ---- A run on the Worker calls the tool with the token.
+    let rule = json!({"toolName": "crm_lookup"});
+    assert_eq!(send_json(client().post(worker.url(Group::Runs, "/api/approvals/rules")).json(&rule)).await.0, 201);
+    create_agent(
+        &worker,
+        &json!({"name": "crm-agent", "instructions": "Answer briefly.", "toolNames": ["crm_lookup"],
+            "model": {"provider": "openai", "model": "oauth-model"}}),
+    )
+    .await;
+    oauth_tools_run(&worker, &mock, "c-1").await;
+    assert_eq!((mcp.calls().len(), auth.refreshes()), (1, 0));
+
+    // ---- Refused once on the Worker, refreshed there; Lambda uses the new access token.
+    let refused = mcp.refused();
+    auth.revoke_access_tokens();
+    oauth_tools_run(&worker, &mock, "c-2").await;
+    assert_eq!((auth.refreshes(), mcp.refused()), (1, refused + 1), "{:?}", auth.last_refusal());
+    oauth_tools_run(&lambda, &mock, "c-3").await;
+    assert_eq!((auth.refreshes(), mcp.refused()), (1, refused + 1), "Lambda sent the Worker's token");
+
+    // ---- Refreshed on Lambda, with the refresh token the Worker's refresh rotated (the
+    // first one is spent); the Worker then uses Lambda's access token.
+    auth.revoke_access_tokens();
+    oauth_tools_run(&lambda, &mock, "c-4").await;
+    assert_eq!((auth.refreshes(), mcp.refused()), (2, refused + 2), "{:?}", auth.last_refusal());
+    oauth_tools_run(&worker, &mock, "c-5").await;
+    assert_eq!((auth.refreshes(), mcp.refused()), (2, refused + 2), "the Worker sent Lambda's token");
+    assert_eq!(mcp.calls().len(), 5);
+
+    // ---- At rest, sealed with the key both hosts share: none of the tokens issued appears.
+    let db = pool().await;
+    let (access, refresh): (Vec<u8>, Vec<u8>) =
+        sqlx::query_as(&format!("SELECT access_token, refresh_token FROM {schema}.mcp_oauth_tokens"))
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!((access[0], refresh[0]), (0x01, 0x01), "sealed with the content protection key");
+    for token in auth.issued_tokens() {
+        let plain = token.as_bytes();
+        assert!(!access.windows(plain.len()).any(|w| w == plain) && !refresh.windows(plain.len()).any(|w| w == plain));
     }
     assert_no_fatal_log(&worker);
 }
