@@ -1,7 +1,9 @@
 //! What the release benchmarks (`bench-run`, `bench-openai`, `bench-postgres`,
 //! `bench-triggers`) share: a `tracon serve` child process on a free loopback port (its log
 //! kept under `target/bench/`), a loopback HTTP client, the concurrency driver that times
-//! requests from C workers ([`measure`]), CPU time from `/proc`, and percentiles.
+//! requests from C workers ([`measure`]), CPU time from `/proc`, percentiles, and — when a
+//! bench runs the server on Postgres — the statements it issued per run, from
+//! `pg_stat_statements` ([`StatementLog`]).
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -370,6 +372,15 @@ pub struct LatencyArgs {
     /// Also write the numbers as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Run the server on the Postgres stores, in a fresh schema of this database (as
+    /// `bench-postgres` does), and count the statements each subject phase issued per run
+    /// from `pg_stat_statements` (the database needs it in `shared_preload_libraries`;
+    /// `scripts/bench-postgres.sh start` makes such a cluster). Without it: in-memory stores.
+    #[arg(long)]
+    pub database_url: Option<String>,
+    /// With `--database-url`: also list each statement's calls per run and time in Postgres.
+    #[arg(long)]
+    pub statements: bool,
 }
 
 impl LatencyArgs {
@@ -424,13 +435,20 @@ impl LatencyArgs {
     /// (what baseline and subject are).
     pub fn header(&self, title: &str, tracon: &Path, compared: &str) -> String {
         format!(
-            "\n== {title} ==\ncommand:  {}\ntracon:   {}\ncores:    {}\nmock:     latency_ms={} chunk_delay_ms={}; {compared}\n",
+            "\n== {title} ==\ncommand:  {}\ntracon:   {}\ncores:    {}\nload:     {}\nstorage:  {}\nmock:     latency_ms={} chunk_delay_ms={}; {compared}\n",
             command_line(),
             tracon.display(),
             cores(),
+            load_average(),
+            self.storage(),
             self.mock_latency_ms,
             self.mock_chunk_delay_ms
         )
+    }
+
+    /// `memory` or `postgres`: which stores the server runs on.
+    pub fn storage(&self) -> &'static str {
+        if self.database_url.is_some() { "postgres" } else { "memory" }
     }
 
     /// The JSON fields every latency report starts with.
@@ -439,6 +457,8 @@ impl LatencyArgs {
             "command": command_line(),
             "tracon": tracon.display().to_string(),
             "cores": cores(),
+            "storage": self.storage(),
+            "load": load_average(),
             "mock": {"latencyMs": self.mock_latency_ms, "chunkDelayMs": self.mock_chunk_delay_ms},
             "requestsOverride": self.requests,
         }) else {
@@ -457,6 +477,8 @@ pub struct LatencyRig {
     pub mock_url: String,
     pub client: reqwest::Client,
     pub server: Server,
+    /// With `--database-url`: the statement counter and the schema the server runs in.
+    pub postgres: Option<(StatementLog, String)>,
 }
 
 impl LatencyArgs {
@@ -469,10 +491,16 @@ impl LatencyArgs {
             .map_err(|e| format!("could not start the mock model: {e}"))?;
         let mock_url = mock.base_url();
         let client = self.client(REQUEST_TIMEOUT)?;
-        let server = Server::start(&tracon_bin, &mock_url, env)
+        let (mut env, mut postgres) = (env.to_vec(), None);
+        let schema = format!("bench_{}", std::process::id());
+        if let Some(url) = &self.database_url {
+            postgres = Some((StatementLog::connect(url).await?, schema.clone()));
+            env.extend(postgres_env(url, &schema));
+        }
+        let server = Server::start(&tracon_bin, &mock_url, &env)
             .await
             .map_err(|e| format!("could not start {}: {e}", tracon_bin.display()))?;
-        Ok(LatencyRig { tracon_bin, mock, mock_url, client, server })
+        Ok(LatencyRig { tracon_bin, mock, mock_url, client, server, postgres })
     }
 }
 
@@ -486,6 +514,7 @@ impl LatencyRig {
             client: &self.client,
             mock_url: &self.mock_url,
             model: MOCK_MODEL,
+            statements: self.postgres.as_ref().map(|(log, _)| log),
         }
     }
 
@@ -497,6 +526,9 @@ impl LatencyRig {
         args.write_json(json)?;
         self.server.stop();
         self.mock.shutdown().await;
+        if let Some((log, schema)) = &self.postgres {
+            log.drop_schema(schema).await;
+        }
         Ok(())
     }
 }
@@ -606,6 +638,8 @@ impl Phase {
 pub struct Pair {
     pub baseline: Phase,
     pub subject: Phase,
+    /// What the subject phase issued to Postgres (when the server runs on it).
+    pub statements: Option<Statements>,
 }
 
 impl Pair {
@@ -672,6 +706,7 @@ impl Pair {
             "addedP50Ms": self.added_ms(50.0),
             "addedP99Ms": self.added_ms(99.0),
             "ratioP50": self.ratio_p50(),
+            "statements": self.statements.as_ref().map(Statements::json),
         })
     }
 }
@@ -701,6 +736,8 @@ pub struct LatencyBench<'a> {
     pub mock_url: &'a str,
     /// The model the mock is asked for (whose request log is forgotten).
     pub model: &'a str,
+    /// Counts the subject phase's statements, when the server runs on Postgres.
+    pub statements: Option<&'a StatementLog>,
 }
 
 impl LatencyBench<'_> {
@@ -718,8 +755,151 @@ impl LatencyBench<'_> {
         let baseline = measure(name, concurrency, warmup, n, self.server_pid, baseline).await?;
         forget_mock_requests(self.client, self.mock_url, self.model).await;
         eprintln!("{name}: C={concurrency}{label}: subject ({warmup} warm-up + {n} requests)…");
-        let subject = measure(name, concurrency, warmup, n, self.server_pid, subject).await?;
+        let (subject, statements) = match self.statements {
+            None => (measure(name, concurrency, warmup, n, self.server_pid, subject).await?, None),
+            Some(log) => {
+                // The warm-up apart, so the statement count covers the measured runs only.
+                let warm = measure(name, concurrency, warmup, 0, self.server_pid, subject.clone()).await?;
+                log.reset().await?;
+                let mut phase = measure(name, concurrency, 0, n, self.server_pid, subject).await?;
+                let statements = log.read(n).await?;
+                phase.failures += warm.failures;
+                phase.errors = warm.errors.into_iter().chain(phase.errors).take(KEPT_ERRORS).collect();
+                (phase, Some(statements))
+            }
+        };
         forget_mock_requests(self.client, self.mock_url, self.model).await;
-        Ok(Pair { baseline, subject })
+        Ok(Pair { baseline, subject, statements })
     }
+}
+
+/// The 1, 5 and 15 minute load averages from `/proc/loadavg` (the machine may be shared), or
+/// `n/a`.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|| "n/a".to_owned())
+}
+
+// ---- Postgres: the server on a fresh schema, and the statements it issues -------------------
+
+/// The environment that runs `tracon serve` on the Postgres stores in `schema` of `url` (the
+/// server creates and migrates the schema at start-up).
+pub fn postgres_env<'a>(url: &'a str, schema: &'a str) -> [(&'a str, &'a str); 3] {
+    [("DATABASE_URL", url), ("Tracon__PostgreSql__SchemaName", schema), ("Tracon__PostgreSql__MaxConnections", "16")]
+}
+
+/// Counts the statements a phase issued, from `pg_stat_statements` in the bench's database:
+/// [`reset`](StatementLog::reset) before the phase, [`read`](StatementLog::read) after it.
+/// Every statement counted is one round trip from the server (sqlx's extended protocol sends
+/// parse, bind and execute in one go); `BEGIN`/`COMMIT` count as statements of their own.
+/// Whatever the server does in the background during the phase (a reaper, a scheduler) is
+/// counted too — it is part of what a run costs.
+pub struct StatementLog {
+    pool: sqlx::PgPool,
+}
+
+/// One phase's statements.
+pub struct Statements {
+    /// The runs the phase measured.
+    pub runs: usize,
+    /// Each statement: its normalised text, calls, mean and total time in Postgres (ms),
+    /// most total time first.
+    pub each: Vec<(String, i64, f64, f64)>,
+}
+
+impl StatementLog {
+    /// A small pool on `url`, with the extension created (it needs the server started with
+    /// `shared_preload_libraries = 'pg_stat_statements'`).
+    pub async fn connect(url: &str) -> Result<StatementLog, BoxError> {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(2)
+            .connect(url)
+            .await
+            .map_err(|e| format!("could not connect to the benchmark database: {e}"))?;
+        sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").execute(&pool).await?;
+        let log = StatementLog { pool };
+        log.reset().await?;
+        Ok(log)
+    }
+
+    /// Empties `pg_stat_statements`.
+    pub async fn reset(&self) -> Result<(), BoxError> {
+        sqlx::query("SELECT pg_stat_statements_reset()").execute(&self.pool).await.map_err(|e| {
+            format!("pg_stat_statements is not loaded (set shared_preload_libraries = 'pg_stat_statements'): {e}")
+        })?;
+        Ok(())
+    }
+
+    /// The statements run in this database since the reset, for `runs` runs. Waits a moment
+    /// first: a run's last write (its ending) may still be under way when the client has the
+    /// whole answer. The bench's own statements mention `pg_stat` and are left out.
+    pub async fn read(&self, runs: usize) -> Result<Statements, BoxError> {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let each: Vec<(String, i64, f64, f64)> = sqlx::query_as(
+            "SELECT query, calls, mean_exec_time, total_exec_time FROM pg_stat_statements \
+             WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+             AND query NOT LIKE '%pg_stat%' ORDER BY total_exec_time DESC",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(Statements { runs, each })
+    }
+
+    /// Drops the bench's schema (best effort).
+    pub async fn drop_schema(&self, schema: &str) {
+        let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).execute(&self.pool).await;
+    }
+}
+
+impl Statements {
+    /// Statements per run, all kinds together.
+    pub fn per_run(&self) -> f64 {
+        self.each.iter().map(|s| s.1).sum::<i64>() as f64 / self.runs.max(1) as f64
+    }
+
+    /// Time in Postgres per run, in milliseconds.
+    pub fn ms_per_run(&self) -> f64 {
+        self.each.iter().map(|s| s.3).sum::<f64>() / self.runs.max(1) as f64
+    }
+
+    /// One line per statement, `indent`ed: calls per run, mean µs and ms per run in Postgres.
+    pub fn lines(&self, indent: &str) -> String {
+        let runs = self.runs.max(1) as f64;
+        let mut out = format!(
+            "{indent}{:>9} {:>9} {:>9}  statement (each is one round trip)\n",
+            "calls/run", "mean µs", "ms/run"
+        );
+        for (query, calls, mean, total) in &self.each {
+            let text: String = query.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(100).collect();
+            out.push_str(&format!(
+                "{indent}{:>9.2} {:>9.1} {:>9.3}  {text}\n",
+                *calls as f64 / runs,
+                mean * 1000.0,
+                total / runs
+            ));
+        }
+        out
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        let runs = self.runs.max(1) as f64;
+        serde_json::json!({
+            "runs": self.runs,
+            "perRun": self.per_run(),
+            "postgresMsPerRun": self.ms_per_run(),
+            "each": self.each.iter().map(|(q, calls, mean, _)| serde_json::json!({
+                "query": q.split_whitespace().collect::<Vec<_>>().join(" "),
+                "callsPerRun": *calls as f64 / runs,
+                "meanUs": mean * 1000.0,
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// The closing line of a bench's output: one JSON object, `{"summary": …}`, for scripts.
+#[allow(clippy::print_stdout)]
+pub fn print_summary(summary: serde_json::Value) {
+    println!("{}", serde_json::json!({ "summary": summary }));
 }

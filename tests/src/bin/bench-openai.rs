@@ -36,6 +36,13 @@
 //!     [--mock-latency-ms 0] [--mock-chunk-delay-ms 0] [--json out.json]
 //! ```
 //!
+//! With `--database-url <url>` the server runs on the Postgres stores in a fresh schema (as
+//! `bench-postgres` does) and each subject phase also reports the statements it issued per
+//! request, from `pg_stat_statements` (`--statements` lists them one by one); run it once
+//! without and once with to put memory and Postgres side by side. The last line of the
+//! output is one JSON object, `{"summary": …}`: per level the server's CPU per request, the
+//! statements per run, p50/p99 of the whole answer, and the time to first token (p50).
+//!
 //! It exits non-zero when any request failed or the server could not be started; a missed
 //! target is reported, not an error.
 
@@ -53,7 +60,7 @@ use reqwest::header::CONTENT_TYPE;
 use serde_json::{Value, json};
 use tracon_tests::bench::{
     BoxError, DEMO_AGENT, LatencyArgs, MOCK_MODEL, Pair, QUESTION, TARGET_CONCURRENCY, excerpt, exit_code,
-    failures_section, met, phase_heads, sender, yes_no,
+    failures_section, met, phase_heads, print_summary, sender, yes_no,
 };
 
 type Result<T, E = BoxError> = std::result::Result<T, E>;
@@ -151,8 +158,9 @@ async fn run(args: LatencyArgs) -> Result<bool> {
     }
 
     let report = Report { args: &args, tracon_bin: &rig.tracon_bin, levels: &levels };
-    let (text, json) = (report.text(), report.json());
+    let (text, json, summary) = (report.text(), report.json(), report.summary());
     rig.finish(&args, &text, &json).await?;
+    print_summary(summary);
     Ok(levels.iter().all(|l| !l.pair.failed()))
 }
 
@@ -287,6 +295,25 @@ impl Report<'_> {
             );
         }
 
+        if self.levels.iter().any(|l| l.pair.statements.is_some()) {
+            let _ = writeln!(out, "\n-- statements per run in Postgres (subject phases, pg_stat_statements) --");
+            for l in self.levels {
+                if let Some(s) = &l.pair.statements {
+                    let _ = writeln!(
+                        out,
+                        "{:>4} {:<9} {:.2} statements/run, {:.3} ms/run in Postgres",
+                        l.concurrency,
+                        l.mode.label(),
+                        s.per_run(),
+                        s.ms_per_run()
+                    );
+                    if self.args.statements {
+                        out.push_str(&s.lines("     "));
+                    }
+                }
+            }
+        }
+
         let _ = writeln!(out, "\n-- target (C={TARGET_CONCURRENCY}): added p99 < {TARGET_P99_MS} ms --");
         for mode in Mode::ALL {
             match self.levels.iter().find(|l| l.concurrency == TARGET_CONCURRENCY && l.mode == mode) {
@@ -313,6 +340,30 @@ impl Report<'_> {
             .collect();
         out.push_str(&failures_section(&failures));
         out
+    }
+
+    /// The closing JSON line: per level, the server's CPU per request and statements per run
+    /// on the whole-answer route, its p50/p99, and the streamed route's time to first token.
+    fn summary(&self) -> Value {
+        let mut levels = Vec::new();
+        for &c in &self.args.concurrency {
+            let find = |mode: Mode| self.levels.iter().find(|l| l.concurrency == c && l.mode == mode);
+            let (whole, first) = (find(Mode::Whole), find(Mode::FirstChunk));
+            levels.push(json!({
+                "concurrency": c,
+                "serverCpuUsPerRequest": whole.and_then(|l| l.pair.subject.cpu_us_per_request(l.pair.subject.server_cpu)),
+                "statementsPerRun": whole.and_then(|l| l.pair.statements.as_ref().map(|s| s.per_run())),
+                "p50Ms": whole.map(|l| l.pair.subject.percentile_ms(50.0)),
+                "p99Ms": whole.map(|l| l.pair.subject.percentile_ms(99.0)),
+                "addedP50Ms": whole.map(|l| l.pair.added_ms(50.0)),
+                "ttftP50Ms": first.map(|l| l.pair.subject.percentile_ms(50.0)),
+                "ttftAddedP50Ms": first.map(|l| l.pair.added_ms(50.0)),
+                "streamedServerCpuUsPerRequest":
+                    first.and_then(|l| l.pair.subject.cpu_us_per_request(l.pair.subject.server_cpu)),
+                "streamedStatementsPerRun": first.and_then(|l| l.pair.statements.as_ref().map(|s| s.per_run())),
+            }));
+        }
+        json!({"bench": NAME, "storage": self.args.storage(), "load": tracon_tests::bench::load_average(), "levels": levels})
     }
 
     fn json(&self) -> Value {

@@ -30,6 +30,13 @@
 //!     [--tracon target/release/tracon] [--mock-latency-ms 0] [--mock-chunk-delay-ms 0] [--json out.json]
 //! ```
 //!
+//! With `--database-url <url>` the server runs on the Postgres stores in a fresh schema (as
+//! `bench-postgres` does) and each subject phase also reports the statements it issued per
+//! run, from `pg_stat_statements` (`--statements` lists them one by one); run it once
+//! without and once with to put memory and Postgres side by side. The last line of the
+//! output is one JSON object, `{"summary": …}`: per level the server's CPU per run, the
+//! statements per run and p50/p99.
+//!
 //! It exits non-zero when any request failed or the server could not be started; a missed
 //! target is reported, not an error.
 
@@ -47,7 +54,7 @@ use reqwest::header::CONTENT_TYPE;
 use serde_json::{Value, json};
 use tracon_tests::bench::{
     BoxError, DEMO_AGENT, LatencyArgs, MOCK_MODEL, Pair, QUESTION, TARGET_CONCURRENCY, excerpt, exit_code,
-    failures_section, met, opt_us, phase_heads, sender, yes_no,
+    failures_section, met, opt_us, phase_heads, print_summary, sender, yes_no,
 };
 
 type Result<T, E = BoxError> = std::result::Result<T, E>;
@@ -109,8 +116,9 @@ async fn run(args: LatencyArgs) -> Result<bool> {
     let server_runs = 1 + levels.iter().map(|l| l.warmup + l.pair.subject.requests).sum::<usize>();
 
     let report = Report { args: &args, tracon_bin: &rig.tracon_bin, levels: &levels, memory, server_runs };
-    let (text, json) = (report.text(), report.json());
+    let (text, json, summary) = (report.text(), report.json(), report.summary());
     rig.finish(&args, &text, &json).await?;
+    print_summary(summary);
     Ok(levels.iter().all(|l| !l.pair.failed()))
 }
 
@@ -227,6 +235,24 @@ impl Report<'_> {
             let _ = writeln!(out, "{:>4} {} {:>8} {:>8}", l.concurrency, l.pair.row(), p50, p99);
         }
 
+        if self.levels.iter().any(|l| l.pair.statements.is_some()) {
+            let _ = writeln!(out, "\n-- statements per run in Postgres (subject phases, pg_stat_statements) --");
+            for l in self.levels {
+                if let Some(s) = &l.pair.statements {
+                    let _ = writeln!(
+                        out,
+                        "{:>4} {:.2} statements/run, {:.3} ms/run in Postgres",
+                        l.concurrency,
+                        s.per_run(),
+                        s.ms_per_run()
+                    );
+                    if self.args.statements {
+                        out.push_str(&s.lines("     "));
+                    }
+                }
+            }
+        }
+
         let _ = writeln!(out, "\n-- targets (C={TARGET_CONCURRENCY}) --");
         match self.levels.iter().find(|l| l.concurrency == TARGET_CONCURRENCY) {
             Some(l) => {
@@ -274,6 +300,29 @@ impl Report<'_> {
             self.levels.iter().map(|l| l.pair.failure_lines(&format!("C={}", l.concurrency))).collect();
         out.push_str(&failures_section(&failures));
         out
+    }
+
+    /// The closing JSON line: per level, the server's CPU per run, statements per run and
+    /// p50/p99 (send → last byte; this bench does not time the first token — `bench-postgres
+    /// --stream-seconds` and `bench-openai` do).
+    fn summary(&self) -> Value {
+        let levels: Vec<Value> = self
+            .levels
+            .iter()
+            .map(|l| {
+                let s = &l.pair.subject;
+                json!({
+                    "concurrency": l.concurrency,
+                    "serverCpuUsPerRequest": s.cpu_us_per_request(s.server_cpu),
+                    "statementsPerRun": l.pair.statements.as_ref().map(|s| s.per_run()),
+                    "p50Ms": s.percentile_ms(50.0),
+                    "p99Ms": s.percentile_ms(99.0),
+                    "addedP50Ms": l.pair.added_ms(50.0),
+                    "ttftP50Ms": null,
+                })
+            })
+            .collect();
+        json!({"bench": NAME, "storage": self.args.storage(), "load": tracon_tests::bench::load_average(), "levels": levels})
     }
 
     fn json(&self) -> Value {
