@@ -37,6 +37,7 @@ use crate::names::{RunId, TenantId};
 use crate::ports::{Clock, millis_between};
 use crate::pricing::CostSnapshot;
 use crate::recorder::Recorder;
+use crate::runs::drain::Drain;
 use crate::runs::store::{ModelStep, RunStore, ToolCallRecord};
 use crate::runtime::Runtime;
 use crate::tools::pipeline::{self, CallEnv, CallOutcome, Gate};
@@ -51,6 +52,10 @@ pub struct CancelWatch {
     run_id: RunId,
     interval: Duration,
     last_check: Option<DateTime<Utc>>,
+    /// Where signals reach this run, when it is registered with the drain.
+    drain: Option<Arc<Drain>>,
+    /// The hearing (re)start this run is sure of: a cancel since then reaches its token.
+    epoch: Option<u64>,
 }
 
 impl CancelWatch {
@@ -60,20 +65,38 @@ impl CancelWatch {
         tenant: TenantId,
         run_id: RunId,
         interval: Duration,
+        drain: Arc<Drain>,
     ) -> Self {
         // The run was created a moment ago: nobody has had a chance to cancel it yet, so the
-        // first read waits one interval.
+        // first read waits one interval (and, where signals are heard, never comes).
         let last_check = Some(clock.now());
-        Self { store, clock, tenant, run_id, interval, last_check }
+        // A run not registered here (a queued run's job holds its token) is not reached by a
+        // signal: it reads its flag as on a host that hears none.
+        let drain = drain.local(run_id).map(|_| drain);
+        let epoch = drain.as_ref().and_then(|d| d.heard());
+        Self { store, clock, tenant, run_id, interval, last_check, drain, epoch }
     }
 
-    /// Whether a cancel was requested; reads the store at most every `interval`.
-    async fn requested(&mut self) -> bool {
+    /// Whether a cancel was requested. Where signals are heard, a cancel reaches the run's
+    /// token and nothing is read — except once after hearing (re)started, for a cancel sent
+    /// while nobody listened. Elsewhere the flag comes with every event write the recorder
+    /// makes; the store is read only when neither a write nor a read said anything for
+    /// `interval`.
+    async fn requested(&mut self, recorder: &Recorder) -> bool {
+        if recorder.told_to_stop() {
+            return true;
+        }
         let now = self.clock.now();
-        if let Some(last) = self.last_check
-            && (now - last).to_std().is_ok_and(|d| d < self.interval)
-        {
-            return false;
+        match self.drain.as_ref().and_then(|d| d.heard()) {
+            Some(epoch) if self.epoch == Some(epoch) => return false,
+            Some(epoch) => self.epoch = Some(epoch),
+            None => {
+                self.epoch = None;
+                let last = self.last_check.map_or(recorder.last_write(), |c| c.max(recorder.last_write()));
+                if (now - last).to_std().is_ok_and(|d| d < self.interval) {
+                    return false;
+                }
+            }
         }
         self.last_check = Some(now);
         match self.store.is_cancel_requested(&self.tenant, self.run_id).await {
@@ -135,7 +158,7 @@ impl Emitter {
         if self.cancel.is_cancelled() {
             return true;
         }
-        if self.watch.requested().await {
+        if self.watch.requested(&self.recorder).await {
             self.cancel.cancel();
             return true;
         }
@@ -145,6 +168,11 @@ impl Emitter {
     pub fn recorder(&self) -> &Arc<Recorder> {
         &self.recorder
     }
+}
+
+/// A run whose row could not be written stops (its surface refuses it).
+fn unrecorded(e: crate::error::StoreError) -> Stop {
+    Stop::Failed(RunFailure::foreign("StoreError", &format!("{e:?}")))
 }
 
 /// How a turn ended.
@@ -453,7 +481,7 @@ pub async fn model_turn(
     // While the model is silent, a cancel issued through another instance is still noticed
     // and what was already said still reaches the log: every cancel-check interval the
     // store's flag is read and a due batch of events is written, not only between chunks.
-    let poll_every = emitter.watch.interval.max(Duration::from_millis(10));
+    let poll_every = emitter.watch.interval.min(emitter.recorder().flush_interval()).max(Duration::from_millis(10));
     let mut poll = clock.sleep(poll_every);
     // The response cache: the same request answered within the cache's lifetime is answered
     // again without a call (and without spending a token).
@@ -504,12 +532,22 @@ pub async fn model_turn(
         let events = futures::stream::iter(answer.events().into_iter().map(Ok)).boxed();
         Ok(Opened { provider: agent.provider.name().to_owned(), model: request.model.clone(), stream: events })
     } else {
+        // The run row may still be on its way (`crate::runs::opening`): the model is called
+        // meanwhile, and the first call waits for both.
+        let row = emitter.recorder().row().clone();
+        let mut row_pending = !row.is_written();
+        let row_written = row.wait();
+        let mut row_written = std::pin::pin!(row_written);
         let opening = runtime.models.open(&primary, &fallbacks, request, timeout, until, &mut notes);
         let mut opening = std::pin::pin!(opening.instrument(span));
-        loop {
+        let opened = loop {
             tokio::select! {
                 biased;
                 _ = env.cancel.cancelled() => return Err(Stop::Canceled),
+                r = &mut row_written, if row_pending => {
+                    row_pending = false;
+                    r.map_err(unrecorded)?;
+                }
                 r = &mut opening => break r,
                 _ = &mut poll => {
                     if emitter.should_stop().await {
@@ -519,7 +557,11 @@ pub async fn model_turn(
                     poll = clock.sleep(poll_every);
                 }
             }
+        };
+        if row_pending {
+            row_written.await.map_err(unrecorded)?;
         }
+        opened
     };
     let mut timer = clock.sleep(timeout);
     for note in notes {

@@ -3,19 +3,30 @@
 //! Every event gets the next sequence number (gapless from 1) and a timestamp, goes to the
 //! registered [`RunEventSink`]s at once, and is buffered for the store. Deltas (and the
 //! start, the end of a model turn, attached documents) are batched, so the number of store
-//! writes does not grow with the number of tokens: the buffer is written when a tool call
-//! starts or settles or a custom event arrives (followers see those at once), when
-//! `flush_interval` has passed since the last write (checked on each event and on the run's
-//! poll tick, so a silent model does not hide what was already said), and — only as a memory bound — when it
-//! holds `flush_max_events`. Each write is one [`RunStore::append_events`] call; the last
-//! batch, with the terminal event, is written by the statement that closes the run row. A
-//! run without tool calls is therefore two round trips: open the row, close it.
+//! writes does not grow with the number of tokens, nor with how long the answer streams: the
+//! buffer is written
+//!
+//! - when a tool call starts or settles or a custom event arrives (a step a follower and the
+//!   ledger need at once);
+//! - when it holds `flush_max_events` events or `flush_max_bytes` of text (a memory bound);
+//! - when `flush_interval` has passed since the last write, **only while someone follows the
+//!   log** (a follow signal, [`crate::runs::drain::Signal::Follow`], reached this instance in
+//!   the last few seconds) — or always, on a host that does not hear signals (a Worker, a
+//!   Lambda function), where nobody could say so; checked on each event and on the run's poll
+//!   tick, so a silent model does not hide what was already said;
+//! - with the run's heartbeat ([`crate::runs::execute::with_heartbeat`]), so a crash loses at
+//!   most a heartbeat's worth of an unfollowed run's deltas;
+//! - and last, with the terminal event, by the statement that closes the run row.
+//!
+//! A run without tool calls is therefore two round trips whatever its length: open the row,
+//! close it. Each write returns the run's cancel flag ([`RunStore::append_events`]), which the
+//! run's cancel watch reads instead of asking the store itself.
 //!
 //! Recording never breaks a run: a failed write is logged and its batch kept for the next
 //! write (up to `max_buffered_events`, beyond which the oldest are dropped and logged); a
 //! sink that fails is disabled for the rest of that run.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +36,7 @@ use crate::config::{Config, ConfigError};
 use crate::events::{InvalidCustomEvent, RecordedEvent, RunEvent, check_custom_type};
 use crate::names::{RunId, TenantId};
 use crate::ports::Clock;
+use crate::runs::drain::{Drain, LocalRun};
 use crate::runs::store::RunStore;
 
 /// What is recorded, and how writes are batched (`Tracon:RunRecording:*`).
@@ -38,6 +50,10 @@ pub struct RecordingSettings {
     /// Keep the run's input for `GET /api/runs/{id}/input` (default on).
     pub record_input: bool,
     pub flush_max_events: usize,
+    /// Text (deltas' characters, in bytes) buffered before a write (`FlushMaxBytes`, 256 KiB).
+    pub flush_max_bytes: usize,
+    /// The longest a batch waits while the log is followed, or on a host that hears no
+    /// signals (`FlushIntervalSeconds`, 0.5).
     pub flush_interval: Duration,
     pub max_buffered_events: usize,
 }
@@ -49,7 +65,8 @@ impl Default for RecordingSettings {
             record_reasoning_deltas: false,
             record_input: true,
             flush_max_events: 4096,
-            flush_interval: Duration::from_millis(200),
+            flush_max_bytes: 256 * 1024,
+            flush_interval: Duration::from_millis(500),
             max_buffered_events: 10_000,
         }
     }
@@ -68,6 +85,10 @@ impl RecordingSettings {
                 .parse::<usize>("Tracon:RunRecording:FlushMaxEvents")?
                 .unwrap_or(d.flush_max_events)
                 .max(1),
+            flush_max_bytes: config
+                .parse::<usize>("Tracon:RunRecording:FlushMaxBytes")?
+                .unwrap_or(d.flush_max_bytes)
+                .max(1),
             flush_interval: config.seconds("Tracon:RunRecording:FlushIntervalSeconds")?.unwrap_or(d.flush_interval),
             max_buffered_events: d.max_buffered_events,
         })
@@ -84,6 +105,8 @@ pub trait RunEventSink: Send + Sync {
 struct State {
     next_sequence: u64,
     pending: Vec<RecordedEvent>,
+    /// The text the pending deltas carry, in bytes.
+    pending_bytes: usize,
     last_write: DateTime<Utc>,
     sink_disabled: Vec<bool>,
 }
@@ -100,6 +123,12 @@ pub struct Recorder {
     /// Serialises store writes so batches land in sequence order.
     write_lock: tokio::sync::Mutex<()>,
     writes: AtomicU64,
+    /// Where signals reach this run: whether the host hears them, whether a follower asked.
+    signals: Option<(Arc<Drain>, Option<Arc<LocalRun>>)>,
+    /// The last write said the run's executor is to stop.
+    stop: AtomicBool,
+    /// The run row, which every write waits for.
+    opening: crate::runs::opening::Opening,
 }
 
 impl Recorder {
@@ -123,12 +152,66 @@ impl Recorder {
             state: Mutex::new(State {
                 next_sequence: 1,
                 pending: Vec::new(),
+                pending_bytes: 0,
                 last_write: now,
                 sink_disabled: vec![false; sink_count],
             }),
             write_lock: tokio::sync::Mutex::new(()),
             writes: AtomicU64::new(0),
+            signals: None,
+            stop: AtomicBool::new(false),
+            opening: crate::runs::opening::Opening::written(),
         }
+    }
+
+    /// The run row is still being written ([`crate::runs::opening`]): writes wait for it.
+    pub fn opening(mut self, opening: crate::runs::opening::Opening) -> Self {
+        self.opening = opening;
+        self
+    }
+
+    /// The run row, as [`Self::opening`] set it.
+    pub fn row(&self) -> &crate::runs::opening::Opening {
+        &self.opening
+    }
+
+    /// Writes on the time bound only while the run is followed, when `drain` hears signals
+    /// (see the module's documentation); without this, always on the time bound.
+    pub fn hearing(mut self, drain: Arc<Drain>) -> Self {
+        let local = drain.local(self.run_id);
+        self.signals = Some((drain, local));
+        self
+    }
+
+    /// Whether a write said the run's executor is to stop (a cancel, or the run was closed).
+    pub fn told_to_stop(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// The time bound of a batch while the log is followed.
+    pub fn flush_interval(&self) -> Duration {
+        self.settings.flush_interval
+    }
+
+    /// When the store last answered a write (and so said whether to stop).
+    pub fn last_write(&self) -> DateTime<Utc> {
+        self.state().last_write
+    }
+
+    /// How long a batch may wait now: the time bound, or none (size, steps and the end only)
+    /// for an unfollowed run on a host that hears signals.
+    fn time_bound(&self, now: DateTime<Utc>) -> Option<Duration> {
+        match &self.signals {
+            // A run registered here (a queued run's is not) hears its follow signals.
+            Some((drain, Some(local))) if drain.heard().is_some() => {
+                local.followed(now.timestamp_millis()).then_some(self.settings.flush_interval)
+            }
+            _ => Some(self.settings.flush_interval),
+        }
+    }
+
+    fn is_due(&self, st: &State, now: DateTime<Utc>) -> bool {
+        self.time_bound(now).is_some_and(|bound| (now - st.last_write).to_std().is_ok_and(|d| d >= bound))
     }
 
     /// Numbers the next event `after + 1`: a run going on in a later attempt appends to its log.
@@ -194,8 +277,10 @@ impl Recorder {
             let recorded = RecordedEvent { sequence: st.next_sequence, timestamp: now, event: event.clone() };
             st.next_sequence += 1;
             st.pending.push(recorded.clone());
-            let due = (now - st.last_write).to_std().is_ok_and(|d| d >= self.settings.flush_interval);
-            let write_now = !hold && (!batchable || st.pending.len() >= self.settings.flush_max_events || due);
+            st.pending_bytes += text_bytes(event);
+            let full =
+                st.pending.len() >= self.settings.flush_max_events || st.pending_bytes >= self.settings.flush_max_bytes;
+            let write_now = !hold && (!batchable || full || self.is_due(&st, now));
             let live: Vec<usize> = (0..self.sinks.len()).filter(|i| !st.sink_disabled[*i]).collect();
             (recorded, write_now, live)
         };
@@ -222,14 +307,19 @@ impl Recorder {
     /// Takes every event not yet written (for the statement that closes the run). Give them
     /// back with [`restore`](Self::restore) if that statement fails.
     pub async fn take_pending(&self) -> Vec<RecordedEvent> {
+        // The row first (already written, by the time a run closes it).
+        let _ = self.opening.wait().await;
         let _writer = self.write_lock.lock().await;
-        std::mem::take(&mut self.state().pending)
+        let mut st = self.state();
+        st.pending_bytes = 0;
+        std::mem::take(&mut st.pending)
     }
 
     /// Puts events taken by [`take_pending`](Self::take_pending) back in front.
     pub fn restore(&self, mut events: Vec<RecordedEvent>) {
         let mut st = self.state();
         events.append(&mut st.pending);
+        st.pending_bytes = events.iter().map(|e| text_bytes(&e.event)).sum();
         st.pending = events;
     }
 
@@ -244,8 +334,7 @@ impl Recorder {
     pub async fn flush_if_due(&self) {
         let due = {
             let st = self.state();
-            !st.pending.is_empty()
-                && (self.clock.now() - st.last_write).to_std().is_ok_and(|d| d >= self.settings.flush_interval)
+            !st.pending.is_empty() && self.is_due(&st, self.clock.now())
         };
         if due {
             self.flush().await;
@@ -254,15 +343,28 @@ impl Recorder {
 
     /// Writes everything buffered (one store call). Failures are logged, never raised.
     pub async fn flush(&self) {
+        // Nothing is written before the row; a run whose row failed is abandoned unwritten.
+        if self.opening.wait().await.is_err() {
+            return;
+        }
         let _writer = self.write_lock.lock().await;
-        let batch = std::mem::take(&mut self.state().pending);
+        let batch = {
+            let mut st = self.state();
+            st.pending_bytes = 0;
+            std::mem::take(&mut st.pending)
+        };
         if batch.is_empty() {
             return;
         }
         let now = self.clock.now();
         self.writes.fetch_add(1, Ordering::Relaxed);
         match self.store.append_events(&self.tenant, self.run_id, &batch, now).await {
-            Ok(()) => self.state().last_write = now,
+            Ok(stop) => {
+                self.state().last_write = now;
+                if stop {
+                    self.stop.store(true, Ordering::Relaxed);
+                }
+            }
             Err(e) => {
                 tracing::warn!(run_id = %self.run_id, events = batch.len(), error = ?e, "could not record run events; keeping them for the next write");
                 let mut st = self.state();
@@ -273,10 +375,21 @@ impl Recorder {
                     tracing::error!(run_id = %self.run_id, dropped = drop, "run event buffer full; dropping the oldest unrecorded events");
                     kept.drain(..drop);
                 }
+                st.pending_bytes = kept.iter().map(|e| text_bytes(&e.event)).sum();
                 st.pending = kept;
                 st.last_write = now;
             }
         }
+    }
+}
+
+/// The text an event carries that can grow without bound (a delta's), in bytes.
+fn text_bytes(event: &RunEvent) -> usize {
+    match event {
+        RunEvent::MessageDelta { text } | RunEvent::ReasoningDelta { text } | RunEvent::MessageCompleted { text } => {
+            text.len()
+        }
+        _ => 0,
     }
 }
 

@@ -35,8 +35,11 @@ pub struct RuntimeSettings {
     pub default_tool_timeout: Duration,
     /// Output limit of a tool without its own; unlimited by default.
     pub default_max_output_bytes: Option<usize>,
-    /// How often a running turn reads the store's cancel flag between chunks
-    /// (`Tracon:Runs:CancelCheckIntervalSeconds`). Model and tool calls always check first.
+    /// On a host that does not hear signals ([`crate::runs::drain::Drain::set_heard`]), how
+    /// long a running turn may go without learning its cancel flag
+    /// (`Tracon:Runs:CancelCheckIntervalSeconds`, 1 s): every event write returns it, and the
+    /// flag is read only when no write did within this time. Where signals are heard a cancel
+    /// reaches the run's token and the flag is never read.
     pub cancel_check_interval: Duration,
     pub recording: RecordingSettings,
     /// How long a pending approval request can be decided (`Tracon:Approvals:ExpirySeconds`,
@@ -115,7 +118,7 @@ impl Default for RuntimeSettings {
             model_timeout: Duration::from_secs(100),
             default_tool_timeout: DEFAULT_TOOL_TIMEOUT,
             default_max_output_bytes: None,
-            cancel_check_interval: Duration::from_millis(250),
+            cancel_check_interval: Duration::from_secs(1),
             recording: RecordingSettings::default(),
             approval_expiry: Duration::from_secs(24 * 3600),
             reconciliation: ReconciliationSettings::default(),

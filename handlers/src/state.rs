@@ -152,7 +152,7 @@ impl Default for HttpSettings {
             require_authentication: false,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             follow_timeout: Duration::from_secs(900),
-            follow_poll_max: Duration::from_secs(1),
+            follow_poll_max: Duration::from_millis(500),
             allowed_origins: Vec::new(),
             sse_keep_alive: Duration::from_secs(15),
             key_cache_ttl: Duration::from_secs(5),

@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 use tracon_core::attribution::HeaderLabels;
+use tracon_core::contract::CountedRuns;
 use tracon_core::definition::AgentDefinition;
 use tracon_core::definitions::{DefinitionStore, StoredDefinition};
 use tracon_core::error::StoreError;
@@ -31,6 +32,7 @@ use tracon_core::model::{FinishReason, Message, ModelEvent, ModelProvider, Model
 use tracon_core::names::{AgentName, RunId, TenantId};
 use tracon_core::ports::tokio_rt;
 use tracon_core::recorder::{RecordingSettings, RunEventSink};
+use tracon_core::runs::memory::MemoryRunStore;
 use tracon_core::runs::store::LateCompletion;
 use tracon_core::runs::store::{
     CancelOutcome, ModelStep, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats, RunStore, StaleRun,
@@ -113,6 +115,10 @@ struct Options {
     sinks: Vec<Arc<dyn RunEventSink>>,
     labels: bool,
     keep_alive: Option<Duration>,
+    /// The instance hears every instance's signals (as the local server over Postgres does).
+    heard: bool,
+    /// Signals through this store reach the instance (as Postgres `NOTIFY` does).
+    relay: Option<Arc<CountedRuns>>,
 }
 
 impl Default for Options {
@@ -125,11 +131,17 @@ impl Default for Options {
             sinks: Vec::new(),
             labels: false,
             keep_alive: None,
+            heard: false,
+            relay: None,
         }
     }
 }
 
 fn app(o: &Options) -> Router {
+    app_and_runtime(o).0
+}
+
+fn app_and_runtime(o: &Options) -> (Router, Arc<tracon_core::runtime::Runtime>) {
     let lookup = ToolRegistration::new(
         "lookup",
         "Looks up.",
@@ -181,11 +193,17 @@ fn app(o: &Options) -> Router {
         b = b.attribution(Arc::new(HeaderLabels::new("x-tracon-label-")));
     }
     let runtime = Arc::new(b.build().unwrap());
+    if o.heard {
+        runtime.drain.set_heard(true);
+    }
+    if let Some(relay) = &o.relay {
+        relay.relay_to(&runtime.drain);
+    }
     let mut http = HttpSettings::default();
     if let Some(every) = o.keep_alive {
         http.sse_keep_alive = every;
     }
-    tracon_handlers::router(AppState::new(runtime, http))
+    (tracon_handlers::router(AppState::new(runtime.clone(), http)), runtime)
 }
 
 fn loopback() -> PeerAddr {
@@ -453,6 +471,164 @@ async fn a_follower_on_another_instance_sees_what_a_silent_model_already_said() 
     permits.add_permits(2);
     assert_eq!(live.rest().await.last().unwrap().event, "done");
     assert_eq!(log.rest().await.last().unwrap().event, "run.completed");
+}
+
+// ---- what a run costs the store: signals instead of polling, the row beside the model call ----
+
+/// Two instances on one counted store that relays signals between them, as Postgres's
+/// `NOTIFY` does; both hear them (the local server's `LISTEN`). The first streams a run of
+/// `chunks` gated chunks and has streamed the first.
+async fn two_hearing_instances(chunks: usize) -> (TwoInstances, Arc<CountedRuns>) {
+    let counted = Arc::new(CountedRuns::new(Arc::new(MemoryRunStore::default())));
+    let stores = Stores { runs: counted.clone(), ..Stores::in_memory() };
+    let (g, permits) = gated(chunks);
+    let hearing = |gated: Option<Arc<Gated>>| Options {
+        stores: stores.clone(),
+        gated,
+        heard: true,
+        relay: Some(counted.clone()),
+        // A poll of the flag would show in the counts; hearing, none may happen.
+        cancel_check: Duration::from_millis(1),
+        ..Options::default()
+    };
+    let first = app(&hearing(Some(g)));
+    let second = app(&hearing(None));
+    let mut live = Live::open(&first, req(Method::POST, "/api/agents/slow/run", Some(json!({"message": "go"})))).await;
+    let id = live.next().await.unwrap().data["runId"].as_str().unwrap().to_owned();
+    permits.add_permits(1);
+    assert_eq!(live.next().await.unwrap().data["text"], "c0 ");
+    (TwoInstances { _first: first, second, stores, permits, live, id }, counted)
+}
+
+#[tokio::test]
+async fn where_signals_are_heard_an_unfollowed_run_costs_two_writes_however_long_it_streams() {
+    let (TwoInstances { _first, second, permits, live, id, .. }, counted) = two_hearing_instances(40).await;
+    permits.add_permits(39);
+    assert_eq!(live.rest().await.last().unwrap().event, "done");
+
+    // The row's open and its close, which carries every event; no batch on a timer, no read
+    // of the cancel flag.
+    let calls = counted.all_calls();
+    assert_eq!(counted.writes(), 2, "{calls:?}");
+    assert_eq!((counted.calls("create_run"), counted.calls("finish_run")), (1, 1), "{calls:?}");
+    assert_eq!(counted.calls("append_events") + counted.calls("is_cancel_requested"), 0, "{calls:?}");
+    let (_, log) = send(&second, req(Method::GET, &format!("/api/runs/{id}/events"), None)).await;
+    let log = frames(&log);
+    assert_eq!(log.iter().filter(|f| f.event == "message.delta").count(), 40, "nothing recorded is lost");
+    let seqs: Vec<u64> = log.iter().map(|f| f.id.unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "gapless from 1");
+}
+
+#[tokio::test]
+async fn a_follower_on_another_instance_makes_a_hearing_run_write_what_its_silent_model_said() {
+    let (TwoInstances { _first, second, permits, live, id, .. }, counted) = two_hearing_instances(3).await;
+    assert_eq!(counted.calls("append_events"), 0, "unfollowed, the delta waits");
+
+    // The follower's signal reaches the executor, which writes its batch on its next tick
+    // although the model says nothing more.
+    let mut log = Live::open(&second, req(Method::GET, &format!("/api/runs/{id}/events"), None)).await;
+    assert_eq!(log.next().await.unwrap().event, "run.started");
+    let delta = log.next().await.unwrap();
+    assert_eq!((delta.event.as_str(), delta.data["text"].as_str()), ("message.delta", Some("c0 ")));
+    assert!(counted.calls("signal") >= 1);
+
+    permits.add_permits(2);
+    assert_eq!(live.rest().await.last().unwrap().event, "done");
+    assert_eq!(log.rest().await.last().unwrap().event, "run.completed");
+    assert_eq!(counted.calls("is_cancel_requested"), 0, "{:?}", counted.all_calls());
+}
+
+#[tokio::test]
+async fn a_cancel_through_a_second_instance_reaches_a_hearing_run_without_a_read_of_its_flag() {
+    let (TwoInstances { _first, second, live, id, .. }, counted) = two_hearing_instances(10).await;
+
+    // The model has gone silent: only the signal can stop the run.
+    let (status, body) = json_of(&second, req(Method::POST, &format!("/api/runs/{id}/cancel"), None)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let end = live.rest().await.pop().unwrap();
+    assert_eq!((end.event.as_str(), end.data["status"].as_str()), ("error", Some("Canceled")));
+    let (_, run) = json_of(&second, req(Method::GET, &format!("/api/runs/{id}"), None)).await;
+    assert_eq!(run["status"], "Canceled");
+    assert_eq!(counted.calls("is_cancel_requested"), 0, "{:?}", counted.all_calls());
+}
+
+#[tokio::test]
+async fn a_hearing_run_started_before_hearing_resumed_reads_its_flag_once_and_stops() {
+    let stores = Stores::in_memory();
+    let (g, permits) = gated(10);
+    let (first, runtime) =
+        app_and_runtime(&Options { stores: stores.clone(), gated: Some(g), heard: true, ..Options::default() });
+    let mut live = Live::open(&first, req(Method::POST, "/api/agents/slow/run", Some(json!({"message": "go"})))).await;
+    let id = live.next().await.unwrap().data["runId"].as_str().unwrap().to_owned();
+    permits.add_permits(1);
+    assert_eq!(live.next().await.unwrap().data["text"], "c0 ");
+    // The cancel is set while nobody listens (no relay): only the read after hearing
+    // (re)started can find it. Simulate the listener's reconnect on the executing instance.
+    let (tenant, run) = (TenantId::default_tenant(), RunId(id.parse().unwrap()));
+    assert_eq!(stores.runs.request_cancel(&tenant, run).await.unwrap(), CancelOutcome::Requested);
+    runtime.drain.set_heard(false);
+    runtime.drain.set_heard(true);
+    permits.add_permits(1);
+    let rest = live.rest().await;
+    let end = rest.last().unwrap();
+    assert_eq!((end.event.as_str(), end.data["status"].as_str()), ("error", Some("Canceled")), "{rest:?}");
+}
+
+#[tokio::test]
+async fn the_model_is_called_while_the_run_row_is_written_and_the_run_is_handed_out_only_once_the_row_exists() {
+    let counted = Arc::new(CountedRuns::new(Arc::new(MemoryRunStore::default())));
+    let gate = Arc::new(Semaphore::new(0));
+    counted.gate_creates(gate.clone());
+    let stores = Stores { runs: counted.clone(), ..Stores::in_memory() };
+    let (g, permits) = gated(2);
+    permits.add_permits(2);
+    let calls = g.calls.clone();
+    let app = app(&Options { stores: stores.clone(), gated: Some(g), ..Options::default() });
+    let request = tokio::spawn({
+        let app = app.clone();
+        async move { app.oneshot(req(Method::POST, "/api/agents/slow/run", Some(json!({"message": "go"})))).await }
+    });
+
+    // The model is called while the row's write waits.
+    for _ in 0..1000 {
+        if calls.load(Ordering::SeqCst) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the model was called before the row was written");
+    assert_eq!(counted.calls("create_run"), 1);
+    assert!(!request.is_finished(), "no response before the row exists");
+    let (_, runs) = json_of(&app, req(Method::GET, "/api/runs", None)).await;
+    assert_eq!(runs.as_array().map(Vec::len), Some(0), "{runs}");
+
+    // The row written, the response starts with the run, which a read finds.
+    gate.add_permits(1);
+    let response = request.await.unwrap().unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let live = frames(&body);
+    assert_eq!(live.first().unwrap().event, "run");
+    assert_eq!(live.last().unwrap().event, "done");
+    let id = run_id_of(&live);
+    let (status, run) = json_of(&app, req(Method::GET, &format!("/api/runs/{id}"), None)).await;
+    assert_eq!((status, run["status"].as_str()), (StatusCode::OK, Some("Completed")));
+}
+
+#[tokio::test]
+async fn a_row_that_cannot_be_written_refuses_the_run_with_503_even_though_the_model_was_called() {
+    let counted = Arc::new(CountedRuns::new(Arc::new(Broken::Unreachable)));
+    let stores = Stores { runs: counted.clone(), ..Stores::in_memory() };
+    let (g, permits) = gated(2);
+    permits.add_permits(2);
+    let (app, runtime) = app_and_runtime(&Options { stores, gated: Some(g), ..Options::default() });
+    let (status, doc) = json_of(&app, req(Method::POST, "/api/agents/slow/run", Some(json!({"message": "go"})))).await;
+    assert_eq!((status, doc["errorType"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("store_unavailable")));
+    // Nothing else is written for the refused run, once its executor has ended: no events,
+    // no close, no session.
+    runtime.drain.wait_idle().await;
+    let calls = counted.all_calls();
+    assert_eq!(counted.writes(), 1, "only the refused row: {calls:?}");
 }
 
 #[tokio::test]
@@ -760,7 +936,7 @@ impl RunStore for Broken {
         _: RunId,
         _: &[RecordedEvent],
         _: chrono::DateTime<chrono::Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         self.down()
     }
     async fn read_events(&self, _: &TenantId, _: RunId, _: u64, _: usize) -> Result<Vec<RecordedEvent>, StoreError> {
@@ -834,7 +1010,7 @@ impl RunStore for Broken {
     async fn is_cancel_requested(&self, _: &TenantId, _: RunId) -> Result<bool, StoreError> {
         self.down()
     }
-    async fn heartbeat(&self, _: &TenantId, _: RunId, _: DateTime<Utc>) -> Result<(), StoreError> {
+    async fn heartbeat(&self, _: &TenantId, _: RunId, _: DateTime<Utc>) -> Result<bool, StoreError> {
         self.down()
     }
     async fn stale_runs(&self, _: DateTime<Utc>, _: usize) -> Result<Vec<StaleRun>, StoreError> {

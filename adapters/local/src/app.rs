@@ -19,18 +19,29 @@ pub async fn build(
     database_url: Option<&str>,
     extend: crate::cli::Extend,
 ) -> Result<AppState, String> {
-    let stores = match database_url {
+    let (stores, pool) = match database_url {
         Some(url) => {
             let settings = PgSettings::from_config(url, config).map_err(|e| e.to_string())?;
             let protection = Protection::from_config(config).map_err(|e| e.to_string())?;
             if protection.enabled() {
                 tracing::info!("at-rest content protection is on");
             }
-            pg::stores(&settings, protection).await.map_err(|e| e.to_string())?.0
+            let (stores, pool) = pg::stores(&settings, protection).await.map_err(|e| e.to_string())?;
+            (stores, Some(pool))
         }
-        None => memory_stores(config)?,
+        None => (memory_stores(config)?, None),
     };
     let runtime = build_runtime(config, stores, extend)?;
+    // How runs hear cancels and followers (tracon_core::runs::drain): over memory stores this
+    // process is the only instance; over Postgres, through LISTEN. Off, they poll as on a Worker.
+    if config.bool("Tracon:Runs:HearSignals").map_err(|e| e.to_string())?.unwrap_or(true) {
+        match pool {
+            None => runtime.drain.set_heard(true),
+            Some(pool) => {
+                pg::listen(pool, runtime.drain.clone());
+            }
+        }
+    }
     let http = HttpSettings::from_config(config).map_err(|e| e.to_string())?;
     // The start-up boundary of the MCP server and of A2A (tracon_core::exposure): no exposed
     // agent may cross an approval boundary, and remote exposure needs an ExternalInvoke key in

@@ -135,9 +135,16 @@ pub const RUN_SET_INPUT: &str = "UPDATE runs SET input = $3 WHERE tenant_id = $1
 pub const RUN_GET_INPUT: &str = "SELECT input FROM runs WHERE tenant_id = $1 AND id = $2";
 
 /// `(status before, whether the flag was set)`; no status when the run does not exist.
+/// The flag set, and — in the same statement — every listening instance told
+/// (`NOTIFY tracon_runs, 'cancel:<id>'`, sent when the transaction commits), so the instance
+/// executing the run stops it without ever reading the flag.
 pub const RUN_CANCEL: &str = "WITH target AS (SELECT status FROM runs WHERE tenant_id = $1 AND id = $2), \
-     upd AS (UPDATE runs SET cancel_requested = true WHERE tenant_id = $1 AND id = $2 AND status IN ('Running', 'Queued') RETURNING 1) \
-     SELECT (SELECT status FROM target) AS status, EXISTS (SELECT 1 FROM upd) AS requested";
+     upd AS (UPDATE runs SET cancel_requested = true WHERE tenant_id = $1 AND id = $2 AND status IN ('Running', 'Queued') RETURNING id) \
+     SELECT (SELECT status FROM target) AS status, EXISTS (SELECT 1 FROM upd) AS requested, \
+     (SELECT count(pg_notify('tracon_runs', 'cancel:' || id::text)) FROM upd) AS told";
+
+/// A signal to every listening instance ([`tracon_core::runs::drain::Signal`]).
+pub const RUN_SIGNAL: &str = "SELECT pg_notify('tracon_runs', $1)";
 
 /// One row affected: the queued run is now running.
 pub const RUN_START_QUEUED: &str = "UPDATE runs SET status = 'Running', started_at = $3, heartbeat_at = $3 \
@@ -147,8 +154,11 @@ pub const RUN_START_QUEUED: &str = "UPDATE runs SET status = 'Running', started_
 pub const RUN_CANCEL_FLAG: &str = "SELECT cancel_requested OR status NOT IN ('Running', 'Queued') \
      FROM runs WHERE tenant_id = $1 AND id = $2";
 
-pub const RUN_HEARTBEAT: &str =
-    "UPDATE runs SET heartbeat_at = $3 WHERE tenant_id = $1 AND id = $2 AND status = 'Running'";
+/// The heartbeat moved, and whether the executor is to stop (as [`RUN_CANCEL_FLAG`]; no row:
+/// the run is gone).
+pub const RUN_HEARTBEAT: &str = "WITH upd AS (UPDATE runs SET heartbeat_at = $3 \
+     WHERE tenant_id = $1 AND id = $2 AND status = 'Running' RETURNING 1) \
+     SELECT cancel_requested OR status NOT IN ('Running', 'Queued') FROM runs WHERE tenant_id = $1 AND id = $2";
 
 /// Reconciliation's candidates, across tenants (a system scan, served by the partial index
 /// `runs_running_heartbeat`): running runs not heard from since `$1`, oldest first, at most `$2`.
@@ -160,13 +170,16 @@ pub const RUN_CLOSE_STALE: &str = "WITH upd AS (UPDATE runs SET status = $3, end
 
 // ---- run events ----------------------------------------------------------------------------
 
-/// One batch in one round trip: the events (`$3`…`$6` as arrays) and the heartbeat (`$7`).
-/// A missing run is a foreign-key violation, a stored sequence a unique violation, and the
-/// whole statement is written or nothing is.
+/// One batch in one round trip: the events (`$3`…`$6` as arrays) and the heartbeat (`$7`),
+/// returning whether the executor is to stop (as [`RUN_CANCEL_FLAG`]) — the cancel check of
+/// a run that writes its events costs no statement of its own. A missing run is a
+/// foreign-key violation, a stored sequence a unique violation, and the whole statement is
+/// written or nothing is.
 pub const EVENTS_APPEND: &str = "WITH ins AS (INSERT INTO run_events (tenant_id, run_id, sequence, event_type, occurred_at, payload) \
      SELECT $1, $2, u.seq, u.kind, u.at, u.payload \
      FROM unnest($3::bigint[], $4::text[], $5::timestamptz[], $6::bytea[]) AS u(seq, kind, at, payload) RETURNING 1) \
-     UPDATE runs SET heartbeat_at = $7 WHERE tenant_id = $1 AND id = $2 AND EXISTS (SELECT 1 FROM ins)";
+     UPDATE runs SET heartbeat_at = $7 WHERE tenant_id = $1 AND id = $2 AND EXISTS (SELECT 1 FROM ins) \
+     RETURNING cancel_requested OR status NOT IN ('Running', 'Queued')";
 
 /// The `RunCompleted` events of the runs `$2` (a workflow's agents' answers, read back on resume).
 pub const EVENTS_ANSWERS: &str = "SELECT run_id, sequence, occurred_at, payload FROM run_events \

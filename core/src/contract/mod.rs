@@ -14,6 +14,7 @@
 
 mod breakers;
 mod cache;
+mod counted;
 mod fixtures;
 mod ledger;
 mod mcp_oauth;
@@ -23,6 +24,7 @@ pub use breakers::{
     breakers_open_at_the_threshold_and_close_on_a_success, concurrent_probe_claims_let_exactly_one_through,
 };
 pub use cache::cached_answers_are_read_per_tenant_until_they_expire;
+pub use counted::CountedRuns;
 pub use ledger::{
     a_call_tree_is_listed_by_its_root_in_depth_order_within_its_tenant,
     a_running_run_yields_once_and_is_taken_back_once, an_ended_run_is_continued_once_and_linked_both_ways,
@@ -502,8 +504,14 @@ pub async fn cancel_is_a_flag_on_a_running_run(s: Stores) {
     let row = run_row("agent", t0());
     r.create_run(&a(), &row, None).await.unwrap();
     assert!(!r.is_cancel_requested(&a(), row.id).await.unwrap());
+    // The statements a running run makes anyway say whether it is to stop: no read of its own.
+    assert!(!r.append_events(&a(), row.id, &[event(1, "a")], t0()).await.unwrap(), "an event write: go on");
+    assert!(!r.heartbeat(&a(), row.id, t0()).await.unwrap(), "a heartbeat: go on");
     assert_eq!(r.request_cancel(&a(), row.id).await.unwrap(), CancelOutcome::Requested);
     assert!(r.is_cancel_requested(&a(), row.id).await.unwrap());
+    assert!(r.append_events(&a(), row.id, &[event(2, "b")], t0()).await.unwrap(), "an event write: stop");
+    assert!(r.heartbeat(&a(), row.id, t0()).await.unwrap(), "a heartbeat: stop");
+    assert!(r.heartbeat(&b(), row.id, t0()).await.unwrap(), "another tenant's run is missing: stop");
     let done = ended(RunStatus::Canceled);
     r.finish_run(&a(), row.id, &done, &[]).await.unwrap();
     assert_eq!(r.request_cancel(&a(), row.id).await.unwrap(), CancelOutcome::AlreadyEnded(RunStatus::Canceled));

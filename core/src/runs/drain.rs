@@ -1,9 +1,18 @@
 //! The drain switch and the runs executing in this process ([`Drain`]): a runtime port, so
 //! the lifecycle service refuses new runs while the host shuts down, and a cancel reaching
 //! this instance stops its own runs at once.
+//!
+//! It is also where a run hears what other instances ask of it without polling the store
+//! ([`Signal`]): a cancel, and a follower of its log who wants its events promptly. A host
+//! that hears every instance's signals as they happen (Postgres `LISTEN` on the local server;
+//! one process over memory stores) says so with [`Drain::set_heard`]; a run there never reads
+//! its cancel flag and writes its events only on size, a tool call, its end and its heartbeat
+//! — promptly only while someone follows it. Elsewhere (a Worker, a Lambda function) a run
+//! learns of a cancel from the statements it makes anyway (each event write returns the flag)
+//! and writes its events at the recording's time bound.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
@@ -21,10 +30,71 @@ pub struct Drain {
     root: CancellationToken,
     /// Runs executing in this process, so a cancel reaching this instance stops its own
     /// runs at once (other instances observe the store's flag).
-    running: Mutex<HashMap<RunId, CancellationToken>>,
+    running: Mutex<HashMap<RunId, Arc<LocalRun>>>,
     /// Set by hosts where one request must never wake another's work (see
     /// [`Drain::isolate_requests`]).
     isolated: AtomicBool,
+    /// Whether every instance's signals reach this process as they happen ([`Drain::set_heard`]).
+    heard: AtomicBool,
+    /// Bumped each time hearing (re)starts: a run that was not hearing meanwhile reads its
+    /// flag once, since a cancel sent during the gap reached nobody.
+    epoch: AtomicU64,
+}
+
+/// How long a follow signal keeps a run writing its events promptly; a follower repeats it
+/// well within this ([`FOLLOW_SIGNAL_EVERY`]).
+pub const FOLLOWED_FOR_MS: i64 = 3_000;
+
+/// How often a follower of a live run's log signals that it is still there.
+pub const FOLLOW_SIGNAL_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A run executing in this process, as the signals reach it.
+#[derive(Debug)]
+pub struct LocalRun {
+    token: CancellationToken,
+    /// Until when (Unix milliseconds) a follower wants its events promptly.
+    followed_until: AtomicI64,
+}
+
+impl LocalRun {
+    /// Whether a follower asked for prompt writes within [`FOLLOWED_FOR_MS`] before `now_ms`.
+    pub fn followed(&self, now_ms: i64) -> bool {
+        self.followed_until.load(Ordering::Relaxed) > now_ms
+    }
+}
+
+/// What one instance asks of a run executing on another, sent through the store
+/// (Postgres `NOTIFY`) and heard by the host ([`Drain::hear`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// Stop the run (its cancel flag is set already).
+    Cancel(RunId),
+    /// Someone follows the run's log: write its events promptly for a while.
+    Follow(RunId),
+}
+
+impl Signal {
+    /// The channel the signals travel on.
+    pub const CHANNEL: &'static str = "tracon_runs";
+
+    /// The notification's payload: `cancel:<run id>` or `follow:<run id>`.
+    pub fn payload(&self) -> String {
+        match self {
+            Signal::Cancel(run) => format!("cancel:{run}"),
+            Signal::Follow(run) => format!("follow:{run}"),
+        }
+    }
+
+    /// Reads a payload; `None` for anything else (a newer instance's signal is ignored).
+    pub fn parse(payload: &str) -> Option<Self> {
+        let (kind, id) = payload.split_once(':')?;
+        let run = RunId(uuid::Uuid::parse_str(id).ok()?);
+        match kind {
+            "cancel" => Some(Signal::Cancel(run)),
+            "follow" => Some(Signal::Follow(run)),
+            _ => None,
+        }
+    }
 }
 
 impl Drain {
@@ -46,8 +116,42 @@ impl Drain {
     pub fn enter(self: &Arc<Self>, run: RunId) -> (RunGuard, CancellationToken) {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         let token = self.root.child_token();
-        self.running_lock().insert(run, token.clone());
+        let local = Arc::new(LocalRun { token: token.clone(), followed_until: AtomicI64::new(0) });
+        self.running_lock().insert(run, local);
         (RunGuard(self.clone(), run), token)
+    }
+
+    /// The run as it executes here (for its recorder, which asks whether it is followed).
+    pub fn local(&self, run: RunId) -> Option<Arc<LocalRun>> {
+        self.running_lock().get(&run).cloned()
+    }
+
+    /// Says whether every instance's signals reach this process as they happen from now on
+    /// (the host's listener connected, or lost its connection).
+    pub fn set_heard(&self, heard: bool) {
+        if heard {
+            self.epoch.fetch_add(1, Ordering::SeqCst);
+        }
+        self.heard.store(heard, Ordering::SeqCst);
+    }
+
+    /// Whether signals are heard here, and since which (re)start.
+    pub fn heard(&self) -> Option<u64> {
+        self.heard.load(Ordering::SeqCst).then(|| self.epoch.load(Ordering::SeqCst))
+    }
+
+    /// A signal from some instance (maybe this one) reached this process.
+    pub fn hear(&self, signal: Signal, now_ms: i64) {
+        match signal {
+            Signal::Cancel(run) => {
+                self.cancel_local(run);
+            }
+            Signal::Follow(run) => {
+                if let Some(local) = self.running_lock().get(&run) {
+                    local.followed_until.fetch_max(now_ms + FOLLOWED_FOR_MS, Ordering::Relaxed);
+                }
+            }
+        }
     }
 
     /// For hosts whose requests each have their own I/O context — a Cloudflare Worker. A
@@ -66,15 +170,15 @@ impl Drain {
             return false;
         }
         match self.running_lock().get(&run) {
-            Some(token) => {
-                token.cancel();
+            Some(local) => {
+                local.token.cancel();
                 true
             }
             None => false,
         }
     }
 
-    fn running_lock(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, CancellationToken>> {
+    fn running_lock(&self) -> std::sync::MutexGuard<'_, HashMap<RunId, Arc<LocalRun>>> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -47,6 +47,11 @@ pub async fn execute(
     let mut run = Execution::begin(runtime, prepared, cancel, events).await;
     let start = run.turn_start().await;
     let turn = run.turn(start).await;
+    // The row was written while the model was called ([`crate::runs::opening`]); a run whose
+    // row could not be written was refused already and writes nothing.
+    if let Err(e) = run.recorder.row().wait().await {
+        return run.abandon(turn, e);
+    }
     let end = run.save_session(&turn).await;
     run.settle(turn, end).await
 }
@@ -132,6 +137,7 @@ impl<'r> Execution<'r> {
             tree,
             replay,
             budget,
+            opening,
         } = prepared;
         let in_place = continuation.as_ref().and_then(|c| c.in_place.clone());
         let started_at = in_place.as_ref().map_or(started_at, |p| p.started_at);
@@ -147,12 +153,21 @@ impl<'r> Execution<'r> {
             clock.clone(),
             recording.clone(),
             runtime.event_sinks.clone(),
-        );
+        )
+        .hearing(runtime.drain.clone())
+        .opening(opening);
         let recorder = Arc::new(match &in_place {
             Some(p) => recorder.continue_after(p.last_sequence),
             None => recorder,
         });
-        let watch = CancelWatch::new(store, clock, tenant.clone(), run_id, runtime.settings.cancel_check_interval);
+        let watch = CancelWatch::new(
+            store,
+            clock,
+            tenant.clone(),
+            run_id,
+            runtime.settings.cancel_check_interval,
+            runtime.drain.clone(),
+        );
         let mut emitter = Emitter::new(events, cancel.clone(), recorder.clone(), watch);
         // A run going on in place after a hand-over has its first events already.
         if in_place.is_none() {
@@ -333,7 +348,7 @@ impl<'r> Execution<'r> {
 
     async fn one_turn(&mut self, history: Vec<Message>, start: TurnStart) -> TurnResult {
         let turn = engine::run_turn(self.runtime, &self.agent, &self.env, history, start, &mut self.emitter);
-        with_heartbeat(turn, self.runtime, &self.request.tenant, self.run_id).await
+        with_heartbeat(turn, self.runtime, &self.request.tenant, &self.recorder, &self.env.cancel).await
     }
 
     /// The harness loop ([`crate::harness`]): while the turn answered and iterations are
@@ -516,6 +531,28 @@ impl<'r> Execution<'r> {
                 "Another turn saved this session first; the conversation moved on. Retry the turn.",
             )),
             Err(e) => TurnEnd::Failed(RunFailure::foreign("SessionStoreError", &format!("{e:?}"))),
+        }
+    }
+
+    /// The outcome of a run whose row could not be written: its surface refused it
+    /// (`launch` answers `503`), so nothing is saved, recorded or announced.
+    fn abandon(self, turn: TurnResult, e: StoreError) -> RunOutcome {
+        tracing::warn!(run_id = %self.run_id, error = ?e, "the run row could not be written; the run is abandoned");
+        RunOutcome {
+            run_id: self.run_id,
+            started_at: self.started_at,
+            status: RunStatus::Failed,
+            text: String::new(),
+            usage: turn.usage,
+            cost: None,
+            failure: Some(RunFailure::foreign("StoreError", &format!("{e:?}"))),
+            approvals: Vec::new(),
+            model_provider: None,
+            model: None,
+            finish_reason: None,
+            event_writes: 0,
+            client_tool_calls: Vec::new(),
+            session_id: None,
         }
     }
 
@@ -834,23 +871,37 @@ pub const RESUMED_EVENT: &str = "tracon.approval.resumed";
 // ---- queued runs ------------------------------------------------------------------------------
 
 /// Drives `work` while moving the run's heartbeat every `HeartbeatSeconds`, so reconciliation
-/// can tell a long model call from a dead process. A failed heartbeat is logged; the run goes on.
+/// can tell a long model call from a dead process. The heartbeat carries the events the
+/// recorder holds (an unfollowed run's deltas wait for it, where signals are heard), and says
+/// whether the run is to stop — cancelled, or closed under a process that stalled — which
+/// cancels it. A failed heartbeat is logged; the run goes on.
 pub(crate) async fn with_heartbeat<T>(
     work: impl std::future::Future<Output = T>,
     runtime: &Runtime,
     tenant: &TenantId,
-    run_id: RunId,
+    recorder: &Recorder,
+    cancel: &CancellationToken,
 ) -> T {
     let clock = runtime.platform.clock.as_ref();
     let every = runtime.settings.reconciliation.heartbeat;
+    let run_id = recorder.run_id();
     let mut work = std::pin::pin!(work);
     loop {
         tokio::select! {
             biased;
             out = &mut work => return out,
             () = clock.sleep(every) => {
-                if let Err(e) = runtime.stores.runs.heartbeat(tenant, run_id, clock.now()).await {
-                    tracing::warn!(run_id = %run_id, error = ?e, "could not move the run's heartbeat");
+                if recorder.enabled() && recorder.pending() > 0 {
+                    recorder.flush().await;
+                    if recorder.told_to_stop() {
+                        cancel.cancel();
+                    }
+                    continue;
+                }
+                match runtime.stores.runs.heartbeat(tenant, run_id, clock.now()).await {
+                    Ok(true) => cancel.cancel(),
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(run_id = %run_id, error = ?e, "could not move the run's heartbeat"),
                 }
             }
         }

@@ -154,16 +154,28 @@ pub async fn launch(runtime: &Arc<Runtime>, start: Start<'_>) -> Result<Launched
         runtime,
         request,
         run_id,
-        Options { extra_instructions, caller, history, budget, ..Options::default() },
+        Options {
+            extra_instructions,
+            caller,
+            history,
+            budget,
+            // A run someone waits for calls its model while its row is written; the row is
+            // there before the surface gets the run (below).
+            overlap_row: matches!(here, Here::Live | Here::Buffered),
+            ..Options::default()
+        },
     )
     .await?;
     let run_id = prepared.run_id;
+    let row = prepared.opening.clone();
     let (guard, cancel) = runtime.drain.enter(run_id);
     let span = tracing::info_span!("runs.execute", agent = %prepared.agent.name, run_id = %run_id);
     match here {
         Here::Buffered => {
-            let outcome = execute(runtime, prepared, cancel, None).instrument(span).await;
+            let (written, outcome) =
+                futures::join!(row.wait(), execute(runtime, prepared, cancel, None).instrument(span));
             drop(guard);
+            written.map_err(StartError::Store)?;
             Ok(Launched::Finished(Box::new(outcome)))
         }
         Here::Background => {
@@ -197,6 +209,13 @@ pub async fn launch(runtime: &Arc<Runtime>, start: Start<'_>) -> Result<Launched
                 }
                 .instrument(span),
             ));
+            // The run is the caller's once its row exists: the `run` frame, the headers and a
+            // read of the run right after all find it. A store that cannot take the row
+            // refuses the run here, as before anything streamed.
+            if let Err(e) = row.wait().await {
+                live.cancel.cancel();
+                return Err(StartError::Store(e));
+            }
             Ok(Launched::Live(live))
         }
     }

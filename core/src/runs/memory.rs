@@ -199,11 +199,11 @@ impl RunStore for MemoryRunStore {
         run: RunId,
         events: &[RecordedEvent],
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         self.with_entry(tenant, run, |e| {
             append_checked(&mut e.events, events)?;
             e.row.heartbeat_at = Some(now);
-            Ok(())
+            Ok(to_stop(e))
         })
     }
 
@@ -378,18 +378,16 @@ impl RunStore for MemoryRunStore {
     }
 
     async fn is_cancel_requested(&self, tenant: &TenantId, run: RunId) -> Result<bool, StoreError> {
-        let stop =
-            |e: &RunEntry| e.row.cancel_requested || !matches!(e.row.status, RunStatus::Running | RunStatus::Queued);
-        Ok(lock(&self.inner).rows.get(&(tenant.clone(), run)).is_some_and(stop))
+        Ok(lock(&self.inner).rows.get(&(tenant.clone(), run)).is_some_and(to_stop))
     }
 
-    async fn heartbeat(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<(), StoreError> {
-        if let Some(e) = lock(&self.inner).rows.get_mut(&(tenant.clone(), run))
-            && e.row.status == RunStatus::Running
-        {
+    async fn heartbeat(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let mut inner = lock(&self.inner);
+        let Some(e) = inner.rows.get_mut(&(tenant.clone(), run)) else { return Ok(true) };
+        if e.row.status == RunStatus::Running {
             e.row.heartbeat_at = Some(now);
         }
-        Ok(())
+        Ok(to_stop(e))
     }
 
     async fn stale_runs(&self, stale_before: DateTime<Utc>, limit: usize) -> Result<Vec<StaleRun>, StoreError> {
@@ -426,4 +424,9 @@ impl RunStore for MemoryRunStore {
         }
         self.finish_run(tenant, id, end, events).await.map(|()| true)
     }
+}
+
+/// Whether a run's executor is to stop: a cancel was asked, or the run no longer runs.
+fn to_stop(e: &RunEntry) -> bool {
+    e.row.cancel_requested || !matches!(e.row.status, RunStatus::Running | RunStatus::Queued)
 }

@@ -29,6 +29,7 @@ pub mod execute;
 pub mod input;
 pub mod launch;
 pub mod memory;
+pub mod opening;
 pub mod outcome;
 pub mod preflight;
 pub mod prepare;

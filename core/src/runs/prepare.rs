@@ -11,6 +11,7 @@ use crate::error::StoreError;
 use crate::model::Message;
 use crate::names::{RunId, SessionId};
 use crate::ports::new_id;
+use crate::runs::opening::Opening;
 use crate::runs::preflight::ContextWindowExceeded;
 use crate::runs::request::{
     CLIENT_UNANSWERED, ClientToolResult, MAX_CLIENT_RESULT_BYTES, RunRequest, StartError, UNDECIDED,
@@ -61,6 +62,9 @@ pub struct PreparedRun {
     pub replay: Option<Arc<crate::tools::replayed::Recorded>>,
     /// A root run's own tree limits (an external surface's call); `None`: the installation's.
     pub budget: Option<Arc<crate::runs::tree::AgentGraphSettings>>,
+    /// The run row: written, or — [`Options::overlap_row`] — being written while the model
+    /// is called ([`crate::runs::opening`]).
+    pub opening: Opening,
 }
 
 /// How [`prepare_in`] departs from an ordinary run.
@@ -82,6 +86,9 @@ pub struct Options<'a> {
     pub history: History,
     /// A root run's own tree limits ([`PreparedRun::budget`]).
     pub budget: Option<Arc<crate::runs::tree::AgentGraphSettings>>,
+    /// Hand the row's write over as [`PreparedRun::opening`] instead of waiting for it: the
+    /// caller waits for it before it gives the run to anyone (`launch`).
+    pub overlap_row: bool,
 }
 
 /// What the model sees before the new message.
@@ -171,9 +178,23 @@ pub async fn prepare_in(
         (None, None, None) => RunId(new_id(runtime.platform.clock.as_ref())),
     };
     let started_at = runtime.platform.clock.now();
-    if request.queued.is_none() {
-        open_record(runtime, run_id, &agent, &request, session.as_ref(), started_at, &options).await?;
-    }
+    let row = if request.queued.is_none() {
+        row_of(runtime, run_id, &agent, &request, session.as_ref(), started_at, &options)
+    } else {
+        None
+    };
+    let opening = match row {
+        None => Opening::written(),
+        Some(row) => {
+            let write = write_row(runtime.stores.runs.clone(), request.tenant.clone(), row);
+            if options.overlap_row {
+                Opening::pending(Box::pin(write))
+            } else {
+                write.await.map_err(StartError::Store)?;
+                Opening::written()
+            }
+        }
+    };
     Ok(PreparedRun {
         run_id,
         agent,
@@ -187,6 +208,7 @@ pub async fn prepare_in(
         tree: None,
         replay: None,
         budget: options.budget,
+        opening,
     })
 }
 
@@ -354,7 +376,8 @@ fn client_results(
 /// Writes the run row (with its input) before anything streams. A store that cannot be
 /// reached refuses the run (`503`): better no run than one nobody can ever read back. Any
 /// other write failure is logged and the run goes on — recording never breaks a run.
-async fn open_record(
+/// The run row and its recorded input, when runs are recorded.
+fn row_of(
     runtime: &Runtime,
     run_id: RunId,
     agent: &CompiledAgent,
@@ -362,11 +385,11 @@ async fn open_record(
     session: Option<&LoadedSession>,
     started_at: chrono::DateTime<chrono::Utc>,
     options: &Options<'_>,
-) -> Result<(), StartError> {
+) -> Option<(RunRecord, Option<RunInputRecord>)> {
     let place = options.place;
     let recording = &runtime.settings.recording;
     if !recording.enabled {
-        return Ok(());
+        return None;
     }
     let row = RunRecord {
         session_id: session.map(|s| s.id.as_str().to_owned()),
@@ -384,11 +407,21 @@ async fn open_record(
         parameters: request.parameters.clone(),
         documents: request.documents.clone(),
     });
-    match runtime.stores.runs.create_run(&request.tenant, &row, input.as_ref()).await {
+    Some((row, input))
+}
+
+/// Writes the run row. Only an unreachable store refuses the run; any other failure is
+/// logged and the run goes on unrecorded.
+async fn write_row(
+    runs: Arc<dyn crate::runs::store::RunStore>,
+    tenant: crate::names::TenantId,
+    (row, input): (RunRecord, Option<RunInputRecord>),
+) -> Result<(), StoreError> {
+    match runs.create_run(&tenant, &row, input.as_ref()).await {
         Ok(()) => Ok(()),
-        Err(e @ StoreError::Unavailable { .. }) => Err(StartError::Store(e)),
+        Err(e @ StoreError::Unavailable { .. }) => Err(e),
         Err(e) => {
-            tracing::warn!(run_id = %run_id, error = ?e, "could not record the run; it goes on");
+            tracing::warn!(run_id = %row.id, error = ?e, "could not record the run; it goes on");
             Ok(())
         }
     }

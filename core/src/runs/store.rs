@@ -402,14 +402,16 @@ pub trait RunStore: Send + Sync {
 
     /// Appends a batch of events (one round trip) and moves the run's heartbeat to `now`.
     /// Sequence numbers come from the run's single writer; a sequence already stored is a
-    /// `Conflict` and nothing of the batch is written.
+    /// `Conflict` and nothing of the batch is written. Returns, from the same statement,
+    /// whether the run's executor is to stop ([`Self::is_cancel_requested`]), so a run that
+    /// writes its events never reads its cancel flag separately.
     async fn append_events(
         &self,
         tenant: &TenantId,
         run: RunId,
         events: &[RecordedEvent],
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError>;
+    ) -> Result<bool, StoreError>;
     /// Events with a sequence above `after`, in order, at most `limit`.
     async fn read_events(
         &self,
@@ -486,8 +488,14 @@ pub trait RunStore: Send + Sync {
     async fn is_cancel_requested(&self, tenant: &TenantId, run: RunId) -> Result<bool, StoreError>;
 
     /// Moves a running run's heartbeat to `now` (its executor is alive). A run that is not
-    /// running is left alone.
-    async fn heartbeat(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<(), StoreError>;
+    /// running is left alone. Returns, from the same statement, whether the executor is to
+    /// stop ([`Self::is_cancel_requested`]; `true` for a missing run).
+    async fn heartbeat(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<bool, StoreError>;
+    /// Tells every instance that hears signals ([`crate::runs::drain::Drain::hear`]) what is
+    /// asked of a run — a follower of its log. A store without listeners does nothing.
+    async fn signal(&self, _signal: crate::runs::drain::Signal) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// Running runs of any tenant whose heartbeat (or start, without one) is older than
     /// `stale_before`, oldest first, at most `limit` — reconciliation's candidates.
     async fn stale_runs(&self, stale_before: DateTime<Utc>, limit: usize) -> Result<Vec<StaleRun>, StoreError>;

@@ -440,7 +440,8 @@ fn run(
             clock.clone(),
             runtime.settings.recording.clone(),
             runtime.event_sinks.clone(),
-        );
+        )
+        .hearing(runtime.drain.clone());
         // A run going on in place appends to its own log.
         let recorder = Arc::new(match in_place {
             Some((last, _)) => recorder.continue_after(last),
@@ -452,6 +453,7 @@ fn run(
             start.tenant.clone(),
             run_id,
             runtime.settings.cancel_check_interval,
+            runtime.drain.clone(),
         );
         let mut emitter = Emitter::new(tx, cancel.clone(), recorder.clone(), watch);
         let def = start.definition;
@@ -503,7 +505,7 @@ fn run(
         let end = {
             // The root's heartbeat moves while its nodes run, so reconciliation can tell a
             // long node from a dead process.
-            let steps = crate::runs::execute::with_heartbeat(walk.steps(), &runtime, &tenant, run_id);
+            let steps = crate::runs::execute::with_heartbeat(walk.steps(), &runtime, &tenant, &recorder, &cancel);
             futures::pin_mut!(steps);
             match max_duration {
                 None => steps.await,

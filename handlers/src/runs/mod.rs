@@ -25,6 +25,7 @@ use tracon_core::access::{RunAction, is_allowed};
 use tracon_core::identity::Caller;
 use tracon_core::model::Usage;
 use tracon_core::names::{RunId, TenantId};
+use tracon_core::runs::drain::{FOLLOW_SIGNAL_EVERY, Signal};
 use tracon_core::runs::store::{
     CancelOutcome, RunFilter, RunInputRecord, RunRecord, RunStats, RunStatus, ToolCallRecord,
 };
@@ -358,6 +359,7 @@ pub async fn events(
         done: false,
         quiet_polls_after_end: 0,
         last_write: state.runtime.platform.clock.now(),
+        signaled: None,
     };
     let body = stream::unfold(follow, |mut f| async move {
         let chunk = f.next_chunk().await?;
@@ -379,12 +381,31 @@ struct Follow {
     quiet_polls_after_end: u32,
     /// When the stream last wrote anything (frames or a keep-alive).
     last_write: DateTime<Utc>,
+    /// When the run's executor was last told it is followed.
+    signaled: Option<DateTime<Utc>>,
 }
 
 impl Follow {
+    /// Tells the run's executor, wherever it runs, that its log has a follower, so it writes
+    /// its events promptly (an unfollowed run writes them on size, steps and its end only,
+    /// where signals are heard). Repeated while the run is live, at most every
+    /// [`FOLLOW_SIGNAL_EVERY`]; a failure only delays the events to the executor's own writes.
+    async fn ask_for_events(&mut self, now: DateTime<Utc>) {
+        if self.signaled.is_some_and(|at| (now - at).to_std().is_ok_and(|d| d < FOLLOW_SIGNAL_EVERY)) {
+            return;
+        }
+        self.signaled = Some(now);
+        let runtime = &self.state.runtime;
+        let signal = Signal::Follow(self.run);
+        runtime.drain.hear(signal, now.timestamp_millis());
+        if let Err(e) = runtime.stores.runs.signal(signal).await {
+            tracing::warn!(run_id = %self.run, error = ?e, "could not signal the run's executor that it is followed");
+        }
+    }
+
     /// The next chunk of frames, or `None` when the stream ends.
     async fn next_chunk(&mut self) -> Option<bytes::Bytes> {
-        let runtime = &self.state.runtime;
+        let runtime = self.state.runtime.clone();
         let clock = runtime.platform.clock.clone();
         loop {
             if self.done {
@@ -429,6 +450,9 @@ impl Follow {
                 runtime.stores.runs.get_run(&self.tenant, self.run).await,
                 Ok(Some(r)) if r.status.is_terminal()
             );
+            if !ended {
+                self.ask_for_events(now).await;
+            }
             if ended {
                 // The row closes just before the terminal event is written; give the
                 // writer a few polls, then stop (a log whose end was never recorded).

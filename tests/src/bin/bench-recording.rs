@@ -106,10 +106,10 @@ impl RunStore for Counting {
         id: RunId,
         ev: &[RecordedEvent],
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         self.appends.fetch_add(1, Ordering::Relaxed);
         self.events.fetch_add(ev.len() as u64, Ordering::Relaxed);
-        delegate!(self, (), s => s.append_events(t, id, ev, now))
+        delegate!(self, false, s => s.append_events(t, id, ev, now))
     }
     async fn read_events(
         &self,
@@ -178,8 +178,8 @@ impl RunStore for Counting {
     async fn is_cancel_requested(&self, t: &TenantId, id: RunId) -> Result<bool, StoreError> {
         delegate!(self, false, s => s.is_cancel_requested(t, id))
     }
-    async fn heartbeat(&self, t: &TenantId, id: RunId, now: DateTime<Utc>) -> Result<(), StoreError> {
-        delegate!(self, (), s => s.heartbeat(t, id, now))
+    async fn heartbeat(&self, t: &TenantId, id: RunId, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        delegate!(self, false, s => s.heartbeat(t, id, now))
     }
     async fn stale_runs(&self, before: DateTime<Utc>, n: usize) -> Result<Vec<StaleRun>, StoreError> {
         delegate!(self, Vec::new(), s => s.stale_runs(before, n))

@@ -8,6 +8,7 @@
 //! edited. Errors are mapped by SQLSTATE, never by message text.
 
 mod driver;
+mod listen;
 
 use std::sync::Arc;
 
@@ -22,6 +23,7 @@ use crate::sql::is_schema_name;
 
 pub use crate::settings::PgSettings;
 pub use driver::SqlxDriver;
+pub use listen::listen;
 
 /// The migrations under `migrations/`, embedded in the binary.
 pub static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");

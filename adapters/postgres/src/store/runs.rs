@@ -274,20 +274,23 @@ impl RunStore for PgRunStore {
         run: RunId,
         events: &[RecordedEvent],
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         if events.is_empty() {
-            return Ok(());
+            return self.is_cancel_requested(tenant, run).await;
         }
         let batch = event_arrays(&self.protection, tenant, run, events)?;
-        let done = self
+        let stop: Option<bool> = self
             .db
-            .execute(
+            .query_opt(
                 sql::EVENTS_APPEND,
                 &params![tenant.as_str(), run.0, &batch.sequences, &batch.kinds, &batch.times, &batch.payloads, now],
             )
             .await
-            .map_err(duplicate_event)?;
-        if done == 0 { Err(StoreError::NotFound) } else { Ok(()) }
+            .map_err(duplicate_event)?
+            .as_ref()
+            .map(Row::first)
+            .transpose()?;
+        stop.ok_or(StoreError::NotFound)
     }
 
     async fn answers(&self, tenant: &TenantId, runs: &[RunId]) -> Result<BTreeMap<RunId, String>, StoreError> {
@@ -601,8 +604,20 @@ impl RunStore for PgRunStore {
         Ok(flag.unwrap_or(false))
     }
 
-    async fn heartbeat(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<(), StoreError> {
-        self.db.execute(sql::RUN_HEARTBEAT, &params![tenant.as_str(), run.0, now]).await?;
+    async fn heartbeat(&self, tenant: &TenantId, run: RunId, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let stop: Option<bool> = self
+            .db
+            .query_opt(sql::RUN_HEARTBEAT, &params![tenant.as_str(), run.0, now])
+            .await?
+            .as_ref()
+            .map(Row::first)
+            .transpose()?;
+        Ok(stop.unwrap_or(true))
+    }
+
+    async fn signal(&self, signal: tracon_core::runs::drain::Signal) -> Result<(), StoreError> {
+        let payload = signal.payload();
+        self.db.execute(sql::RUN_SIGNAL, &params![payload.as_str()]).await?;
         Ok(())
     }
 
