@@ -861,3 +861,117 @@ async fn killed_mid_queue_every_job_ends_once_and_the_orphaned_runs_are_reconcil
     assert_eq!(orphaned, SLOTS as i64);
     assert!(second.log_text().contains("closed an orphaned run"), "{}", second.log_text());
 }
+
+/// A live SSE response read frame by frame.
+struct Live {
+    body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    buffer: String,
+    raw: String,
+}
+
+impl Live {
+    async fn open(request: reqwest::RequestBuilder) -> Live {
+        use futures::StreamExt;
+        let res = request.send().await.unwrap();
+        assert_eq!(res.status(), 200);
+        Live { body: res.bytes_stream().boxed(), buffer: String::new(), raw: String::new() }
+    }
+
+    /// The next frame; `None` when the stream ended. Waits at most 60 s: a frame that never
+    /// comes fails the test instead of hanging it.
+    async fn next(&mut self) -> Option<support::Frame> {
+        use futures::StreamExt;
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let frame: String = self.buffer.drain(..end + 2).collect();
+                self.raw.push_str(&frame);
+                match support::parse_frames(&frame).into_iter().next() {
+                    Some(f) => return Some(f),
+                    None => continue, // a keep-alive comment
+                }
+            }
+            let chunk =
+                tokio::time::timeout(Duration::from_secs(60), self.body.next()).await.expect("no frame within 60 s")?;
+            self.buffer.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+        }
+    }
+
+    async fn until(&mut self, wanted: impl Fn(&support::Frame) -> bool) -> support::Frame {
+        loop {
+            match self.next().await {
+                Some(f) if wanted(&f) => return f,
+                Some(_) => {}
+                None => panic!("the stream ended first:\n{}", self.raw),
+            }
+        }
+    }
+}
+
+/// Two servers on one database, each hearing the other through `LISTEN tracon_runs`. A run
+/// on the first whose model has gone silent writes nothing while nobody follows it (no
+/// event batches on a timer, no cancel-flag reads); a follower on the second tells it so and
+/// then sees what the model already said; a cancel through the second stops the first's
+/// run at once. Heartbeats are pushed out to ten minutes, so neither can arrive by the
+/// heartbeat's piggy-backed stop flag.
+#[tokio::test]
+async fn across_two_servers_a_follower_and_a_cancel_reach_a_live_run_through_notify() {
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    let quiet = || MockTurn::text("Still thinking about it.").hang_after_chunks(1);
+    mock.script("quiet-model", vec![quiet(), quiet()]);
+    let endpoint = format!("{}/v1", mock.base_url());
+    let env = [
+        ("OPENAI_API_KEY", "k"),
+        ("Tracon__Providers__OpenAI__Endpoint", endpoint.as_str()),
+        ("Tracon__Providers__OpenAI__DefaultModel", "quiet-model"),
+        ("Tracon__RunReconciliation__HeartbeatSeconds", "600"),
+        ("Tracon__RunReconciliation__OrphanAfterSeconds", "1200"),
+    ];
+    let (schema, url) = (fresh_schema(), database_url());
+    let a = start_on_pg(&schema, &url, &env).await;
+    let b = start_on_pg(&schema, &url, &env).await;
+    let (client, pool) = (reqwest::Client::new(), db().await);
+    let events_of = |id: String| {
+        let (pool, schema) = (pool.clone(), schema.clone());
+        async move {
+            sqlx::query_scalar::<_, i64>(&format!("SELECT count(*) FROM {schema}.run_events WHERE run_id = $1::uuid"))
+                .bind(id)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+
+    // A run on A; its model said one thing and went quiet.
+    let mut live = Live::open(client.post(a.url("/api/agents/support/run")).json(&json!({"message": "Go."}))).await;
+    let id = live.next().await.unwrap().data["runId"].as_str().unwrap().to_owned();
+    live.until(|f| f.event == "update" && f.data["kind"] == "text").await;
+    let unfollowed = events_of(id.clone()).await;
+
+    // Followed from B: A is told, writes what it has, and B's follower streams it.
+    let mut follower = Live::open(client.get(b.url(&format!("/api/runs/{id}/events")))).await;
+    let delta = follower.until(|f| f.event == "message.delta").await;
+    // What the model said before it went quiet (the mock sends it in pieces).
+    assert!(delta.data.to_string().contains("Still"), "{}", follower.raw);
+    assert!(events_of(id.clone()).await > unfollowed);
+
+    // A second quiet run on A, nobody following: a cancel through B ends it.
+    let mut second =
+        Live::open(client.post(a.url("/api/agents/support/run")).json(&json!({"message": "Again."}))).await;
+    let second_id = second.next().await.unwrap().data["runId"].as_str().unwrap().to_owned();
+    second.until(|f| f.event == "update" && f.data["kind"] == "text").await;
+    let res = client.post(b.url(&format!("/api/runs/{second_id}/cancel"))).send().await.unwrap();
+    assert_eq!(res.status(), 202);
+    let mut frames = Vec::new();
+    while let Some(f) = second.next().await {
+        frames.push(f);
+    }
+    assert_eq!(frames.last().unwrap().data["status"], "Canceled", "{}", second.raw);
+    let run: Value = client.get(b.url(&format!("/api/runs/{second_id}"))).send().await.unwrap().json().await.unwrap();
+    assert_eq!(run["status"], "Canceled");
+    // Its log ends once, with what the model said before the cancel in it.
+    let log = client.get(b.url(&format!("/api/runs/{second_id}/events"))).send().await.unwrap().text().await.unwrap();
+    let log = support::parse_frames(&log);
+    assert_eq!(log.iter().filter(|f| f.event == "run.canceled").count(), 1, "{log:?}");
+    assert!(log.iter().any(|f| f.event == "message.delta"));
+    drop(live);
+}
