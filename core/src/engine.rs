@@ -138,6 +138,13 @@ impl Emitter {
         }
     }
 
+    /// Emits an event whose record travels with the next statement the run makes anyway (a
+    /// tool round's ledger write, a call's record): see [`Recorder::along`].
+    pub async fn emit_held(&mut self, event: RunEvent) {
+        self.recorder.record_held(&event).await;
+        self.send_live(event).await;
+    }
+
     /// Sends an event to the caller only (it was recorded another way).
     pub async fn send_live(&mut self, event: RunEvent) {
         if let Some(tx) = &self.tx
@@ -148,12 +155,12 @@ impl Emitter {
         }
     }
 
-    /// Whether the run must stop: its token fired, or the store says someone asked.
     /// Whether the run streams to a caller as it goes (its text reaches someone at once).
     pub fn is_live(&self) -> bool {
         self.tx.is_some()
     }
 
+    /// Whether the run must stop: its token fired, or the store says someone asked.
     pub async fn should_stop(&mut self) -> bool {
         if self.cancel.is_cancelled() {
             return true;
@@ -740,7 +747,7 @@ pub async fn run_tools(
     let mut gates = Vec::with_capacity(calls.len());
     for call in calls {
         emitter
-            .emit(RunEvent::ToolInvoking {
+            .emit_held(RunEvent::ToolInvoking {
                 call_id: call.id.clone(),
                 tool_name: call.name.clone(),
                 arguments: call.arguments.clone(),
@@ -791,8 +798,10 @@ pub async fn run_tools(
             let now = runtime.platform.clock.now();
             let record =
                 ToolCallRecord::opened(env.run_id, call, Some(request.effect), ToolCallStatus::AwaitingApproval, now);
-            if let Err(e) = runtime.stores.runs.record_tool_call(&env.tenant, &record).await {
-                tracing::warn!(run_id = %env.run_id, error = ?e, "could not record a tool call");
+            let along = emitter.recorder().along().await;
+            match runtime.stores.runs.record_tool_call_with(&env.tenant, &record, along.events(), along.now()).await {
+                Ok(()) => along.written(),
+                Err(e) => tracing::warn!(run_id = %env.run_id, error = ?e, "could not record a tool call"),
             }
         }
         return Ok(ToolRound::Approvals(approvals));
@@ -829,7 +838,7 @@ pub async fn run_tools(
     if !admitted.is_empty() && emitter.should_stop().await {
         return Err(Stop::Canceled);
     }
-    if !begin_step(runtime, env, step, &admitted).await {
+    if !begin_step(runtime, env, emitter.recorder(), step, &admitted).await {
         return Err(Stop::Failed(RunFailure::new(
             ErrorClass::Orphaned,
             "This run was closed while it ran (its executor was taken for gone); its calls did not run here.",
@@ -877,11 +886,14 @@ pub async fn run_tools(
 async fn begin_step(
     runtime: &Runtime,
     env: &CallEnv,
+    recorder: &Recorder,
     step: Option<&Message>,
     admitted: &[(usize, pipeline::Admitted)],
 ) -> bool {
     let ledger = &env.ledger;
     if !ledger.enabled || (step.is_none() && admitted.is_empty()) {
+        // No ledger write for the calls' starts to travel with: they go on their own.
+        recorder.flush().await;
         return true;
     }
     let now = runtime.platform.clock.now();
@@ -893,8 +905,18 @@ async fn begin_step(
             ToolCallRecord::opened(env.run_id, call, Some(a.tool.effect), ToolCallStatus::Started, a.started_at)
         })
         .collect();
-    match runtime.stores.runs.begin_step(&env.tenant, env.run_id, step.as_ref(), &starts).await {
+    let along = recorder.along().await;
+    let written = runtime.stores.runs.begin_step_with(
+        &env.tenant,
+        env.run_id,
+        step.as_ref(),
+        &starts,
+        along.events(),
+        along.now(),
+    );
+    match written.await {
         Ok(written) => {
+            along.written();
             if !written {
                 tracing::warn!(run_id = %env.run_id, "the run is no longer running; its round does not run here");
             }
@@ -941,7 +963,7 @@ async fn finish_call(
         duration_ms = outcome.duration_ms,
         "tool call settled"
     );
-    emitter.emit(event).await;
+    emitter.emit_held(event).await;
     let call =
         ToolCall { id: outcome.call_id.clone(), name: outcome.tool_name.clone(), arguments: outcome.arguments.clone() };
     let record = ToolCallRecord {
@@ -953,8 +975,10 @@ async fn finish_call(
         ..ToolCallRecord::opened(env.run_id, call, outcome.effect, outcome.status, outcome.started_at)
     };
     let store = runtime.stores.runs.clone();
-    if let Err(e) = store.record_tool_call(&env.tenant, &record).await {
-        tracing::warn!(run_id = %env.run_id, error = ?e, "could not record a tool call");
+    let along = emitter.recorder().along().await;
+    match store.record_tool_call_with(&env.tenant, &record, along.events(), along.now()).await {
+        Ok(()) => along.written(),
+        Err(e) => tracing::warn!(run_id = %env.run_id, error = ?e, "could not record a tool call"),
     }
     if let Some(late) = late {
         runtime.platform.spawner.spawn(Box::pin(async move {

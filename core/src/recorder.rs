@@ -6,8 +6,10 @@
 //! writes does not grow with the number of tokens, nor with how long the answer streams: the
 //! buffer is written
 //!
-//! - when a tool call starts or settles or a custom event arrives (a step a follower and the
-//!   ledger need at once);
+//! - with the statement of a step that the run writes anyway: a tool round's calls' starts
+//!   travel with the step ledger's write, a call's ending with its record
+//!   ([`Recorder::along`]), so a tool call costs one statement, not three;
+//! - when a custom event arrives (a follower needs it at once);
 //! - when it holds `flush_max_events` events or `flush_max_bytes` of text (a memory bound);
 //! - when `flush_interval` has passed since the last write, **only while someone follows the
 //!   log** (a follow signal, [`crate::runs::drain::Signal::Follow`], reached this instance in
@@ -315,6 +317,24 @@ impl Recorder {
         std::mem::take(&mut st.pending)
     }
 
+    /// The buffered events, taken to travel with another statement of the run's (the step
+    /// ledger's write, a tool call's record) under the recorder's write lock, so no later
+    /// batch overtakes them. [`Along::written`] once that statement succeeded; dropped
+    /// otherwise (a failure, a cancelled write), the events go back in front of the buffer.
+    /// Empty when the run's row was never written (the run is abandoned unwritten).
+    pub async fn along(&self) -> Along<'_> {
+        let opened = self.opening.wait().await.is_ok();
+        let writer = self.write_lock.lock().await;
+        let events = if opened {
+            let mut st = self.state();
+            st.pending_bytes = 0;
+            std::mem::take(&mut st.pending)
+        } else {
+            Vec::new()
+        };
+        Along { recorder: self, _writer: writer, events, now: self.clock.now(), done: false }
+    }
+
     /// Puts events taken by [`take_pending`](Self::take_pending) back in front.
     pub fn restore(&self, mut events: Vec<RecordedEvent>) {
         let mut st = self.state();
@@ -379,6 +399,44 @@ impl Recorder {
                 st.pending = kept;
                 st.last_write = now;
             }
+        }
+    }
+}
+
+/// Buffered events on their way with another statement: see [`Recorder::along`].
+pub struct Along<'a> {
+    recorder: &'a Recorder,
+    _writer: tokio::sync::MutexGuard<'a, ()>,
+    events: Vec<RecordedEvent>,
+    now: DateTime<Utc>,
+    done: bool,
+}
+
+impl Along<'_> {
+    pub fn events(&self) -> &[RecordedEvent] {
+        &self.events
+    }
+
+    /// When the statement is made (the run's heartbeat moves to it with the events).
+    pub fn now(&self) -> DateTime<Utc> {
+        self.now
+    }
+
+    /// The statement carrying the events succeeded.
+    pub fn written(mut self) {
+        self.done = true;
+        if !self.events.is_empty() {
+            self.recorder.writes.fetch_add(1, Ordering::Relaxed);
+            self.recorder.state().last_write = self.now;
+        }
+    }
+}
+
+impl Drop for Along<'_> {
+    fn drop(&mut self) {
+        if !self.done && !self.events.is_empty() {
+            tracing::warn!(run_id = %self.recorder.run_id, events = self.events.len(), "could not record run events with their step; keeping them for the next write");
+            self.recorder.restore(std::mem::take(&mut self.events));
         }
     }
 }

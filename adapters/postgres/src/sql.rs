@@ -192,9 +192,14 @@ pub const EVENTS_READ: &str = "SELECT sequence, occurred_at, payload FROM run_ev
 
 /// A tool round's ledger write, fenced by the run being `Running`: the model step (`$3`…`$5`,
 /// all NULL for a round without one) and the calls' starts as arrays (`$6`…`$11`: call id,
-/// tool name, effect, status, arguments, started at). Returns one row, `written`.
+/// tool name, effect, status, arguments, started at), and the run's events recorded before it
+/// (`$12`…`$15` as [`EVENTS_APPEND`]'s arrays, written whether or not the run is live). Returns
+/// one row, `written`.
 pub const STEP_BEGIN: &str = "WITH live AS (SELECT 1 FROM runs WHERE tenant_id = $1 AND id = $2 AND status = 'Running' \
      FOR UPDATE), \
+     ev AS (INSERT INTO run_events (tenant_id, run_id, sequence, event_type, occurred_at, payload) \
+     SELECT $1, $2, u.seq, u.kind, u.at, u.payload \
+     FROM unnest($12::bigint[], $13::text[], $14::timestamptz[], $15::bytea[]) AS u(seq, kind, at, payload)), \
      step AS (INSERT INTO run_steps (tenant_id, run_id, step, message, recorded_at) \
      SELECT $1, $2, $3, $4, $5 WHERE $3::integer IS NOT NULL AND EXISTS (SELECT 1 FROM live) RETURNING 1), \
      calls AS (INSERT INTO tool_calls (tenant_id, run_id, call_id, position, tool_name, effect, status, arguments, \
@@ -241,7 +246,12 @@ pub const RUN_CONTINUE: &str = "WITH link AS (UPDATE runs SET continued_by_run_i
 
 // ---- tool calls ------------------------------------------------------------------------------
 
-pub const TOOL_UPSERT: &str = "INSERT INTO tool_calls (tenant_id, run_id, call_id, position, tool_name, effect, status, \
+/// A tool call's record, and the run's events recorded before it (`$18`…`$21` as
+/// [`EVENTS_APPEND`]'s arrays) in the same statement.
+pub const TOOL_UPSERT: &str = "WITH ev AS (INSERT INTO run_events (tenant_id, run_id, sequence, event_type, occurred_at, \
+     payload) SELECT $1, $2, u.seq, u.kind, u.at, u.payload \
+     FROM unnest($18::bigint[], $19::text[], $20::timestamptz[], $21::bytea[]) AS u(seq, kind, at, payload)) \
+     INSERT INTO tool_calls (tenant_id, run_id, call_id, position, tool_name, effect, status, \
      arguments, result, error, omitted_bytes, started_at, duration_ms, timed_out, late_completed_at, late_duration_ms, \
      late_result, late_error) \
      VALUES ($1, $2, $3, (SELECT count(*) FROM tool_calls WHERE tenant_id = $1 AND run_id = $2), \

@@ -159,6 +159,32 @@ counted! {
         self.inner.create_run(tenant, run, input).await
     }
 
+    async fn begin_step_with(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        step: Option<&ModelStep>,
+        starts: &[ToolCallRecord],
+        events: &[RecordedEvent],
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.count("begin_step_with");
+        self.events.fetch_add(events.len() as u64, Ordering::SeqCst);
+        self.inner.begin_step_with(tenant, run, step, starts, events, now).await
+    }
+
+    async fn record_tool_call_with(
+        &self,
+        tenant: &TenantId,
+        call: &ToolCallRecord,
+        events: &[RecordedEvent],
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.count("record_tool_call_with");
+        self.events.fetch_add(events.len() as u64, Ordering::SeqCst);
+        self.inner.record_tool_call_with(tenant, call, events, now).await
+    }
+
     async fn finish_run(
         &self,
         tenant: &TenantId,

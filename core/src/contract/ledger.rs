@@ -217,3 +217,48 @@ pub async fn a_call_tree_is_listed_by_its_root_in_depth_order_within_its_tenant(
     assert_eq!(ids(r.list_tree(&a(), leaf.id).await.unwrap()), vec![leaf.id]);
     assert!(r.list_tree(&a(), RunId(uuid::Uuid::now_v7())).await.unwrap().is_empty());
 }
+
+fn delta(sequence: u64, text: &str) -> crate::events::RecordedEvent {
+    crate::events::RecordedEvent {
+        sequence,
+        timestamp: t0() + Duration::seconds(sequence as i64),
+        event: crate::events::RunEvent::MessageDelta { text: text.into() },
+    }
+}
+
+pub async fn a_step_and_a_call_ending_carry_the_events_recorded_before_them_in_one_write(s: Stores) {
+    let r = &s.runs;
+    let row = running();
+    r.create_run(&a(), &row, None).await.unwrap();
+    let (first, starts) = (step(1, &["c1"]), [start(row.id, "c1", ToolEffect::Read)]);
+    let now = t0() + Duration::seconds(5);
+    let events = [delta(1, "one"), delta(2, "two")];
+    assert!(r.begin_step_with(&a(), row.id, Some(&first), &starts, &events, now).await.unwrap());
+    let mut ended = start(row.id, "c1", ToolEffect::Read);
+    ended.status = ToolCallStatus::Succeeded;
+    ended.result = Some("done".into());
+    r.record_tool_call_with(&a(), &ended, &[delta(3, "three")], now).await.unwrap();
+    let log = r.read_events(&a(), row.id, 0, 10).await.unwrap();
+    assert_eq!(log.iter().map(|e| e.sequence).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(log[2], delta(3, "three"));
+    assert_eq!(r.list_steps(&a(), row.id).await.unwrap(), vec![first]);
+
+    // All of it or none: a sequence already stored writes neither the step nor the ending.
+    let again = r.begin_step_with(&a(), row.id, Some(&step(2, &[])), &[], &[delta(3, "x")], now).await;
+    assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
+    assert_eq!(r.list_steps(&a(), row.id).await.unwrap().len(), 1);
+    let mut changed = ended.clone();
+    changed.result = Some("changed".into());
+    let again = r.record_tool_call_with(&a(), &changed, &[delta(2, "x")], now).await;
+    assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
+    assert_eq!(r.list_tool_calls(&a(), row.id).await.unwrap()[0].result.as_deref(), Some("done"));
+    assert_eq!(r.read_events(&a(), row.id, 0, 10).await.unwrap().len(), 3);
+
+    // Another tenant's run, or none, takes no events.
+    let foreign = r.begin_step_with(&b(), row.id, Some(&step(3, &[])), &[], &[delta(4, "x")], now).await;
+    assert!(matches!(foreign, Err(StoreError::NotFound)), "{foreign:?}");
+    let missing = start(RunId(uuid::Uuid::now_v7()), "c9", ToolEffect::Read);
+    let gone = r.record_tool_call_with(&a(), &missing, &[delta(1, "x")], now).await;
+    assert!(matches!(gone, Err(StoreError::NotFound)), "{gone:?}");
+    assert_eq!(r.read_events(&a(), row.id, 0, 10).await.unwrap().len(), 3);
+}

@@ -27,8 +27,9 @@ pub use cache::cached_answers_are_read_per_tenant_until_they_expire;
 pub use counted::CountedRuns;
 pub use ledger::{
     a_call_tree_is_listed_by_its_root_in_depth_order_within_its_tenant,
-    a_running_run_yields_once_and_is_taken_back_once, an_ended_run_is_continued_once_and_linked_both_ways,
-    the_ledger_is_fenced_by_the_run_being_running,
+    a_running_run_yields_once_and_is_taken_back_once,
+    a_step_and_a_call_ending_carry_the_events_recorded_before_them_in_one_write,
+    an_ended_run_is_continued_once_and_linked_both_ways, the_ledger_is_fenced_by_the_run_being_running,
     the_ledger_records_each_step_with_its_calls_starts_before_their_endings,
 };
 pub use mcp_oauth::{
@@ -1454,6 +1455,7 @@ macro_rules! store_contract_tests {
             quota_thresholds_are_claimed_once_per_tenant_quota_period_and_percentage,
             text_holding_nul_is_refused_alike_by_every_store,
             the_ledger_records_each_step_with_its_calls_starts_before_their_endings,
+            a_step_and_a_call_ending_carry_the_events_recorded_before_them_in_one_write,
             the_ledger_is_fenced_by_the_run_being_running,
             an_ended_run_is_continued_once_and_linked_both_ways,
             a_running_run_yields_once_and_is_taken_back_once,

@@ -442,6 +442,39 @@ pub trait RunStore: Send + Sync {
         step: Option<&ModelStep>,
         starts: &[ToolCallRecord],
     ) -> Result<bool, StoreError>;
+    /// [`Self::begin_step`] with the run's events recorded before it (the calls'
+    /// `ToolInvoking`, what the model said), appended by the [`Self::append_events`] rules in
+    /// the same round trip: a tool round's ledger write is its only statement before the
+    /// bodies run. The events are written whether or not the run is still `Running` (as
+    /// `append_events` writes them); all of it or none is written.
+    async fn begin_step_with(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        step: Option<&ModelStep>,
+        starts: &[ToolCallRecord],
+        events: &[RecordedEvent],
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        if !events.is_empty() {
+            self.append_events(tenant, run, events, now).await?;
+        }
+        self.begin_step(tenant, run, step, starts).await
+    }
+    /// [`Self::record_tool_call`] with the run's events recorded before it (the call's
+    /// `ToolInvoked` or `ToolFailed`) in the same round trip: a call's ending is one statement.
+    async fn record_tool_call_with(
+        &self,
+        tenant: &TenantId,
+        call: &ToolCallRecord,
+        events: &[RecordedEvent],
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        if !events.is_empty() {
+            self.append_events(tenant, call.run_id, events, now).await?;
+        }
+        self.record_tool_call(tenant, call).await
+    }
     /// The run's model steps, in step order.
     async fn list_steps(&self, tenant: &TenantId, run: RunId) -> Result<Vec<ModelStep>, StoreError>;
     /// Hands a running run over to a later attempt (its soft deadline): appends `events`

@@ -330,6 +330,17 @@ impl RunStore for PgRunStore {
     }
 
     async fn record_tool_call(&self, tenant: &TenantId, call: &ToolCallRecord) -> Result<(), StoreError> {
+        self.record_tool_call_with(tenant, call, &[], Utc::now()).await
+    }
+
+    async fn record_tool_call_with(
+        &self,
+        tenant: &TenantId,
+        call: &ToolCallRecord,
+        events: &[RecordedEvent],
+        _now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let batch = event_arrays(&self.protection, tenant, call.run_id, events)?;
         let row = format!("{}/{}", call.run_id, call.call_id);
         let arguments = self.protection.seal(&tool_place(tenant, "arguments", &row), &call.arguments);
         let effect = call.effect.as_ref().map(enum_text).transpose()?;
@@ -353,10 +364,15 @@ impl RunStore for PgRunStore {
                     call.late_completed_at,
                     call.late_duration_ms.map(bigint),
                     self.seal_opt(tenant, "late_result", &row, call.late_result.as_deref()),
-                    self.seal_opt(tenant, "late_error", &row, call.late_error.as_deref())
+                    self.seal_opt(tenant, "late_error", &row, call.late_error.as_deref()),
+                    &batch.sequences,
+                    &batch.kinds,
+                    &batch.times,
+                    &batch.payloads
                 ],
             )
-            .await?;
+            .await
+            .map_err(duplicate_event)?;
         Ok(())
     }
 
@@ -376,6 +392,19 @@ impl RunStore for PgRunStore {
         step: Option<&ModelStep>,
         starts: &[ToolCallRecord],
     ) -> Result<bool, StoreError> {
+        self.begin_step_with(tenant, run, step, starts, &[], Utc::now()).await
+    }
+
+    async fn begin_step_with(
+        &self,
+        tenant: &TenantId,
+        run: RunId,
+        step: Option<&ModelStep>,
+        starts: &[ToolCallRecord],
+        events: &[RecordedEvent],
+        _now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let batch = event_arrays(&self.protection, tenant, run, events)?;
         let (number, message, recorded_at) = match step {
             Some(step) => {
                 let json = serde_json::to_string(&step.message).map_err(|e| corrupt("step", e))?;
@@ -415,10 +444,15 @@ impl RunStore for PgRunStore {
                     effects,
                     statuses,
                     arguments,
-                    times
+                    times,
+                    &batch.sequences,
+                    &batch.kinds,
+                    &batch.times,
+                    &batch.payloads
                 ],
             )
-            .await?;
+            .await
+            .map_err(duplicate_event)?;
         match row {
             Some(row) => row.get("written"),
             None => Ok(false),
