@@ -20,6 +20,7 @@ use crate::error::StoreError;
 use crate::model::ProviderRegistry;
 use crate::names::{AgentName, TenantId};
 use crate::report::{Problem, ValidationReport};
+use crate::sync::lock;
 use crate::tools::ToolRegistry;
 
 const CACHE_CAPACITY: usize = 512;
@@ -86,6 +87,22 @@ fn skills_fingerprint(skills: &[crate::skills::ResolvedSkill]) -> u64 {
     hasher.finish()
 }
 
+/// What a run asks for by name: the compiled agent it got last ([`Catalog::compile_current`]).
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct CurrentKey {
+    tenant: TenantId,
+    name: String,
+    culture: Option<String>,
+}
+
+/// A compiled agent and the definitions generation it is current under (`None`: it depends on
+/// no stored definition — a code agent that names no shared block, skill or callable agent).
+#[derive(Clone)]
+struct Current {
+    agent: Arc<CompiledAgent>,
+    generation: Option<u64>,
+}
+
 pub struct Catalog {
     code: BTreeMap<String, Arc<AgentDefinition>>,
     store: Arc<dyn DefinitionStore>,
@@ -94,6 +111,9 @@ pub struct Catalog {
     skills: crate::skills::SkillCatalog,
     loops: crate::harness::Loops,
     cache: Mutex<HashMap<CacheKey, Arc<CompiledAgent>>>,
+    /// Runs' agents by name, each with the generation it was compiled under: read without
+    /// touching the store ([`Self::compile_current`]).
+    current: Mutex<HashMap<CurrentKey, Current>>,
     /// Tenants' egress policies: a definition naming a provider its tenant does not allow
     /// does not validate and does not compile.
     providers_allowed: Option<Arc<crate::model::byok::TenantProviders>>,
@@ -116,6 +136,7 @@ impl Catalog {
             skills: crate::skills::SkillCatalog::default(),
             loops: crate::harness::Loops::default(),
             cache: Mutex::new(HashMap::new()),
+            current: Mutex::new(HashMap::new()),
             providers_allowed: None,
             mcp: None,
         }
@@ -344,7 +365,53 @@ impl Catalog {
         problems
     }
 
-    /// Makes an agent ready for one run in `tenant`.
+    /// [`Self::compile`] for a run whose row is written with [`RunStore::create_run_at`]: the
+    /// agent, and the tenant's definitions generation it is current under, which the row's
+    /// write is to be guarded on (`None`: write it unguarded). An agent compiled before is
+    /// handed out again without reading the store: if a definition was written since, the
+    /// guarded write refuses the row, the caller calls [`Self::moved`] and compiles again.
+    ///
+    /// [`RunStore::create_run_at`]: crate::runs::store::RunStore::create_run_at
+    pub async fn compile_current(
+        &self,
+        tenant: &TenantId,
+        name: &AgentName,
+        culture: Option<&str>,
+        parameters: &BTreeMap<String, String>,
+    ) -> Result<(Arc<CompiledAgent>, Option<u64>), CatalogError> {
+        if !parameters.is_empty() {
+            return Ok((self.compile(tenant, name, culture, parameters).await?, None));
+        }
+        let key =
+            CurrentKey { tenant: tenant.clone(), name: name.as_str().to_owned(), culture: culture.map(str::to_owned) };
+        let hit = lock(&self.current).get(&key).cloned();
+        if let Some(Current { agent, generation }) = hit {
+            return Ok((self.allowed(tenant, agent).await?, generation));
+        }
+        let self_contained = self.code.get(name.as_str()).is_some_and(|d| {
+            d.shared_instructions_name.is_none() && d.skill_names.is_empty() && d.callable_agent_names.is_empty()
+        });
+        // Read before the definitions: a write after this read moves the generation past the
+        // one the row is guarded on, so nothing compiled from an older definition is recorded.
+        let generation = if self_contained { None } else { Some(self.store.generation(tenant).await?) };
+        let (agent, cacheable) = self.compiled(tenant, name, culture, parameters).await?;
+        if cacheable {
+            let mut current = lock(&self.current);
+            if current.len() >= CACHE_CAPACITY {
+                current.clear();
+            }
+            current.insert(key, Current { agent: agent.clone(), generation });
+        }
+        Ok((self.allowed(tenant, agent).await?, generation))
+    }
+
+    /// The tenant's definitions moved on (a guarded row write was refused): nothing compiled
+    /// for it before is handed out again.
+    pub fn moved(&self, tenant: &TenantId) {
+        lock(&self.current).retain(|k, _| k.tenant != *tenant);
+    }
+
+    /// Makes an agent ready for one run in `tenant`, from its definition as stored now.
     pub async fn compile(
         &self,
         tenant: &TenantId,
@@ -352,6 +419,19 @@ impl Catalog {
         culture: Option<&str>,
         parameters: &BTreeMap<String, String>,
     ) -> Result<Arc<CompiledAgent>, CatalogError> {
+        let (agent, _) = self.compiled(tenant, name, culture, parameters).await?;
+        self.allowed(tenant, agent).await
+    }
+
+    /// The agent compiled from its definition as stored now (not yet held to the egress
+    /// policy), and whether it may be kept for another run.
+    async fn compiled(
+        &self,
+        tenant: &TenantId,
+        name: &AgentName,
+        culture: Option<&str>,
+        parameters: &BTreeMap<String, String>,
+    ) -> Result<(Arc<CompiledAgent>, bool), CatalogError> {
         let entry = self.get(tenant, name).await?.ok_or(CatalogError::NotFound)?;
         let (resolution, fingerprint) = self.resolve(tenant, &entry.definition, false).await?;
         // MCP tools come and go with their servers' discoveries: such an agent is compiled anew.
@@ -374,7 +454,7 @@ impl Catalog {
         };
         let hit = if cacheable { self.cache_lock().get(&key).cloned() } else { None };
         if let Some(hit) = hit {
-            return self.allowed(tenant, hit).await;
+            return Ok((hit, true));
         }
         let loop_problems = self.loops.check(&entry.definition);
         if !loop_problems.is_empty() {
@@ -401,7 +481,7 @@ impl Catalog {
             }
             cache.insert(key, compiled.clone());
         }
-        self.allowed(tenant, compiled).await
+        Ok((compiled, cacheable))
     }
 
     /// Compiles `definition` (one stored version, not necessarily the latest) in `tenant`,

@@ -22,6 +22,12 @@ pub enum StoreError {
     /// same way, before it writes or queries anything; `field` names where it was.
     #[error("'{field}' contains U+0000")]
     InvalidText { field: String },
+    /// A run row guarded on a definitions generation was not written: the tenant's agent or
+    /// skill definitions changed since the run's agent was compiled
+    /// ([`crate::runs::store::RunStore::create_run_at`]). The run is compiled again; it reaches
+    /// no response unless definitions keep changing under every attempt.
+    #[error("the agent's definitions changed while the run started")]
+    DefinitionsMoved,
 }
 
 /// `Err(InvalidText)` when `value` holds U+0000 (see [`crate::text`]).

@@ -52,12 +52,20 @@ pub struct Stores {
 
 impl Stores {
     pub fn in_memory() -> Self {
+        Self::in_memory_keeping(crate::runs::memory::DEFAULT_MAX_RUNS)
+    }
+
+    /// [`Self::in_memory`] with at most `max_runs` runs kept.
+    pub fn in_memory_keeping(max_runs: usize) -> Self {
+        use crate::definitions::memory::MemoryDefinitionStore;
+        // Agents and skills move one generation, which the run rows' writes guard on.
+        let generations = crate::definitions::Generations::default();
         Self {
-            definitions: Arc::new(crate::definitions::memory::MemoryDefinitionStore::default()),
-            workflows: Arc::new(crate::definitions::memory::MemoryDefinitionStore::default()),
-            skills: Arc::new(crate::definitions::memory::MemoryDefinitionStore::default()),
+            definitions: Arc::new(MemoryDefinitionStore::sharing(generations.clone())),
+            workflows: Arc::new(MemoryDefinitionStore::default()),
+            skills: Arc::new(MemoryDefinitionStore::sharing(generations.clone())),
             checkpoints: Arc::new(crate::workflows::checkpoints::MemoryCheckpointStore::default()),
-            runs: Arc::new(crate::runs::memory::MemoryRunStore::default()),
+            runs: Arc::new(crate::runs::memory::MemoryRunStore::with_max_runs(max_runs).sharing(generations)),
             sessions: Arc::new(crate::sessions::memory::MemorySessionStore::default()),
             keys: Arc::new(crate::keys::MemoryApiKeyStore::default()),
             audit: Arc::new(crate::audit::MemoryAuditStore::default()),

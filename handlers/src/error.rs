@@ -197,6 +197,11 @@ impl From<StoreError> for ApiError {
             }
             StoreError::Internal { detail } => Self::internal("StoreError", &detail),
             StoreError::InvalidText { field } => nul_refused(&field),
+            StoreError::DefinitionsMoved => Self::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                "The agent's definition kept changing while the run started; try again.",
+            ),
         }
     }
 }

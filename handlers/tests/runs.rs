@@ -915,6 +915,15 @@ impl RunStore for Broken {
     async fn create_run(&self, _: &TenantId, _: &RunRecord, _: Option<&RunInputRecord>) -> Result<(), StoreError> {
         self.down()
     }
+    async fn create_run_at(
+        &self,
+        _: &TenantId,
+        _: &RunRecord,
+        _: Option<&RunInputRecord>,
+        _: u64,
+    ) -> Result<bool, StoreError> {
+        self.down()
+    }
     async fn finish_run(&self, _: &TenantId, _: RunId, _: &RunEnd, _: &[RecordedEvent]) -> Result<(), StoreError> {
         self.down()
     }
@@ -1053,6 +1062,9 @@ impl DefinitionStore for Broken {
         self.down()
     }
     async fn delete(&self, _: &TenantId, _: &AgentName) -> Result<bool, StoreError> {
+        self.down()
+    }
+    async fn generation(&self, _: &TenantId) -> Result<u64, StoreError> {
         self.down()
     }
     async fn versions(&self, _: &TenantId, _: &AgentName) -> Result<Vec<StoredDefinition>, StoreError> {
@@ -1281,4 +1293,132 @@ async fn runs_are_listed_filtered_read_compared_and_counted() {
         let (status, doc) = json_of(&app, req(Method::GET, path, None)).await;
         assert_eq!((status, doc["errorType"].as_str()), (StatusCode::NOT_FOUND, Some("run_not_found")), "{path}");
     }
+}
+
+// ---- compiled definitions, current by generation ------------------------------------------------
+
+/// Agent definitions that count how often a run reads them.
+struct CountedDefinitions {
+    inner: Arc<dyn DefinitionStore>,
+    gets: AtomicUsize,
+    generations: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl DefinitionStore for CountedDefinitions {
+    async fn get(&self, t: &TenantId, n: &AgentName) -> Result<Option<StoredDefinition>, StoreError> {
+        self.gets.fetch_add(1, Ordering::SeqCst);
+        self.inner.get(t, n).await
+    }
+    async fn list(&self, t: &TenantId, skip: usize, take: usize) -> Result<Vec<StoredDefinition>, StoreError> {
+        self.inner.list(t, skip, take).await
+    }
+    async fn create(
+        &self,
+        t: &TenantId,
+        d: AgentDefinition,
+        now: DateTime<Utc>,
+    ) -> Result<StoredDefinition, StoreError> {
+        self.inner.create(t, d, now).await
+    }
+    async fn update(
+        &self,
+        t: &TenantId,
+        d: AgentDefinition,
+        now: DateTime<Utc>,
+    ) -> Result<StoredDefinition, StoreError> {
+        self.inner.update(t, d, now).await
+    }
+    async fn delete(&self, t: &TenantId, n: &AgentName) -> Result<bool, StoreError> {
+        self.inner.delete(t, n).await
+    }
+    async fn generation(&self, t: &TenantId) -> Result<u64, StoreError> {
+        self.generations.fetch_add(1, Ordering::SeqCst);
+        self.inner.generation(t).await
+    }
+    async fn versions(&self, t: &TenantId, n: &AgentName) -> Result<Vec<StoredDefinition>, StoreError> {
+        self.inner.versions(t, n).await
+    }
+    async fn version(&self, t: &TenantId, n: &AgentName, v: u32) -> Result<Option<StoredDefinition>, StoreError> {
+        self.inner.version(t, n, v).await
+    }
+}
+
+/// An instance over `stores` whose `echo` model answers with the instructions it was sent.
+fn echoing(stores: &Stores) -> Router {
+    let echo = ScriptedProvider::from_fn("echo", |req| ScriptedTurn::text(req.system.as_deref().unwrap_or("none")));
+    let runtime = RuntimeBuilder::new(tokio_rt::platform())
+        .stores(stores.clone())
+        .add_provider(Arc::new(echo) as Arc<dyn ModelProvider>)
+        .build()
+        .unwrap();
+    tracon_handlers::router(AppState::new(Arc::new(runtime), HttpSettings::default()))
+}
+
+/// The answer of one run of `agent` on `app`, and the version its `run` frame names.
+async fn answer(app: &Router, agent: &str) -> (String, u64) {
+    let frames = run(app, agent, json!({"message": "hi"})).await;
+    let version = frames[0].data["agentVersion"].as_u64().unwrap();
+    let done = frames.last().unwrap();
+    assert_eq!(done.event, "done");
+    (done.data["text"].as_str().unwrap_or_default().to_owned(), version)
+}
+
+#[tokio::test]
+async fn a_stored_agent_is_read_once_and_a_definition_written_through_another_instance_is_what_the_next_run_uses() {
+    let memory = Stores::in_memory();
+    let counted = Arc::new(CountedDefinitions {
+        inner: memory.definitions.clone(),
+        gets: AtomicUsize::new(0),
+        generations: AtomicUsize::new(0),
+    });
+    let stores = Stores { definitions: counted.clone(), ..memory };
+    let (a, b) = (echoing(&stores), echoing(&stores));
+    let def = |text: &str| json!({"name": "writer", "instructions": text, "model": {"provider": "echo", "model": "m"}});
+    let (status, _) = send(&a, req(Method::POST, "/api/agents", Some(def("Write plainly.")))).await;
+    assert_eq!(status, StatusCode::CREATED);
+
+    // The first run compiles from the store; the next ones read no definition at all.
+    assert_eq!(answer(&a, "writer").await, ("Write plainly.".into(), 1));
+    let (gets, generations) = (counted.gets.load(Ordering::SeqCst), counted.generations.load(Ordering::SeqCst));
+    assert_eq!(generations, 1, "the generation is read once, when the agent is compiled");
+    for _ in 0..3 {
+        assert_eq!(answer(&a, "writer").await, ("Write plainly.".into(), 1));
+    }
+    assert_eq!(counted.gets.load(Ordering::SeqCst), gets, "no definition read for a compiled agent");
+    assert_eq!(counted.generations.load(Ordering::SeqCst), generations);
+
+    // A new version through the other instance: A's compiled agent is stale, its next run's
+    // guarded row refuses it, and the run is the new version's — one row, no second try seen.
+    let (status, _) = send(&b, req(Method::PUT, "/api/agents/writer", Some(def("Write in verse.")))).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(answer(&a, "writer").await, ("Write in verse.".into(), 2));
+    assert_eq!(answer(&a, "writer").await, ("Write in verse.".into(), 2));
+    let (_, runs) = json_of(&a, req(Method::GET, "/api/runs?agent=writer", None)).await;
+    let versions: Vec<u64> = runs.as_array().unwrap().iter().map(|r| r["agentVersion"].as_u64().unwrap()).collect();
+    assert_eq!(versions, vec![2, 2, 1, 1, 1, 1], "every run recorded once, newest first, under its version");
+
+    // Deleted through B: A's next run finds no agent.
+    let (status, _) = send(&b, req(Method::DELETE, "/api/agents/writer", None)).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, doc) = json_of(&a, req(Method::POST, "/api/agents/writer/run", Some(json!({"message": "hi"})))).await;
+    assert_eq!((status, doc["errorType"].as_str()), (StatusCode::NOT_FOUND, Some("agent_not_found")), "{doc}");
+}
+
+#[tokio::test]
+async fn a_skill_written_through_another_instance_reaches_the_agents_that_name_it_on_their_next_run() {
+    let stores = Stores::in_memory();
+    let (a, b) = (echoing(&stores), echoing(&stores));
+    let skill = |text: &str| json!({"name": "house-style", "description": text, "instructions": "Short."});
+    let (status, doc) = send(&a, req(Method::POST, "/api/skills", Some(skill("Our house style.")))).await;
+    assert_eq!(status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&doc));
+    let def = json!({"name": "writer", "instructions": "Write.", "skillNames": ["house-style"],
+        "model": {"provider": "echo", "model": "m"}});
+    let (status, doc) = send(&a, req(Method::POST, "/api/agents", Some(def))).await;
+    assert_eq!(status, StatusCode::CREATED, "{}", String::from_utf8_lossy(&doc));
+    assert!(answer(&a, "writer").await.0.contains("Our house style."));
+    let (status, _) = send(&b, req(Method::PUT, "/api/skills/house-style", Some(skill("The new style.")))).await;
+    assert_eq!(status, StatusCode::OK);
+    let (text, _) = answer(&a, "writer").await;
+    assert!(text.contains("The new style.") && !text.contains("Our house style."), "{text}");
 }

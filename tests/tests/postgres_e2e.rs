@@ -975,3 +975,59 @@ async fn across_two_servers_a_follower_and_a_cancel_reach_a_live_run_through_not
     assert!(log.iter().any(|f| f.event == "message.delta"));
     drop(live);
 }
+
+/// A stored agent compiled on one server and changed through another: the first server's
+/// compiled agent is no longer current, its next run's row (guarded on the tenant's
+/// definitions generation) is refused, and the run goes on as the new version — recorded
+/// once, under that version.
+#[tokio::test]
+async fn across_two_servers_a_definition_changed_on_one_is_what_the_next_run_on_the_other_uses() {
+    let mock = MockServer::start(MockConfig::default()).await.unwrap();
+    mock.script("writer-model", vec![MockTurn::text("Done.").with_usage(3, 1)]);
+    let endpoint = format!("{}/v1", mock.base_url());
+    let env = [("OPENAI_API_KEY", "k"), ("Tracon__Providers__OpenAI__Endpoint", endpoint.as_str())];
+    let (schema, url) = (fresh_schema(), database_url());
+    let a = start_on_pg(&schema, &url, &env).await;
+    let b = start_on_pg(&schema, &url, &env).await;
+    let client = reqwest::Client::new();
+    let def = |text: &str| json!({"name": "writer", "instructions": text, "model": {"provider": "openai", "model": "writer-model"}});
+    let res = client.post(a.url("/api/agents")).json(&def("Write plainly.")).send().await.unwrap();
+    assert_eq!(res.status(), 201);
+    // Answered as one JSON document (an idempotent run): the row's write overlaps the model call.
+    let (client, a) = (&client, &a);
+    let run_on_a = |key: &'static str| async move {
+        let res = client
+            .post(a.url("/api/agents/writer/run"))
+            .header("idempotency-key", key)
+            .json(&json!({"message": "Go."}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+        res.json::<Value>().await.unwrap()
+    };
+    let system_of = |request: &Value| request["body"]["messages"][0]["content"].as_str().unwrap_or_default().to_owned();
+
+    for key in ["first", "second"] {
+        run_on_a(key).await;
+    }
+    let sent = mock.requests("writer-model");
+    assert!(system_of(sent.last().unwrap()).contains("Write plainly."), "{sent:?}");
+
+    let res = client.put(b.url("/api/agents/writer")).json(&def("Write in verse.")).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let answer = run_on_a("third").await;
+    assert_eq!(answer["status"], "Completed", "{answer}");
+    let sent = mock.requests("writer-model");
+    assert!(system_of(sent.last().unwrap()).contains("Write in verse."), "{sent:?}");
+
+    // Three runs, each recorded once under the version it ran.
+    let pool = db().await;
+    let versions: Vec<i32> = sqlx::query_scalar(&format!(
+        "SELECT agent_version FROM {schema}.runs WHERE agent_name = 'writer' ORDER BY started_at"
+    ))
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(versions, vec![1, 1, 2]);
+}

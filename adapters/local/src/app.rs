@@ -58,10 +58,7 @@ fn memory_stores(config: &Config) -> Result<Stores, String> {
         .parse::<usize>("Tracon:Storage:Memory:MaxRuns")
         .map_err(|e| e.to_string())?
         .unwrap_or(tracon_core::runs::memory::DEFAULT_MAX_RUNS);
-    Ok(Stores {
-        runs: Arc::new(tracon_core::runs::memory::MemoryRunStore::with_max_runs(max_runs)),
-        ..Stores::in_memory()
-    })
+    Ok(Stores::in_memory_keeping(max_runs))
 }
 
 pub fn http_client() -> Result<reqwest::Client, String> {

@@ -74,6 +74,17 @@ pub const RUN_INSERT: &str = "INSERT INTO runs (tenant_id, id, agent_name, agent
      parent_run_id, root_run_id, depth, user_id, labels, heartbeat_at, cancel_requested, input, replay_of_run_id) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)";
 
+/// [`RUN_INSERT`] while the tenant's definitions generation is still `$17`: no row when it
+/// moved on (the parameters are cast: a `SELECT` list does not take its types from the columns).
+pub const RUN_INSERT_AT: &str = "INSERT INTO runs (tenant_id, id, agent_name, agent_version, status, started_at, session_id, \
+     parent_run_id, root_run_id, depth, user_id, labels, heartbeat_at, cancel_requested, input, replay_of_run_id) \
+     SELECT $1::text, $2::uuid, $3::text, $4::integer, $5::text, $6::timestamptz, $7::text, $8::uuid, $9::uuid, \
+     $10::integer, $11::text, $12::jsonb, $13::timestamptz, $14::boolean, $15::bytea, $16::uuid \
+     WHERE COALESCE((SELECT generation FROM definition_generations WHERE tenant_id = $1), 0) = $17::bigint";
+
+/// The tenant's definitions generation (no row: 0).
+pub const DEFINITIONS_GENERATION: &str = "SELECT generation FROM definition_generations WHERE tenant_id = $1";
+
 /// Closes the row and appends the run's last events (`$11`…`$14` as arrays) in one
 /// statement, so the terminal event is never visible on an open row.
 pub const RUN_FINISH: &str = "WITH ins AS (INSERT INTO run_events (tenant_id, run_id, sequence, event_type, occurred_at, payload) \

@@ -159,6 +159,21 @@ counted! {
         self.inner.create_run(tenant, run, input).await
     }
 
+    async fn create_run_at(
+        &self,
+        tenant: &TenantId,
+        run: &RunRecord,
+        input: Option<&RunInputRecord>,
+        definitions: u64,
+    ) -> Result<bool, StoreError> {
+        self.count("create_run");
+        let gate = self.creates.lock().unwrap().clone();
+        if let Some(gate) = gate {
+            gate.acquire().await.map_err(|_| StoreError::Unavailable { detail: "gate closed".into() })?.forget();
+        }
+        self.inner.create_run_at(tenant, run, input, definitions).await
+    }
+
     async fn begin_step_with(
         &self,
         tenant: &TenantId,

@@ -16,6 +16,7 @@ mod breakers;
 mod cache;
 mod counted;
 mod fixtures;
+mod generations;
 mod ledger;
 mod mcp_oauth;
 mod mcp_servers;
@@ -25,6 +26,7 @@ pub use breakers::{
 };
 pub use cache::cached_answers_are_read_per_tenant_until_they_expire;
 pub use counted::CountedRuns;
+pub use generations::a_run_row_guarded_on_a_definitions_generation_is_written_only_while_it_is_current;
 pub use ledger::{
     a_call_tree_is_listed_by_its_root_in_depth_order_within_its_tenant,
     a_running_run_yields_once_and_is_taken_back_once,
@@ -1456,6 +1458,7 @@ macro_rules! store_contract_tests {
             text_holding_nul_is_refused_alike_by_every_store,
             the_ledger_records_each_step_with_its_calls_starts_before_their_endings,
             a_step_and_a_call_ending_carry_the_events_recorded_before_them_in_one_write,
+            a_run_row_guarded_on_a_definitions_generation_is_written_only_while_it_is_current,
             the_ledger_is_fenced_by_the_run_being_running,
             an_ended_run_is_continued_once_and_linked_both_ways,
             a_running_run_yields_once_and_is_taken_back_once,

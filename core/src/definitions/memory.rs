@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
 
-use super::{Definition, DefinitionStore, StoredDefinition, name_taken};
+use super::{Definition, DefinitionStore, Generations, StoredDefinition, name_taken};
 use crate::definition::AgentDefinition;
 use crate::error::StoreError;
 use crate::names::TenantId;
@@ -18,11 +18,20 @@ type History<D> = Vec<StoredDefinition<D>>;
 /// Every version of every definition, per tenant and name.
 pub struct MemoryDefinitionStore<D = AgentDefinition> {
     rows: Mutex<BTreeMap<(TenantId, String), History<D>>>,
+    generations: Generations,
 }
 
 impl<D> Default for MemoryDefinitionStore<D> {
     fn default() -> Self {
-        Self { rows: Mutex::new(BTreeMap::new()) }
+        Self { rows: Mutex::new(BTreeMap::new()), generations: Generations::default() }
+    }
+}
+
+impl<D> MemoryDefinitionStore<D> {
+    /// A store whose writes move `generations` (shared with the other definition stores and
+    /// the run store that guards on it).
+    pub fn sharing(generations: Generations) -> Self {
+        Self { rows: Mutex::new(BTreeMap::new()), generations }
     }
 }
 
@@ -56,6 +65,7 @@ impl<D: Definition> DefinitionStore<D> for MemoryDefinitionStore<D> {
         }
         let stored = StoredDefinition { definition, version: 1, created_at: now, updated_at: now };
         rows.insert(key, vec![stored.clone()]);
+        self.generations.bump(tenant);
         Ok(stored)
     }
 
@@ -75,11 +85,20 @@ impl<D: Definition> DefinitionStore<D> for MemoryDefinitionStore<D> {
         };
         let stored = StoredDefinition { definition, version, created_at, updated_at: now };
         history.push(stored.clone());
+        self.generations.bump(tenant);
         Ok(stored)
     }
 
     async fn delete(&self, tenant: &TenantId, name: &D::Name) -> Result<bool, StoreError> {
-        Ok(lock(&self.rows).remove(&(tenant.clone(), name.as_ref().to_owned())).is_some())
+        let removed = lock(&self.rows).remove(&(tenant.clone(), name.as_ref().to_owned())).is_some();
+        if removed {
+            self.generations.bump(tenant);
+        }
+        Ok(removed)
+    }
+
+    async fn generation(&self, tenant: &TenantId) -> Result<u64, StoreError> {
+        Ok(self.generations.current(tenant))
     }
 
     async fn versions(&self, tenant: &TenantId, name: &D::Name) -> Result<Vec<StoredDefinition<D>>, StoreError> {

@@ -80,6 +80,28 @@ pub struct StoredDefinition<D = AgentDefinition> {
     pub updated_at: DateTime<Utc>,
 }
 
+/// A tenant's definitions generation: a number that moves on with every write (create, new
+/// version, delete) of any of the tenant's agent or skill definitions, `0` before the first.
+/// What an agent compiles from is one tenant's agents and skills, so a compiled agent cached
+/// with the generation it was compiled under is current exactly while the generation is: the
+/// catalog keeps compiled agents without reading their definitions again, and the run row's
+/// write carries the generation as its guard ([`crate::runs::store::RunStore::create_run_at`]).
+///
+/// The in-memory stores share one [`Generations`] ([`crate::stores::Stores::in_memory`]); on
+/// Postgres a trigger on the definition tables moves `definition_generations`.
+#[derive(Clone, Default)]
+pub struct Generations(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<TenantId, u64>>>);
+
+impl Generations {
+    pub fn current(&self, tenant: &TenantId) -> u64 {
+        crate::sync::lock(&self.0).get(tenant).copied().unwrap_or(0)
+    }
+
+    pub fn bump(&self, tenant: &TenantId) {
+        *crate::sync::lock(&self.0).entry(tenant.clone()).or_insert(0) += 1;
+    }
+}
+
 /// Definitions written through the API, with every version kept.
 #[async_trait::async_trait]
 pub trait DefinitionStore<D: Definition = AgentDefinition>: Send + Sync {
@@ -103,6 +125,9 @@ pub trait DefinitionStore<D: Definition = AgentDefinition>: Send + Sync {
     ) -> Result<StoredDefinition<D>, StoreError>;
     /// Removes the definition and its history; `false` when there was nothing to delete.
     async fn delete(&self, tenant: &TenantId, name: &D::Name) -> Result<bool, StoreError>;
+    /// The tenant's definitions [`Generations`] as of now (one number for its agents and skills
+    /// together, whichever kind of store is asked).
+    async fn generation(&self, tenant: &TenantId) -> Result<u64, StoreError>;
     /// Every version, newest first: full snapshots, not deltas.
     async fn versions(&self, tenant: &TenantId, name: &D::Name) -> Result<Vec<StoredDefinition<D>>, StoreError>;
     /// One version.

@@ -117,8 +117,8 @@ impl Drain {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         let token = self.root.child_token();
         let local = Arc::new(LocalRun { token: token.clone(), followed_until: AtomicI64::new(0) });
-        self.running_lock().insert(run, local);
-        (RunGuard(self.clone(), run), token)
+        self.running_lock().insert(run, local.clone());
+        (RunGuard(self.clone(), run, local), token)
     }
 
     /// The run as it executes here (for its recorder, which asks whether it is followed).
@@ -200,11 +200,17 @@ impl Drain {
 }
 
 /// Held by a running run.
-pub struct RunGuard(Arc<Drain>, RunId);
+pub struct RunGuard(Arc<Drain>, RunId, Arc<LocalRun>);
 
 impl Drop for RunGuard {
     fn drop(&mut self) {
-        self.0.running_lock().remove(&self.1);
+        // Only its own entry: a start attempt that was given up (its row refused) may end
+        // after the attempt that took its id over entered.
+        let mut running = self.0.running_lock();
+        if running.get(&self.1).is_some_and(|local| Arc::ptr_eq(local, &self.2)) {
+            running.remove(&self.1);
+        }
+        drop(running);
         if self.0.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.0.idle.notify_waiters();
         }

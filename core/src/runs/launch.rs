@@ -150,20 +150,46 @@ pub async fn launch(runtime: &Arc<Runtime>, start: Start<'_>) -> Result<Launched
         Delivery::Buffered => Here::Buffered,
         Delivery::Background => Here::Background,
     };
+    // A run someone waits for calls its model while its row is written (the row is there
+    // before the surface gets the run). Its agent may come compiled from the catalog without
+    // a read of the store; if a definition changed since, the row's guarded write refuses it,
+    // and the run starts again from the store, its row written before the model is called.
+    let overlap = matches!(here, Here::Live | Here::Buffered);
+    if overlap {
+        let again = (request.clone(), history.clone(), extra_instructions.clone(), caller.clone(), budget.clone());
+        let tenant = request.tenant.clone();
+        match start_here(runtime, here, request, history, extra_instructions, caller, run_id, budget, true).await {
+            Err(StartError::Store(crate::error::StoreError::DefinitionsMoved)) => {
+                runtime.catalog.moved(&tenant);
+                let (request, history, extra_instructions, caller, budget) = again;
+                start_here(runtime, here, request, history, extra_instructions, caller, run_id, budget, false).await
+            }
+            other => other,
+        }
+    } else {
+        start_here(runtime, here, request, history, extra_instructions, caller, run_id, budget, false).await
+    }
+}
+
+/// Prepares and starts a run that executes in this process, its row written while its first
+/// model call opens (`overlap_row`) or before.
+#[allow(clippy::too_many_arguments)]
+async fn start_here(
+    runtime: &Arc<Runtime>,
+    here: Here,
+    request: RunRequest,
+    history: History,
+    extra_instructions: Option<String>,
+    caller: crate::runs::caller::CallerAdditions,
+    run_id: Option<RunId>,
+    budget: Option<Arc<crate::runs::tree::AgentGraphSettings>>,
+    overlap_row: bool,
+) -> Result<Launched, StartError> {
     let prepared = prepare_in(
         runtime,
         request,
         run_id,
-        Options {
-            extra_instructions,
-            caller,
-            history,
-            budget,
-            // A run someone waits for calls its model while its row is written; the row is
-            // there before the surface gets the run (below).
-            overlap_row: matches!(here, Here::Live | Here::Buffered),
-            ..Options::default()
-        },
+        Options { extra_instructions, caller, history, budget, overlap_row, ..Options::default() },
     )
     .await?;
     let run_id = prepared.run_id;
@@ -222,6 +248,7 @@ pub async fn launch(runtime: &Arc<Runtime>, start: Start<'_>) -> Result<Launched
 }
 
 /// The deliveries that execute in this process.
+#[derive(Clone, Copy)]
 enum Here {
     Live,
     Buffered,

@@ -10,6 +10,7 @@ use super::store::{
     CancelOutcome, LateCompletion, MAX_TREE_RUNS, ModelStep, RunEnd, RunFilter, RunInputRecord, RunRecord, RunStats,
     RunStatus, RunStore, StaleRun, ToolCallRecord,
 };
+use crate::definitions::Generations;
 use crate::error::StoreError;
 use crate::events::{RecordedEvent, RunEvent};
 use crate::names::{RunId, TenantId};
@@ -22,6 +23,8 @@ pub const DEFAULT_MAX_RUNS: usize = 10_000;
 pub struct MemoryRunStore {
     inner: Mutex<Runs>,
     max_runs: usize,
+    /// The definition stores' generations, which [`RunStore::create_run_at`] guards on.
+    generations: Generations,
 }
 
 /// Everything recorded about one run.
@@ -89,7 +92,13 @@ impl Default for MemoryRunStore {
 impl MemoryRunStore {
     /// Keeps at most `max_runs` runs with everything recorded about them; the oldest go first.
     pub fn with_max_runs(max_runs: usize) -> Self {
-        Self { inner: Mutex::default(), max_runs: max_runs.max(1) }
+        Self { inner: Mutex::default(), max_runs: max_runs.max(1), generations: Generations::default() }
+    }
+
+    /// Guards [`RunStore::create_run_at`] on `generations`, the definition stores' own.
+    pub fn sharing(mut self, generations: Generations) -> Self {
+        self.generations = generations;
+        self
     }
 
     fn with_entry<T>(
@@ -119,6 +128,26 @@ impl RunStore for MemoryRunStore {
         }
         insert(&mut inner, self.max_runs, tenant, run, input);
         Ok(())
+    }
+
+    async fn create_run_at(
+        &self,
+        tenant: &TenantId,
+        run: &RunRecord,
+        input: Option<&RunInputRecord>,
+        definitions: u64,
+    ) -> Result<bool, StoreError> {
+        let mut inner = lock(&self.inner);
+        // The guard first, as Postgres's `INSERT … SELECT … WHERE` selects no row to insert.
+        if self.generations.current(tenant) != definitions {
+            return Ok(false);
+        }
+        let key = (tenant.clone(), run.id);
+        if inner.rows.contains_key(&key) {
+            return Err(StoreError::Conflict("A run with this id already exists.".into()));
+        }
+        insert(&mut inner, self.max_runs, tenant, run, input);
+        Ok(true)
     }
 
     async fn finish_run(

@@ -92,7 +92,7 @@ pub struct Options<'a> {
 }
 
 /// What the model sees before the new message.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub enum History {
     /// The request's session holds the conversation (none without a session).
     #[default]
@@ -120,17 +120,111 @@ pub async fn prepare_in(
     mut options: Options<'_>,
 ) -> Result<PreparedRun, StartError> {
     check_documents(&request.documents)?;
-    let mut agent = match options.agent.clone() {
-        Some(agent) => agent,
+    let (supplied_history, seeded) = match std::mem::take(&mut options.history) {
+        History::Session => (None, None),
+        History::Supplied(messages) => (Some(messages), None),
+        History::Seeded { id, history } => (None, Some(LoadedSession { id, version: None, history })),
+    };
+    let mut moved = 0;
+    loop {
+        let (agent, generation) = agent_for(runtime, &request, &options).await?;
+        let session = load_session(runtime, &request).await?;
+        if request.resume.is_some() {
+            let open = session.as_ref().map(|s| engine::open_calls(&s.history)).unwrap_or_default();
+            let decided = request.resume.iter().flat_map(|r| &r.decided);
+            if open.is_empty() || decided.clone().any(|d| !open.iter().any(|c| c.id == d.call_id)) {
+                return Err(StartError::Resume(
+                    "The conversation moved on since this run stopped; it can no longer be resumed.".into(),
+                ));
+            }
+        }
+        let client_results = if request.tool_results.is_empty() {
+            Vec::new()
+        } else {
+            let history = session.as_ref().map(|s| s.history.as_slice()).unwrap_or_default();
+            client_results(&agent, history, &request.tool_results)?
+        };
+        // What the model is sent first: a seeded or the request's session, else what the caller sent.
+        let conversation = match seeded.as_ref().or(session.as_ref()) {
+            Some(s) => s.history.as_slice(),
+            None => supplied_history.as_deref().unwrap_or_default(),
+        };
+        let turn = turn_messages(&agent, &request, conversation, &client_results);
+        check_context_window(runtime, &agent, conversation, &turn)?;
+        let run_id = match (&request.resume, request.queued, run_id) {
+            (Some(r), ..) => r.run_id,
+            (None, Some(queued), _) => queued,
+            (None, None, Some(chosen)) => chosen,
+            (None, None, None) => RunId(new_id(runtime.platform.clock.as_ref())),
+        };
+        let started_at = runtime.platform.clock.now();
+        let row = if request.queued.is_none() {
+            row_of(runtime, run_id, &agent, &request, session.as_ref(), started_at, &options)
+        } else {
+            None
+        };
+        let opening = match row {
+            None => Opening::written(),
+            Some(row) => {
+                let write = write_row(runtime.stores.runs.clone(), request.tenant.clone(), row, generation);
+                if options.overlap_row {
+                    Opening::pending(Box::pin(write))
+                } else {
+                    match write.await {
+                        Ok(()) => Opening::written(),
+                        // Compiled from a definition that changed since: compiled again.
+                        Err(StoreError::DefinitionsMoved) if moved < MAX_DEFINITIONS_MOVED => {
+                            runtime.catalog.moved(&request.tenant);
+                            moved += 1;
+                            continue;
+                        }
+                        Err(e) => return Err(StartError::Store(e)),
+                    }
+                }
+            }
+        };
+        return Ok(PreparedRun {
+            run_id,
+            agent,
+            request,
+            session: seeded.or(session),
+            started_at,
+            supplied_history,
+            client_results,
+            continuation: None,
+            deadline: None,
+            tree: None,
+            replay: None,
+            budget: options.budget,
+            opening,
+        });
+    }
+}
+
+/// How many times a run is compiled again because definitions changed under its row's write
+/// before the start is refused (`409`): only definitions written faster than a run can start
+/// get there.
+pub const MAX_DEFINITIONS_MOVED: u32 = 3;
+
+/// The agent as this run sees it — compiled (or handed over compiled), with the caller's
+/// instructions, the MCP resources' snapshot and the caller's additions — and the definitions
+/// generation its row is guarded on.
+async fn agent_for(
+    runtime: &Runtime,
+    request: &RunRequest,
+    options: &Options<'_>,
+) -> Result<(Arc<CompiledAgent>, Option<u64>), StartError> {
+    let (mut agent, generation) = match options.agent.clone() {
+        Some(agent) => (agent, None),
         None => {
             runtime
                 .catalog
-                .compile(&request.tenant, &request.agent, request.culture.as_deref(), &request.parameters)
+                .compile_current(&request.tenant, &request.agent, request.culture.as_deref(), &request.parameters)
                 .await?
         }
     };
-    if let Some(extra) = options.extra_instructions.take() {
-        agent = Arc::new(agent.with_extra_instructions(&extra));
+    if let Some(extra) = options.extra_instructions.as_deref() {
+        agent = Arc::new(agent.with_extra_instructions(extra));
     }
     // The definition's MCP resources, read now: a snapshot for this run's context.
     if !agent.definition.mcp_resource_uris.is_empty()
@@ -143,73 +237,7 @@ pub async fn prepare_in(
         let providers = runtime.catalog.providers();
         agent = Arc::new(crate::runs::caller::apply(&agent, &options.caller, providers).map_err(StartError::Caller)?);
     }
-    let session = load_session(runtime, &request).await?;
-    if request.resume.is_some() {
-        let open = session.as_ref().map(|s| engine::open_calls(&s.history)).unwrap_or_default();
-        let decided = request.resume.iter().flat_map(|r| &r.decided);
-        if open.is_empty() || decided.clone().any(|d| !open.iter().any(|c| c.id == d.call_id)) {
-            return Err(StartError::Resume(
-                "The conversation moved on since this run stopped; it can no longer be resumed.".into(),
-            ));
-        }
-    }
-    let client_results = if request.tool_results.is_empty() {
-        Vec::new()
-    } else {
-        let history = session.as_ref().map(|s| s.history.as_slice()).unwrap_or_default();
-        client_results(&agent, history, &request.tool_results)?
-    };
-    let (supplied_history, seeded) = match std::mem::take(&mut options.history) {
-        History::Session => (None, None),
-        History::Supplied(messages) => (Some(messages), None),
-        History::Seeded { id, history } => (None, Some(LoadedSession { id, version: None, history })),
-    };
-    // What the model is sent first: a seeded or the request's session, else what the caller sent.
-    let conversation = match seeded.as_ref().or(session.as_ref()) {
-        Some(s) => s.history.as_slice(),
-        None => supplied_history.as_deref().unwrap_or_default(),
-    };
-    let turn = turn_messages(&agent, &request, conversation, &client_results);
-    check_context_window(runtime, &agent, conversation, &turn)?;
-    let run_id = match (&request.resume, request.queued, run_id) {
-        (Some(r), ..) => r.run_id,
-        (None, Some(queued), _) => queued,
-        (None, None, Some(chosen)) => chosen,
-        (None, None, None) => RunId(new_id(runtime.platform.clock.as_ref())),
-    };
-    let started_at = runtime.platform.clock.now();
-    let row = if request.queued.is_none() {
-        row_of(runtime, run_id, &agent, &request, session.as_ref(), started_at, &options)
-    } else {
-        None
-    };
-    let opening = match row {
-        None => Opening::written(),
-        Some(row) => {
-            let write = write_row(runtime.stores.runs.clone(), request.tenant.clone(), row);
-            if options.overlap_row {
-                Opening::pending(Box::pin(write))
-            } else {
-                write.await.map_err(StartError::Store)?;
-                Opening::written()
-            }
-        }
-    };
-    Ok(PreparedRun {
-        run_id,
-        agent,
-        request,
-        session: seeded.or(session),
-        started_at,
-        supplied_history,
-        client_results,
-        continuation: None,
-        deadline: None,
-        tree: None,
-        replay: None,
-        budget: options.budget,
-        opening,
-    })
+    Ok((agent, generation))
 }
 
 /// The request's session as stored now: its history and generation, or — a session this
@@ -410,14 +438,24 @@ fn row_of(
     Some((row, input))
 }
 
-/// Writes the run row. Only an unreachable store refuses the run; any other failure is
-/// logged and the run goes on unrecorded.
+/// Writes the run row, guarded on `definitions` when the agent was compiled under that
+/// generation. Only an unreachable store (or definitions that moved on) refuses the run; any
+/// other failure is logged and the run goes on unrecorded.
 async fn write_row(
     runs: Arc<dyn crate::runs::store::RunStore>,
     tenant: crate::names::TenantId,
     (row, input): (RunRecord, Option<RunInputRecord>),
+    definitions: Option<u64>,
 ) -> Result<(), StoreError> {
-    match runs.create_run(&tenant, &row, input.as_ref()).await {
+    let written = match definitions {
+        None => runs.create_run(&tenant, &row, input.as_ref()).await,
+        Some(generation) => match runs.create_run_at(&tenant, &row, input.as_ref(), generation).await {
+            Ok(true) => Ok(()),
+            Ok(false) => return Err(StoreError::DefinitionsMoved),
+            Err(e) => Err(e),
+        },
+    };
+    match written {
         Ok(()) => Ok(()),
         Err(e @ StoreError::Unavailable { .. }) => Err(e),
         Err(e) => {

@@ -375,6 +375,17 @@ pub trait RunStore: Send + Sync {
         run: &RunRecord,
         input: Option<&RunInputRecord>,
     ) -> Result<(), StoreError>;
+    /// [`create_run`](Self::create_run), only while the tenant's definitions are still at
+    /// generation `definitions` ([`crate::definitions::Generations`]), checked in the same
+    /// write: `Ok(false)` and nothing written when they moved on — the run was compiled from a
+    /// definition that is no longer current.
+    async fn create_run_at(
+        &self,
+        tenant: &TenantId,
+        run: &RunRecord,
+        input: Option<&RunInputRecord>,
+        definitions: u64,
+    ) -> Result<bool, StoreError>;
     /// Closes the run row and appends its last events, together (one round trip): whoever
     /// sees the terminal event finds the row ended. The events follow the
     /// [`append_events`](Self::append_events) rules; `NotFound` for a missing run.

@@ -106,6 +106,7 @@ pub async fn create(Ctx { state, tenant, caller }: Ctx, ApiJson(def): ApiJson<Ag
         StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "agent_exists", m),
         other => other.into(),
     })?;
+    state.runtime.catalog.moved(&tenant);
     let after = snapshot(&stored);
     audit::record(&state, &tenant, &caller, "agent.create", ("agent", name.as_str()), None, Some(after)).await;
     let entry = stored_entry(stored);
@@ -141,6 +142,7 @@ pub async fn replace(
         StoreError::NotFound => ApiError::agent_not_found(name.as_str()),
         other => other.into(),
     })?;
+    state.runtime.catalog.moved(&tenant);
     let after = Some(snapshot(&stored));
     audit::record(&state, &tenant, &caller, "agent.update", ("agent", name.as_str()), before, after).await;
     let entry = stored_entry(stored);
@@ -157,6 +159,7 @@ pub async fn delete(Ctx { state, tenant, caller }: Ctx, Path(name): Path<String>
     refuse_code_agent(&state, &name)?;
     let before = state.runtime.stores.definitions.get(&tenant, &name).await?.as_ref().map(snapshot);
     if state.runtime.stores.definitions.delete(&tenant, &name).await? {
+        state.runtime.catalog.moved(&tenant);
         audit::record(&state, &tenant, &caller, "agent.delete", ("agent", name.as_str()), before, None).await;
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -285,6 +288,7 @@ pub async fn rollback(
         StoreError::NotFound => ApiError::agent_not_found(name.as_str()),
         other => other.into(),
     })?;
+    state.runtime.catalog.moved(&tenant);
     let after = Some(snapshot(&stored));
     audit::record(&state, &tenant, &caller, "agent.rollback", ("agent", name.as_str()), before, after).await;
     Ok(Json(AgentView::from_entry(&stored_entry(stored), true)))

@@ -157,6 +157,7 @@ pub async fn create(Ctx { state, tenant, caller }: Ctx, ApiJson(body): ApiJson<V
         StoreError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "skill_exists", m),
         other => other.into(),
     })?;
+    state.runtime.catalog.moved(&tenant);
     audit::record(&state, &tenant, &caller, "skill.create", ("skill", &name), None, Some(snapshot(&stored))).await;
     let mut response = (StatusCode::CREATED, Json(SkillView::stored(stored))).into_response();
     if let Ok(location) = HeaderValue::from_str(&format!("/api/skills/{name}")) {
@@ -192,6 +193,7 @@ pub async fn replace(
         StoreError::NotFound => skill_not_found(name.as_str()),
         other => other.into(),
     })?;
+    state.runtime.catalog.moved(&tenant);
     let after = Some(snapshot(&stored));
     audit::record(&state, &tenant, &caller, "skill.update", ("skill", name.as_str()), before, after).await;
     Ok(Json(SkillView::stored(stored)))
@@ -211,6 +213,7 @@ pub async fn delete(Ctx { state, tenant, caller }: Ctx, Path(name): Path<String>
     if !skills.delete(&tenant, &name).await? {
         return Err(skill_not_found(name.as_str()));
     }
+    state.runtime.catalog.moved(&tenant);
     audit::record(&state, &tenant, &caller, "skill.delete", ("skill", name.as_str()), before, None).await;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -81,6 +81,15 @@ impl RunStore for Counting {
     async fn create_run(&self, t: &TenantId, r: &RunRecord, i: Option<&RunInputRecord>) -> Result<(), StoreError> {
         delegate!(self, (), s => s.create_run(t, r, i))
     }
+    async fn create_run_at(
+        &self,
+        t: &TenantId,
+        r: &RunRecord,
+        i: Option<&RunInputRecord>,
+        g: u64,
+    ) -> Result<bool, StoreError> {
+        delegate!(self, true, s => s.create_run_at(t, r, i, g))
+    }
     async fn finish_run(&self, t: &TenantId, id: RunId, e: &RunEnd, ev: &[RecordedEvent]) -> Result<(), StoreError> {
         if !ev.is_empty() {
             self.appends.fetch_add(1, Ordering::Relaxed);

@@ -123,6 +123,15 @@ impl<D: Table> DefinitionStore<D> for PgDefinitionStore<D> {
         Ok(done > 0)
     }
 
+    async fn generation(&self, tenant: &TenantId) -> Result<u64, StoreError> {
+        let row = self.db.query_opt(sql::DEFINITIONS_GENERATION, &params![tenant.as_str()]).await?;
+        let generation: i64 = match row {
+            Some(row) => row.get("generation")?,
+            None => 0,
+        };
+        Ok(u64::try_from(generation).unwrap_or(0))
+    }
+
     async fn versions(&self, tenant: &TenantId, name: &D::Name) -> Result<Vec<StoredDefinition<D>>, StoreError> {
         let rows = self.db.query(D::SQL.versions, &params![tenant.as_str(), name.as_ref()]).await?;
         rows.iter().map(stored::<D>).collect()

@@ -159,6 +159,55 @@ impl PgRunStore {
         v.map(|text| self.protection.seal(&tool_place(tenant, column, row), text))
     }
 
+    /// Writes a run row through [`sql::RUN_INSERT`], or [`sql::RUN_INSERT_AT`] with the
+    /// definitions generation it is guarded on as `$17`. Rows written.
+    async fn insert(
+        &self,
+        statement: &'static str,
+        tenant: &TenantId,
+        run: &RunRecord,
+        input: Option<&RunInputRecord>,
+        generation: Option<i64>,
+    ) -> Result<u64, StoreError> {
+        let input = match input {
+            Some(i) => {
+                let json = serde_json::to_string(i).map_err(|e| corrupt("input", e))?;
+                let row = run.id.to_string();
+                Some(self.protection.seal(&input_place(tenant, &row), &json))
+            }
+            None => None,
+        };
+        let version = run.agent_version.map(|v| i32::try_from(v).unwrap_or(i32::MAX));
+        let status = status_text(run.status)?;
+        let depth = i32::try_from(run.depth).unwrap_or(i32::MAX);
+        let labels = to_json(&run.labels)?;
+        let (tenant_id, name) = (tenant.as_str(), run.agent_name.as_str());
+        let (session, user) = (run.session_id.as_deref(), run.user_id.as_deref());
+        let (parent, root, replay_of) =
+            (run.parent_run_id.map(|r| r.0), run.root_run_id.map(|r| r.0), run.replay_of_run_id.map(|r| r.0));
+        let p = params![
+            tenant_id,
+            run.id.0,
+            name,
+            version,
+            status,
+            run.started_at,
+            session,
+            parent,
+            root,
+            depth,
+            user,
+            labels,
+            run.heartbeat_at,
+            run.cancel_requested,
+            input,
+            replay_of,
+            generation
+        ];
+        let take = if generation.is_some() { p.len() } else { p.len() - 1 };
+        self.db.execute(statement, &p[..take]).await
+    }
+
     fn open_opt(
         &self,
         tenant: &TenantId,
@@ -178,38 +227,18 @@ impl RunStore for PgRunStore {
         run: &RunRecord,
         input: Option<&RunInputRecord>,
     ) -> Result<(), StoreError> {
-        let input = match input {
-            Some(i) => {
-                let json = serde_json::to_string(i).map_err(|e| corrupt("input", e))?;
-                let row = run.id.to_string();
-                Some(self.protection.seal(&input_place(tenant, &row), &json))
-            }
-            None => None,
-        };
-        self.db
-            .execute(
-                sql::RUN_INSERT,
-                &params![
-                    tenant.as_str(),
-                    run.id.0,
-                    &run.agent_name,
-                    run.agent_version.map(|v| i32::try_from(v).unwrap_or(i32::MAX)),
-                    status_text(run.status)?,
-                    run.started_at,
-                    run.session_id.as_deref(),
-                    run.parent_run_id.map(|r| r.0),
-                    run.root_run_id.map(|r| r.0),
-                    i32::try_from(run.depth).unwrap_or(i32::MAX),
-                    run.user_id.as_deref(),
-                    to_json(&run.labels)?,
-                    run.heartbeat_at,
-                    run.cancel_requested,
-                    input,
-                    run.replay_of_run_id.map(|r| r.0)
-                ],
-            )
-            .await?;
-        Ok(())
+        self.insert(sql::RUN_INSERT, tenant, run, input, None).await.map(drop)
+    }
+
+    async fn create_run_at(
+        &self,
+        tenant: &TenantId,
+        run: &RunRecord,
+        input: Option<&RunInputRecord>,
+        definitions: u64,
+    ) -> Result<bool, StoreError> {
+        let generation = i64::try_from(definitions).unwrap_or(i64::MAX);
+        Ok(self.insert(sql::RUN_INSERT_AT, tenant, run, input, Some(generation)).await? == 1)
     }
 
     async fn finish_run(
