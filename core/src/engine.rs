@@ -309,6 +309,7 @@ pub async fn run_turn(
     let mut request = ModelRequest::from_binding(&agent.definition.model);
     request.system = agent.instructions.clone();
     request.messages = history;
+    request.whole = env.whole_answer;
     let mut state = TurnTally::default();
     let outcome = match start {
         TurnStart::User { prelude, message } => {

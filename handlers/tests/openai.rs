@@ -195,3 +195,29 @@ async fn refusals_of_the_shared_layers_arrive_in_openais_envelope_too() {
     let (_, content_type, _) = call(&app, Method::GET, "/api/nothing-here", None).await;
     assert!(content_type.starts_with("application/problem+json"), "{content_type}");
 }
+
+#[tokio::test]
+async fn a_whole_chat_completion_asks_the_model_for_a_whole_answer_and_a_streamed_one_for_a_stream() {
+    let asked: Arc<Mutex<Vec<bool>>> = Arc::default();
+    let log = asked.clone();
+    let script = ScriptedProvider::from_fn("script", move |req| {
+        log.lock().unwrap().push(req.whole);
+        ScriptedTurn::text("Order 4182 ships tomorrow.").with_usage(11, 5)
+    });
+    let runtime = RuntimeBuilder::new(tokio_rt::platform())
+        .add_provider(Arc::new(script) as Arc<dyn ModelProvider>)
+        .add_agent(AgentDefinition::new("support", "script", "m"))
+        .build()
+        .unwrap();
+    let app = tracon_handlers::router(AppState::new(Arc::new(runtime), HttpSettings::default()));
+    let (status, _, whole) = call(&app, Method::POST, "/v1/chat/completions", Some(chat(json!({})))).await;
+    assert_eq!(status, StatusCode::OK, "{whole}");
+    let answer: Value = serde_json::from_str(&whole).unwrap();
+    assert_eq!(answer["choices"][0]["message"]["content"], "Order 4182 ships tomorrow.");
+    assert_eq!(answer["usage"]["completion_tokens"], 5);
+    let (status, _, streamed) =
+        call(&app, Method::POST, "/v1/chat/completions", Some(chat(json!({"stream": true})))).await;
+    assert_eq!(status, StatusCode::OK, "{streamed}");
+    assert!(streamed.contains("chat.completion.chunk") && streamed.contains("data: [DONE]"), "{streamed}");
+    assert_eq!(*asked.lock().unwrap(), vec![true, false], "whole for the whole answer, a stream for the stream");
+}

@@ -347,3 +347,36 @@ async fn a_queued_run_is_accepted_at_once_and_run_by_the_local_consumer() {
     let job = support::json_of(client.get(server.url(&format!("/api/jobs/{}", body["jobId"].as_str().unwrap())))).await;
     assert_eq!(job["status"], "Succeeded", "{job}");
 }
+
+#[tokio::test]
+async fn a_whole_chat_completion_is_one_upstream_completion_with_its_usage_and_a_streamed_one_streams() {
+    let mock = mock().await;
+    mock.script("whole", vec![MockTurn::text("Order 4182 ships tomorrow.").with_usage(12, 6)]);
+    let server = tracon_with_providers(&mock, &[]).await;
+    create_agent(
+        &server,
+        json!({"name": "whole-agent", "instructions": "Answer.", "model": {"provider": "openai", "model": "whole"}}),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let chat = |stream: bool| json!({"model": "whole-agent", "stream": stream, "messages": [{"role": "user", "content": "Where is 4182?"}]});
+    let res = client.post(server.url("/v1/chat/completions")).json(&chat(false)).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let answer: Value = res.json().await.unwrap();
+    assert_eq!(answer["choices"][0]["message"]["content"], "Order 4182 ships tomorrow.");
+    assert_eq!(
+        (answer["usage"]["prompt_tokens"].as_u64(), answer["usage"]["completion_tokens"].as_u64()),
+        (Some(12), Some(6))
+    );
+    let res = client.post(server.url("/v1/chat/completions")).json(&chat(true)).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert!(res.text().await.unwrap().contains("ships"));
+
+    // Upstream: the whole answer was asked for as one completion, the streamed one as a stream.
+    let sent: Vec<(Value, Value)> = mock
+        .requests("whole")
+        .iter()
+        .map(|r| (r["body"]["stream"].clone(), r["body"]["stream_options"]["include_usage"].clone()))
+        .collect();
+    assert_eq!(sent, vec![(json!(false), Value::Null), (json!(true), json!(true))]);
+}

@@ -138,6 +138,11 @@ pub struct ModelRequest {
     pub parallel_tool_calls: bool,
     /// Sent only beside tools; [`ToolChoice::Auto`] is left unsaid.
     pub tool_choice: ToolChoice,
+    /// The run's caller takes the answer whole (a JSON answer, a non-streamed OpenAI
+    /// request): a provider that can asks for it in one piece, usage included, instead of a
+    /// stream — one response to read instead of a chunk per token. The events are the same
+    /// kinds; the text arrives as one delta.
+    pub whole: bool,
 }
 
 impl ModelRequest {
@@ -155,6 +160,7 @@ impl ModelRequest {
             provider_settings: binding.provider_settings.clone(),
             parallel_tool_calls: binding.allow_concurrent_tool_calls,
             tool_choice: ToolChoice::Auto,
+            whole: false,
         }
     }
 

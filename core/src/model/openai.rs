@@ -7,8 +7,10 @@
 //! surfaces ([`OpenAiProvider::responses_surface`]); the HTTP call, the bearer credential and
 //! its removal from error details are the same code for both.
 //!
-//! Every call streams (`stream: true` with `stream_options.include_usage`), so a compatible
-//! server that omits usage leaves it `None`. [`ChatStreamParser`] is the pure part: it takes
+//! A call streams (`stream: true` with `stream_options.include_usage`, so a compatible
+//! server that omits usage leaves it `None`), unless the run's caller takes its answer whole
+//! ([`ModelRequest::whole`]): then it asks for one completion (`stream: false`), read by
+//! [`parse_completion`] into the same events. [`ChatStreamParser`] is the pure part: it takes
 //! the `data:` payloads of the stream and yields [`ModelEvent`]s, assembling tool-call
 //! deltas (by `index`) into whole calls. It is tested against recorded wire transcripts.
 //! Azure OpenAI ([`super::azure`]) sends the same body and reads the same stream.
@@ -300,7 +302,8 @@ pub struct ChatBody<'a> {
     model: &'a str,
     messages: Vec<WireMessage<'a>>,
     stream: bool,
-    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -454,8 +457,9 @@ impl<'a> ChatBody<'a> {
         Self {
             model: &request.model,
             messages,
-            stream: true,
-            stream_options: StreamOptions { include_usage: true },
+            // A whole answer carries its usage; a stream only when asked.
+            stream: !request.whole,
+            stream_options: (!request.whole).then_some(StreamOptions { include_usage: true }),
             parallel_tool_calls: (!tools.is_empty()).then_some(request.parallel_tool_calls),
             tool_choice: if tools.is_empty() { None } else { chat_tool_choice(&request.tool_choice) },
             tools,
@@ -751,10 +755,17 @@ pub fn parse_completion(body: &Value) -> Result<Vec<ModelEvent>, ProviderError> 
     }
     let choice = body.pointer("/choices/0").ok_or_else(|| ProviderError::protocol("completion without choices"))?;
     let message = choice.get("message").cloned().unwrap_or(Value::Null);
-    if let Some(text) = message.get("content").and_then(Value::as_str)
-        && !text.is_empty()
-    {
-        out.push(ModelEvent::TextDelta(text.to_owned()));
+    // What a stream would have said in pieces, in its order: reasoning, then the text (or
+    // the refusal in its place).
+    for key in ["reasoning_content", "reasoning"] {
+        if let Some(r) = message.get(key).and_then(Value::as_str).filter(|r| !r.is_empty()) {
+            out.push(ModelEvent::ReasoningDelta(r.to_owned()));
+        }
+    }
+    for key in ["content", "refusal"] {
+        if let Some(text) = message.get(key).and_then(Value::as_str).filter(|t| !t.is_empty()) {
+            out.push(ModelEvent::TextDelta(text.to_owned()));
+        }
     }
     if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
         for c in calls {
@@ -779,6 +790,41 @@ mod tests {
     use crate::definition::ReasoningEffort;
     use crate::model::ToolSpec;
     use serde_json::json;
+
+    #[test]
+    fn a_whole_answer_is_asked_for_in_one_piece_and_read_into_the_streams_events() {
+        let mut r = ModelRequest::from_binding(&ModelBinding {
+            provider: "openai".into(),
+            model: "m".into(),
+            ..Default::default()
+        });
+        r.messages = vec![Message::User { text: "hi".into() }];
+        let streamed = build_body(&r, Flavor::OpenAi);
+        assert_eq!(
+            (streamed["stream"].clone(), streamed["stream_options"]["include_usage"].clone()),
+            (json!(true), json!(true))
+        );
+        r.whole = true;
+        let whole = build_body(&r, Flavor::OpenAi);
+        assert_eq!(whole["stream"], false);
+        assert!(whole.get("stream_options").is_none(), "{whole}");
+
+        let body = json!({"model": "m-2024", "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "reasoning_content": "Think.", "content": "Hello.", "refusal": null}}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}});
+        let events = parse_completion(&body).unwrap();
+        assert_eq!(events[0], ModelEvent::Model("m-2024".into()));
+        assert_eq!(events[1], ModelEvent::ReasoningDelta("Think.".into()));
+        assert_eq!(events[2], ModelEvent::TextDelta("Hello.".into()));
+        assert!(
+            matches!(&events[3], ModelEvent::Usage(u) if u.input_tokens == 7 && u.output_tokens == 2),
+            "{events:?}"
+        );
+        assert_eq!(events[4], ModelEvent::Finish(FinishReason::Stop));
+        let refused = json!({"choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": null, "refusal": "I can't help with that."}}]});
+        assert!(parse_completion(&refused).unwrap().contains(&ModelEvent::TextDelta("I can't help with that.".into())));
+    }
 
     #[test]
     fn a_compatible_server_is_asked_for_json_as_far_as_it_supports_it() {

@@ -138,6 +138,7 @@ impl<'r> Execution<'r> {
             replay,
             budget,
             opening,
+            whole_answer,
         } = prepared;
         let in_place = continuation.as_ref().and_then(|c| c.in_place.clone());
         let started_at = in_place.as_ref().map_or(started_at, |p| p.started_at);
@@ -245,6 +246,7 @@ impl<'r> Execution<'r> {
             tree: subtree.place,
             children,
             replay,
+            whole_answer,
         };
         // Where the session's save starts: a session read at a generation gets what this turn
         // adds; a session this run creates gets the whole conversation, so one seeded with

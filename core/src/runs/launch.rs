@@ -192,6 +192,8 @@ async fn start_here(
         Options { extra_instructions, caller, history, budget, overlap_row, ..Options::default() },
     )
     .await?;
+    let mut prepared = prepared;
+    prepared.whole_answer = matches!(here, Here::Buffered);
     let run_id = prepared.run_id;
     let row = prepared.opening.clone();
     let (guard, cancel) = runtime.drain.enter(run_id);

@@ -65,6 +65,9 @@ pub struct PreparedRun {
     /// The run row: written, or — [`Options::overlap_row`] — being written while the model
     /// is called ([`crate::runs::opening`]).
     pub opening: Opening,
+    /// Its caller takes the answer whole (`launch`'s `Buffered` delivery): model calls ask
+    /// for one piece ([`crate::model::ModelRequest::whole`]).
+    pub whole_answer: bool,
 }
 
 /// How [`prepare_in`] departs from an ordinary run.
@@ -197,6 +200,7 @@ pub async fn prepare_in(
             replay: None,
             budget: options.budget,
             opening,
+            whole_answer: false,
         });
     }
 }

@@ -155,6 +155,8 @@ pub struct CallEnv {
     /// A replay in `ReplayTools` mode: the source run's answers, given instead of running a
     /// body.
     pub replay: Option<Arc<super::replayed::Recorded>>,
+    /// The run's caller takes its answer whole ([`crate::model::ModelRequest::whole`]).
+    pub whole_answer: bool,
 }
 
 /// Where a run is in its step ledger (clones share the count).
