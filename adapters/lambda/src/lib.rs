@@ -71,7 +71,7 @@ pub fn stores_from_env(config: &Config, pool_size: u32) -> Result<Stores, String
     }
     let protection = Protection::from_config(config).map_err(|e| e.to_string())?;
     let pool = pg::connect_lazy(&settings).map_err(|e| e.to_string())?;
-    Ok(pg::stores_on(pool, protection))
+    pg::stores_on(pool, protection).map_err(|e| e.to_string())
 }
 
 /// The runtime over given stores: what the HTTP functions, the job consumer and the tick share.

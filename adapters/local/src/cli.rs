@@ -106,7 +106,8 @@ async fn migrate(config: &Config, args: MigrateArgs) -> Result<(), String> {
             let applied = pg::migrate(&pool, &settings.schema).await.map_err(|e| e.to_string())?;
             report(&mut out, format_args!("{applied} applied (schema {})", settings.schema))?;
             let protection = tracon_postgres::protect::Protection::from_config(config).map_err(|e| e.to_string())?;
-            report_foreign_secret_names(config, &pg::stores_on(pool, protection), &mut out).await
+            let stores = pg::stores_on(pool, protection).map_err(|e| e.to_string())?;
+            report_foreign_secret_names(config, &stores, &mut out).await
         }
         Some(MigrateAction::Status) => {
             let pending = pg::pending(&pool, &settings.schema).await.map_err(|e| e.to_string())?;

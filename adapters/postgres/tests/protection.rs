@@ -127,7 +127,7 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 #[tokio::test]
 async fn protected_content_is_ciphertext_in_the_table_and_plain_through_the_stores() {
     let pool = pool().await;
-    let stores = stores_on(pool.clone(), key());
+    let stores = stores_on(pool.clone(), key()).unwrap();
     stores.sessions.try_create(&tenant(), "s1", &write(SECRET)).await.unwrap();
     let run = write_run(&stores, SECRET).await;
 
@@ -151,7 +151,7 @@ async fn protected_content_is_ciphertext_in_the_table_and_plain_through_the_stor
 #[tokio::test]
 async fn a_tampered_or_moved_ciphertext_fails_closed() {
     let pool = pool().await;
-    let stores = stores_on(pool.clone(), key());
+    let stores = stores_on(pool.clone(), key()).unwrap();
     stores.sessions.try_create(&tenant(), "s1", &write("first")).await.unwrap();
     stores.sessions.try_append(&tenant(), "s1", 1, &write("second")).await.unwrap();
     // Moving item 0's ciphertext onto item 1 must not open as item 1.
@@ -170,18 +170,18 @@ async fn a_tampered_or_moved_ciphertext_fails_closed() {
         .unwrap();
     assert!(matches!(stores.runs.read_events(&tenant(), run, 0, 10).await, Err(StoreError::Internal { .. })));
     // Without the key, sealed values do not open either.
-    let keyless = stores_on(pool.clone(), Protection::off());
+    let keyless = stores_on(pool.clone(), Protection::off()).unwrap();
     assert!(matches!(keyless.runs.get_input(&tenant(), run).await, Err(StoreError::Internal { .. })));
 }
 
 #[tokio::test]
 async fn rows_written_before_protection_stay_readable_next_to_new_ones() {
     let pool = pool().await;
-    let before = stores_on(pool.clone(), Protection::off());
+    let before = stores_on(pool.clone(), Protection::off()).unwrap();
     before.sessions.try_create(&tenant(), "s1", &write("written in plain text")).await.unwrap();
     let old_run = write_run(&before, "old").await;
 
-    let after = stores_on(pool.clone(), key());
+    let after = stores_on(pool.clone(), key()).unwrap();
     after.sessions.try_append(&tenant(), "s1", 1, &write("written sealed")).await.unwrap();
     let new_run = write_run(&after, "new").await;
 

@@ -22,7 +22,7 @@ use crate::protect::Protection;
 use crate::sql::is_schema_name;
 
 pub use crate::settings::PgSettings;
-pub use driver::SqlxDriver;
+pub use driver::{Connections, PING_WHEN_IDLE_FOR, SqlxDriver};
 pub use listen::listen;
 
 /// The migrations under `migrations/`, embedded in the binary.
@@ -56,9 +56,11 @@ fn connect_options(settings: &PgSettings) -> Result<(PgPoolOptions, PgConnectOpt
         ])
         .application_name(&settings.application_name)
         .disable_statement_logging();
+    // The stores run on their own pool of this size ([`SqlxDriver`]); this one serves
+    // migrations and `LISTEN`, and keeps nothing open for them.
     let pool = PgPoolOptions::new()
         .max_connections(settings.max_connections)
-        .min_connections(settings.min_connections)
+        .min_connections(0)
         .acquire_timeout(settings.acquire_timeout);
     Ok((pool, options))
 }
@@ -166,12 +168,14 @@ pub async fn stores(settings: &PgSettings, protection: Protection) -> Result<(St
             return Err(SetupError::Pending(pending.len()));
         }
     }
-    Ok((stores_on(pool.clone(), protection), pool))
+    let driver = SqlxDriver::new(pool.clone())?;
+    driver.open(settings.min_connections as usize).await;
+    Ok((crate::store::stores(Arc::new(driver), protection), pool))
 }
 
 /// The stores over an existing, migrated pool.
-pub fn stores_on(pool: PgPool, protection: Protection) -> Stores {
-    crate::store::stores(Arc::new(SqlxDriver::new(pool)), protection)
+pub fn stores_on(pool: PgPool, protection: Protection) -> Result<Stores, SetupError> {
+    Ok(crate::store::stores(Arc::new(SqlxDriver::new(pool)?), protection))
 }
 
 /// Maps a database error by SQLSTATE (never by message text). The detail stays in
