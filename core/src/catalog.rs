@@ -103,6 +103,21 @@ struct Current {
     generation: Option<u64>,
 }
 
+/// Forgets the compiled agents [`Catalog::compile_current`] keeps ([`Catalog::forgetting`]).
+#[derive(Clone)]
+pub struct Forgetting(Arc<Mutex<HashMap<CurrentKey, Current>>>);
+
+impl Forgetting {
+    /// One tenant's (`Some`), or every tenant's (`None`: signals may have been missed).
+    pub fn moved(&self, tenant: Option<&TenantId>) {
+        let mut current = lock(&self.0);
+        match tenant {
+            Some(tenant) => current.retain(|k, _| k.tenant != *tenant),
+            None => current.clear(),
+        }
+    }
+}
+
 pub struct Catalog {
     code: BTreeMap<String, Arc<AgentDefinition>>,
     store: Arc<dyn DefinitionStore>,
@@ -113,7 +128,7 @@ pub struct Catalog {
     cache: Mutex<HashMap<CacheKey, Arc<CompiledAgent>>>,
     /// Runs' agents by name, each with the generation it was compiled under: read without
     /// touching the store ([`Self::compile_current`]).
-    current: Mutex<HashMap<CurrentKey, Current>>,
+    current: Arc<Mutex<HashMap<CurrentKey, Current>>>,
     /// Tenants' egress policies: a definition naming a provider its tenant does not allow
     /// does not validate and does not compile.
     providers_allowed: Option<Arc<crate::model::byok::TenantProviders>>,
@@ -136,7 +151,7 @@ impl Catalog {
             skills: crate::skills::SkillCatalog::default(),
             loops: crate::harness::Loops::default(),
             cache: Mutex::new(HashMap::new()),
-            current: Mutex::new(HashMap::new()),
+            current: Arc::default(),
             providers_allowed: None,
             mcp: None,
         }
@@ -405,10 +420,16 @@ impl Catalog {
         Ok((self.allowed(tenant, agent).await?, generation))
     }
 
-    /// The tenant's definitions moved on (a guarded row write was refused): nothing compiled
-    /// for it before is handed out again.
+    /// The tenant's definitions moved on (a guarded row write was refused, a write went
+    /// through here): nothing compiled for it before is handed out again.
     pub fn moved(&self, tenant: &TenantId) {
-        lock(&self.current).retain(|k, _| k.tenant != *tenant);
+        self.forgetting().moved(Some(tenant));
+    }
+
+    /// A handle that forgets compiled agents from elsewhere: the drain, when another instance
+    /// says a tenant's definitions moved (`defs:<tenant>` on Postgres).
+    pub fn forgetting(&self) -> Forgetting {
+        Forgetting(self.current.clone())
     }
 
     /// Makes an agent ready for one run in `tenant`, from its definition as stored now.

@@ -550,6 +550,7 @@ impl RuntimeBuilder {
             .with_skills(crate::skills::SkillCatalog::new(code_skills, stores.skills.clone()))
             .with_provider_policy(tenant_providers.clone())
             .with_mcp(mcp.clone());
+        let catalog_forgetting = catalog.forgetting();
         for def in code.values() {
             for p in catalog.validate_code_agent(def) {
                 errors.push(format!("Code agent '{}': {} ({})", def.name, p.message, p.field));
@@ -598,7 +599,11 @@ impl RuntimeBuilder {
             run_authorizer: self.run_authorizer,
             quotas: self.quotas,
             event_sinks: self.event_sinks,
-            drain: Arc::new(Drain::default()),
+            drain: {
+                let drain = Arc::new(Drain::default());
+                drain.forget_on_signal(catalog_forgetting);
+                drain
+            },
             workflow_functions: self.workflow_functions,
             model_health: Default::default(),
             mcp,

@@ -1422,3 +1422,45 @@ async fn a_skill_written_through_another_instance_reaches_the_agents_that_name_i
     let (text, _) = answer(&a, "writer").await;
     assert!(text.contains("The new style.") && !text.contains("Our house style."), "{text}");
 }
+
+#[tokio::test]
+async fn a_definitions_signal_from_another_instance_makes_the_next_run_compile_from_the_store() {
+    let memory = Stores::in_memory();
+    let counted = Arc::new(CountedDefinitions {
+        inner: memory.definitions.clone(),
+        gets: AtomicUsize::new(0),
+        generations: AtomicUsize::new(0),
+    });
+    let stores = Stores { definitions: counted.clone(), ..memory };
+    let echo = ScriptedProvider::from_fn("echo", |req| ScriptedTurn::text(req.system.as_deref().unwrap_or("none")));
+    let runtime = Arc::new(
+        RuntimeBuilder::new(tokio_rt::platform())
+            .stores(stores.clone())
+            .add_provider(Arc::new(echo) as Arc<dyn ModelProvider>)
+            .build()
+            .unwrap(),
+    );
+    let a = tracon_handlers::router(AppState::new(runtime.clone(), HttpSettings::default()));
+    let def = json!({"name": "writer", "instructions": "Write plainly.", "model": {"provider": "echo", "model": "m"}});
+    assert_eq!(send(&a, req(Method::POST, "/api/agents", Some(def))).await.0, StatusCode::CREATED);
+    answer(&a, "writer").await;
+    answer(&a, "writer").await;
+    let compiled = counted.generations.load(Ordering::SeqCst);
+
+    // Another tenant's signal leaves this tenant's agent alone; its own makes the next run
+    // compile from the store (a generation read), as does hearing restarting.
+    let signal = |tenant: &str| tracon_core::runs::drain::Signal::parse(&format!("defs:{tenant}")).unwrap();
+    assert_eq!(signal("default").payload(), "defs:default");
+    runtime.drain.hear(signal("elsewhere"), 0);
+    answer(&a, "writer").await;
+    assert_eq!(counted.generations.load(Ordering::SeqCst), compiled);
+    runtime.drain.hear(signal(TenantId::DEFAULT), 0);
+    answer(&a, "writer").await;
+    assert_eq!(counted.generations.load(Ordering::SeqCst), compiled + 1);
+    runtime.drain.set_heard(true);
+    answer(&a, "writer").await;
+    assert_eq!(counted.generations.load(Ordering::SeqCst), compiled + 2);
+    answer(&a, "writer").await;
+    assert_eq!(counted.generations.load(Ordering::SeqCst), compiled + 2, "compiled again, kept again");
+    assert!(tracon_core::runs::drain::Signal::parse("defs:not a tenant").is_none());
+}

@@ -123,3 +123,34 @@ fn relayed(url: &str) -> (String, impl Fn(std::net::SocketAddr) -> String + use<
     let at = if user.is_empty() { String::new() } else { format!("{user}@") };
     (upstream, move |relay| format!("{scheme}://{at}{relay}/{path}"))
 }
+
+#[tokio::test]
+async fn a_definition_written_is_announced_on_the_signal_channel_when_its_write_commits() {
+    use tracon_core::definition::AgentDefinition;
+    use tracon_core::names::{AgentName, TenantId};
+    let mut settings = PgSettings::new(&database_url());
+    settings.schema = format!("n_{}", uuid::Uuid::new_v4().simple());
+    let pool = connect(&settings).await.unwrap();
+    tracon_postgres::pg::migrate(&pool, &settings.schema).await.unwrap();
+    let stores = tracon_postgres::pg::stores_on(pool.clone(), tracon_postgres::protect::Protection::off()).unwrap();
+    let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await.unwrap();
+    listener.listen(tracon_core::runs::drain::Signal::CHANNEL).await.unwrap();
+    let tenant = TenantId::parse("acme").unwrap();
+
+    stores
+        .definitions
+        .create(&tenant, AgentDefinition::new("writer", "scripted", "m"), chrono::Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(next(&mut listener).await, "defs:acme");
+    assert!(stores.definitions.delete(&tenant, &AgentName::parse("writer").unwrap()).await.unwrap());
+    assert_eq!(next(&mut listener).await, "defs:acme");
+    let signal = tracon_core::runs::drain::Signal::parse("defs:acme").unwrap();
+    assert_eq!(signal, tracon_core::runs::drain::Signal::Definitions(tenant));
+}
+
+/// The next notification's payload (bounded, so a missing one fails instead of hanging).
+async fn next(listener: &mut sqlx::postgres::PgListener) -> String {
+    let heard = tokio::time::timeout(Duration::from_secs(30), listener.recv()).await;
+    heard.expect("a notification").unwrap().payload().to_owned()
+}

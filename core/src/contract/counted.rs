@@ -86,7 +86,7 @@ impl CountedRuns {
     fn tell(&self, signal: Signal) {
         let now = Utc::now().timestamp_millis();
         for drain in self.relay.lock().unwrap().iter().filter_map(Weak::upgrade) {
-            drain.hear(signal, now);
+            drain.hear(signal.clone(), now);
         }
     }
 }
@@ -260,7 +260,7 @@ counted! {
 
     async fn signal(&self, signal: Signal) -> Result<(), StoreError> {
         self.count("signal");
-        self.tell(signal);
+        self.tell(signal.clone());
         self.inner.signal(signal).await
     }
 }

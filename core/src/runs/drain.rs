@@ -18,7 +18,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::names::RunId;
+use crate::names::{RunId, TenantId};
+use crate::sync::lock;
 
 /// Graceful shutdown: once draining, new runs get `503`; in-flight runs are counted so the
 /// adapter can wait for them, and can cancel what is left after its drain timeout.
@@ -39,6 +40,8 @@ pub struct Drain {
     /// Bumped each time hearing (re)starts: a run that was not hearing meanwhile reads its
     /// flag once, since a cancel sent during the gap reached nobody.
     epoch: AtomicU64,
+    /// The catalog's compiled agents, forgotten when a tenant's definitions move elsewhere.
+    compiled: Mutex<Option<crate::catalog::Forgetting>>,
 }
 
 /// How long a follow signal keeps a run writing its events promptly; a follower repeats it
@@ -65,12 +68,15 @@ impl LocalRun {
 
 /// What one instance asks of a run executing on another, sent through the store
 /// (Postgres `NOTIFY`) and heard by the host ([`Drain::hear`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Signal {
     /// Stop the run (its cancel flag is set already).
     Cancel(RunId),
     /// Someone follows the run's log: write its events promptly for a while.
     Follow(RunId),
+    /// The tenant's agent or skill definitions were written (by any instance): what this
+    /// instance compiled for it is stale. Sent by the definition tables' trigger.
+    Definitions(TenantId),
 }
 
 impl Signal {
@@ -82,12 +88,16 @@ impl Signal {
         match self {
             Signal::Cancel(run) => format!("cancel:{run}"),
             Signal::Follow(run) => format!("follow:{run}"),
+            Signal::Definitions(tenant) => format!("defs:{}", tenant.as_str()),
         }
     }
 
     /// Reads a payload; `None` for anything else (a newer instance's signal is ignored).
     pub fn parse(payload: &str) -> Option<Self> {
         let (kind, id) = payload.split_once(':')?;
+        if kind == "defs" {
+            return TenantId::parse(id).ok().map(Signal::Definitions);
+        }
         let run = RunId(uuid::Uuid::parse_str(id).ok()?);
         match kind {
             "cancel" => Some(Signal::Cancel(run)),
@@ -131,6 +141,10 @@ impl Drain {
     pub fn set_heard(&self, heard: bool) {
         if heard {
             self.epoch.fetch_add(1, Ordering::SeqCst);
+            // A definition written while nothing was heard told nobody.
+            if let Some(compiled) = lock(&self.compiled).as_ref() {
+                compiled.moved(None);
+            }
         }
         self.heard.store(heard, Ordering::SeqCst);
     }
@@ -151,7 +165,18 @@ impl Drain {
                     local.followed_until.fetch_max(now_ms + FOLLOWED_FOR_MS, Ordering::Relaxed);
                 }
             }
+            Signal::Definitions(tenant) => {
+                if let Some(compiled) = lock(&self.compiled).as_ref() {
+                    compiled.moved(Some(&tenant));
+                }
+            }
         }
+    }
+
+    /// Forgets `compiled`'s agents of a tenant whose definitions another instance wrote
+    /// ([`Signal::Definitions`]), and all of them whenever hearing (re)starts.
+    pub fn forget_on_signal(&self, compiled: crate::catalog::Forgetting) {
+        *lock(&self.compiled) = Some(compiled);
     }
 
     /// For hosts whose requests each have their own I/O context — a Cloudflare Worker. A

@@ -397,7 +397,7 @@ impl Follow {
         self.signaled = Some(now);
         let runtime = &self.state.runtime;
         let signal = Signal::Follow(self.run);
-        runtime.drain.hear(signal, now.timestamp_millis());
+        runtime.drain.hear(signal.clone(), now.timestamp_millis());
         if let Err(e) = runtime.stores.runs.signal(signal).await {
             tracing::warn!(run_id = %self.run, error = ?e, "could not signal the run's executor that it is followed");
         }
