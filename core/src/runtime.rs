@@ -601,7 +601,7 @@ impl RuntimeBuilder {
             event_sinks: self.event_sinks,
             drain: {
                 let drain = Arc::new(Drain::default());
-                drain.forget_on_signal(catalog_forgetting);
+                drain.forget_on_signal(Arc::new(move |tenant| catalog_forgetting.moved(tenant)));
                 drain
             },
             workflow_functions: self.workflow_functions,

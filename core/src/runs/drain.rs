@@ -40,9 +40,13 @@ pub struct Drain {
     /// Bumped each time hearing (re)starts: a run that was not hearing meanwhile reads its
     /// flag once, since a cancel sent during the gap reached nobody.
     epoch: AtomicU64,
-    /// The catalog's compiled agents, forgotten when a tenant's definitions move elsewhere.
-    compiled: Mutex<Option<crate::catalog::Forgetting>>,
+    /// Forgets the catalog's compiled agents of a tenant (`None`: of every tenant) when its
+    /// definitions move elsewhere (the runtime hands it `Catalog::forgetting`).
+    compiled: Mutex<Option<Forget>>,
 }
+
+/// Forgets compiled agents: one tenant's, or (`None`) every tenant's.
+pub type Forget = Arc<dyn Fn(Option<&TenantId>) + Send + Sync>;
 
 /// How long a follow signal keeps a run writing its events promptly; a follower repeats it
 /// well within this ([`FOLLOW_SIGNAL_EVERY`]).
@@ -142,8 +146,8 @@ impl Drain {
         if heard {
             self.epoch.fetch_add(1, Ordering::SeqCst);
             // A definition written while nothing was heard told nobody.
-            if let Some(compiled) = lock(&self.compiled).as_ref() {
-                compiled.moved(None);
+            if let Some(forget) = lock(&self.compiled).as_ref() {
+                forget(None);
             }
         }
         self.heard.store(heard, Ordering::SeqCst);
@@ -166,17 +170,17 @@ impl Drain {
                 }
             }
             Signal::Definitions(tenant) => {
-                if let Some(compiled) = lock(&self.compiled).as_ref() {
-                    compiled.moved(Some(&tenant));
+                if let Some(forget) = lock(&self.compiled).as_ref() {
+                    forget(Some(&tenant));
                 }
             }
         }
     }
 
-    /// Forgets `compiled`'s agents of a tenant whose definitions another instance wrote
+    /// Forgets the compiled agents of a tenant whose definitions another instance wrote
     /// ([`Signal::Definitions`]), and all of them whenever hearing (re)starts.
-    pub fn forget_on_signal(&self, compiled: crate::catalog::Forgetting) {
-        *lock(&self.compiled) = Some(compiled);
+    pub fn forget_on_signal(&self, forget: Forget) {
+        *lock(&self.compiled) = Some(forget);
     }
 
     /// For hosts whose requests each have their own I/O context — a Cloudflare Worker. A
